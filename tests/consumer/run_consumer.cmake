@@ -1,0 +1,25 @@
+# cmake -DMODE=install|subdirectory -DDDL_SOURCE_DIR=... -DWORK_DIR=... -DCXX=... -P run_consumer.cmake
+# Builds tests/consumer against ddl and runs it; any failing step fails the test.
+file(REMOVE_RECURSE ${WORK_DIR})
+file(MAKE_DIRECTORY ${WORK_DIR})
+function(step)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "step failed (${rc}): ${ARGN}\n${out}\n${err}")
+  endif()
+  message(STATUS "${out}")
+endfunction()
+set(consumer_src ${CMAKE_CURRENT_LIST_DIR})
+if(MODE STREQUAL "install")
+  step(${CMAKE_COMMAND} -S ${DDL_SOURCE_DIR} -B ${WORK_DIR}/ddl-build -DCMAKE_CXX_COMPILER=${CXX}
+       -DDDL_BUILD_TESTS=OFF -DDDL_BUILD_BENCH=OFF -DDDL_BUILD_EXAMPLES=OFF -DDDL_INSTALL=ON
+       -DCMAKE_INSTALL_PREFIX=${WORK_DIR}/prefix)
+  step(${CMAKE_COMMAND} --install ${WORK_DIR}/ddl-build)
+  step(${CMAKE_COMMAND} -S ${consumer_src} -B ${WORK_DIR}/build -DCMAKE_CXX_COMPILER=${CXX}
+       -DDDL_MODE=install -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix)
+else()
+  step(${CMAKE_COMMAND} -S ${consumer_src} -B ${WORK_DIR}/build -DCMAKE_CXX_COMPILER=${CXX}
+       -DDDL_MODE=subdirectory -DDDL_SOURCE_DIR=${DDL_SOURCE_DIR})
+endif()
+step(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
+step(${WORK_DIR}/build/consumer)

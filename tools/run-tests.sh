@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Sets up a fresh Debian 12 machine (apt-get, only what is missing), configures, builds and runs
+# every ddl test. Usage: tools/run-tests.sh [build-dir]   (extra CMake flags via DDL_CMAKE_FLAGS)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+"$(dirname "$0")/install-deps.sh" build-essential cmake libeigen3-dev catch2 libbenchmark-dev \
+  zlib1g-dev nlohmann-json3-dev
+# shellcheck disable=SC2086
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DDDL_WARNINGS_AS_ERRORS=ON ${DDL_CMAKE_FLAGS:-}
+cmake --build "$build" -j "$(nproc)"
+ctest --test-dir "$build" --output-on-failure -j "$(nproc)"
