@@ -1,0 +1,84 @@
+#pragma once
+// ddl/ops/direction.hpp: normalization of the raw direction k~ into k (SPEC §2), with backward.
+//   SqrtEps (default): k = k~ / sqrt(|k~|^2 + eps^2)   smooth everywhere; Jacobian (I - k k^T) / n
+//   AddEps  (v1):      k = k~ / (|k~| + eps)           kink at k~ = 0, where the subgradient I/eps is used
+// With eps > 0 the result is not exactly unit: rho = |k|^2 < 1, and the operator's k-eigenvalue is
+// 1 - beta*rho (SPEC §1). The operator-form guard of v1, A = I - beta k~k~^T/(k~^T k~ + eps), equals
+// SqrtEps with eps_k^2 = eps, so it needs no kernel of its own.
+#include <cmath>
+#include <string>
+
+#include <Eigen/Core>
+
+#include "ddl/core/error.hpp"
+#include "ddl/core/types.hpp"
+
+namespace ddl {
+
+enum class DirectionNorm { SqrtEps, AddEps };
+
+inline const char* toString(DirectionNorm kind) { return kind == DirectionNorm::SqrtEps ? "sqrt_eps" : "add_eps"; }
+inline DirectionNorm parseDirectionNorm(const std::string& name) {
+  if (name == "sqrt_eps") return DirectionNorm::SqrtEps;
+  if (name == "add_eps") return DirectionNorm::AddEps;
+  throw ValueError(message("ddl::parseDirectionNorm", "unknown normalization '", name,
+                           "', expected 'sqrt_eps' or 'add_eps'"));
+}
+
+// Kt: (d, N) raw directions -> K: (d, N), Norm: (1, N) the cache for backward
+// (SqrtEps: n = sqrt(|k~|^2 + eps^2); AddEps: |k~|). Throws MathError when a column would divide by 0.
+template <class DK>
+void normalizeDirections(const Eigen::MatrixBase<DK>& Kt, DirectionNorm kind, typename DK::Scalar eps,
+                         MatX<typename DK::Scalar>& K, RowX<typename DK::Scalar>& Norm) {
+  using S = typename DK::Scalar;
+  const char* fn = "ddl::normalizeDirections";
+  require(eps >= S(0) && std::isfinite(static_cast<double>(eps)), fn, "eps must be finite and >= 0, got ", eps);
+  const Index d = Kt.rows(), N = Kt.cols();
+  if (K.rows() != d || K.cols() != N) K.resize(d, N);
+  if (Norm.cols() != N) Norm.resize(1, N);
+  for (Index n = 0; n < N; ++n) {
+    const S sq = Kt.col(n).squaredNorm();
+    S denom;
+    if (kind == DirectionNorm::SqrtEps) {
+      Norm(0, n) = std::sqrt(sq + eps * eps);
+      denom = Norm(0, n);
+    } else {
+      Norm(0, n) = std::sqrt(sq);
+      denom = Norm(0, n) + eps;
+    }
+    if (!(denom > S(0)))
+      throw MathError(message(fn, "direction of token ", n, " has norm 0 and eps = 0 (", toString(kind),
+                              "); use eps > 0"));
+    K.col(n) = Kt.col(n) / denom;
+  }
+}
+
+// Backward of normalizeDirections. K and Norm are its outputs; dK = dL/dK.
+//   SqrtEps: dKt = (dK - k (k . dK)) / n
+//   AddEps:  dKt = dK / (|k~| + eps) - k (k . dK) / |k~|     (second term 0 at k~ = 0)
+// K, dK: (d, N), Norm: (1, N) -> dKt: (d, N) overwritten (may alias dK).
+template <class DK, class DN, class DG>
+void normalizeDirectionsBackward(const Eigen::MatrixBase<DK>& K, const Eigen::MatrixBase<DN>& Norm,
+                                 DirectionNorm kind, typename DK::Scalar eps, const Eigen::MatrixBase<DG>& dK,
+                                 MatX<typename DK::Scalar>& dKt) {
+  using S = typename DK::Scalar;
+  const char* fn = "ddl::normalizeDirectionsBackward";
+  const Index d = K.rows(), N = K.cols();
+  checkShape(fn, "Norm", Norm, 1, N);
+  checkShape(fn, "dK", dK, d, N);
+  if (dKt.rows() != d || dKt.cols() != N) dKt.resize(d, N);
+  for (Index n = 0; n < N; ++n) {
+    const S kdk = K.col(n).dot(dK.col(n));
+    if (kind == DirectionNorm::SqrtEps) {
+      dKt.col(n) = (dK.col(n) - kdk * K.col(n)) / Norm(0, n);
+    } else {
+      const S len = Norm(0, n);
+      if (len > S(0))
+        dKt.col(n) = dK.col(n) / (len + eps) - (kdk / len) * K.col(n);
+      else
+        dKt.col(n) = dK.col(n) / eps;
+    }
+  }
+}
+
+}  // namespace ddl

@@ -1,0 +1,116 @@
+#pragma once
+// ddl/ops/gate.hpp: the gate beta = 2 sigma(z) in (0, 2) and its two logit heads (SPEC §2), with backward.
+//   linear:    z = w c + b                 w: (1, d), b: (1, 1)
+//   two-layer: z = w2 tanh(W1 c) + b2      W1: (h, d), w2: (1, h), b2: (1, 1); no bias inside
+// d beta / d z = beta (2 - beta) / 2. Parameter gradients accumulate (+=), input gradients are
+// overwritten, as everywhere in ddl.
+#include <algorithm>
+#include <cmath>
+
+#include <Eigen/Core>
+
+#include "ddl/core/error.hpp"
+#include "ddl/core/types.hpp"
+
+namespace ddl {
+
+// sigma(z) without overflow: exp is only taken of -|z|.
+template <class S>
+S stableSigmoid(S z) {
+  if (z >= S(0)) return S(1) / (S(1) + std::exp(-z));
+  const S e = std::exp(z);
+  return e / (S(1) + e);
+}
+
+// Gate bias from the initial gate value: b = logit(clamp(beta0, 0, 2) / 2), with the probability
+// clamped to [1e-6, 1 - 1e-6] so beta0 = 0 or 2 stays finite. beta0 = 0 gives a nearly dead gate
+// (d beta/d z ~ 2e-6) and beta0 = 2 a nearly frozen reflection: allowed, but they barely train.
+inline double gateBiasFromBeta0(double beta0) {
+  require(!std::isnan(beta0), "ddl::gateBiasFromBeta0", "beta0 is NaN");
+  const double p = std::clamp(std::clamp(beta0, 0.0, 2.0) / 2.0, 1e-6, 1.0 - 1e-6);
+  return std::log(p / (1.0 - p));
+}
+
+// Z: (1, N) logits -> Beta: (1, N), beta = 2 sigma(z)
+template <class DZ>
+void gateFromLogits(const Eigen::MatrixBase<DZ>& Z, RowX<typename DZ::Scalar>& Beta) {
+  checkShape("ddl::gateFromLogits", "Z", Z, 1, -1);
+  if (Beta.cols() != Z.cols()) Beta.resize(1, Z.cols());
+  for (Index n = 0; n < Z.cols(); ++n) Beta(0, n) = 2 * stableSigmoid(Z(0, n));
+}
+
+// Beta, dBeta: (1, N) -> dZ: (1, N) overwritten, dZ = dBeta * beta (2 - beta) / 2
+template <class DB, class DG>
+void gateFromLogitsBackward(const Eigen::MatrixBase<DB>& Beta, const Eigen::MatrixBase<DG>& dBeta,
+                            RowX<typename DB::Scalar>& dZ) {
+  checkShape("ddl::gateFromLogitsBackward", "dBeta", dBeta, 1, Beta.cols());
+  dZ = (dBeta.array() * Beta.array() * (2 - Beta.array()) / 2).matrix();
+}
+
+// Linear logit head. w: (1, d), b: (1, 1), C: (d, N) -> Z: (1, N)
+template <class DW, class DC>
+void linearGateLogits(const Eigen::MatrixBase<DW>& w, typename DW::Scalar b, const Eigen::MatrixBase<DC>& C,
+                      RowX<typename DW::Scalar>& Z) {
+  checkShape("ddl::linearGateLogits", "C", C, w.cols(), -1);
+  checkShape("ddl::linearGateLogits", "w", w, 1, C.rows());
+  if (Z.cols() != C.cols()) Z.resize(1, C.cols());
+  Z.noalias() = w * C;
+  Z.array() += b;
+}
+
+// Backward of linearGateLogits. dZ: (1, N) -> dC: (d, N) overwritten; dw: (1, d) +=, db: (1, 1) +=
+template <class DW, class DC, class DZ>
+void linearGateLogitsBackward(const Eigen::MatrixBase<DW>& w, const Eigen::MatrixBase<DC>& C,
+                              const Eigen::MatrixBase<DZ>& dZ, MatX<typename DW::Scalar>& dC,
+                              MatX<typename DW::Scalar>& dw, MatX<typename DW::Scalar>& db) {
+  const char* fn = "ddl::linearGateLogitsBackward";
+  checkShape(fn, "dZ", dZ, 1, C.cols());
+  checkShape(fn, "dw", dw, 1, C.rows());
+  checkShape(fn, "db", db, 1, 1);
+  if (dC.rows() != C.rows() || dC.cols() != C.cols()) dC.resize(C.rows(), C.cols());
+  dC.noalias() = w.transpose() * dZ;
+  dw.noalias() += dZ * C.transpose();
+  db(0, 0) += dZ.sum();
+}
+
+// Two-layer logit head. W1: (h, d), w2: (1, h), b2 scalar, C: (d, N) -> Z: (1, N), Hid: (h, N) = tanh(W1 C)
+template <class DW1, class DW2, class DC>
+void twoLayerGateLogits(const Eigen::MatrixBase<DW1>& W1, const Eigen::MatrixBase<DW2>& w2, typename DW1::Scalar b2,
+                        const Eigen::MatrixBase<DC>& C, MatX<typename DW1::Scalar>& Hid,
+                        RowX<typename DW1::Scalar>& Z) {
+  const char* fn = "ddl::twoLayerGateLogits";
+  checkShape(fn, "C", C, W1.cols(), -1);
+  checkShape(fn, "w2", w2, 1, W1.rows());
+  if (Hid.rows() != W1.rows() || Hid.cols() != C.cols()) Hid.resize(W1.rows(), C.cols());
+  if (Z.cols() != C.cols()) Z.resize(1, C.cols());
+  Hid.noalias() = W1 * C;
+  Hid = Hid.array().tanh().matrix();
+  Z.noalias() = w2 * Hid;
+  Z.array() += b2;
+}
+
+// Backward of twoLayerGateLogits, with Hid from the forward and a caller-owned workspace dPre: (h, N).
+// dZ: (1, N) -> dC: (d, N) overwritten; dW1 (h, d), dw2 (1, h), db2 (1, 1) accumulate.
+template <class DW1, class DW2, class DC, class DH, class DZ>
+void twoLayerGateLogitsBackward(const Eigen::MatrixBase<DW1>& W1, const Eigen::MatrixBase<DW2>& w2,
+                                const Eigen::MatrixBase<DC>& C, const Eigen::MatrixBase<DH>& Hid,
+                                const Eigen::MatrixBase<DZ>& dZ, MatX<typename DW1::Scalar>& dC,
+                                MatX<typename DW1::Scalar>& dW1, MatX<typename DW1::Scalar>& dw2,
+                                MatX<typename DW1::Scalar>& db2, MatX<typename DW1::Scalar>& dPre) {
+  const char* fn = "ddl::twoLayerGateLogitsBackward";
+  checkShape(fn, "dZ", dZ, 1, C.cols());
+  checkShape(fn, "Hid", Hid, W1.rows(), C.cols());
+  checkShape(fn, "dW1", dW1, W1.rows(), W1.cols());
+  checkShape(fn, "dw2", dw2, 1, W1.rows());
+  checkShape(fn, "db2", db2, 1, 1);
+  if (dPre.rows() != Hid.rows() || dPre.cols() != Hid.cols()) dPre.resize(Hid.rows(), Hid.cols());
+  if (dC.rows() != C.rows() || dC.cols() != C.cols()) dC.resize(C.rows(), C.cols());
+  dw2.noalias() += dZ * Hid.transpose();
+  db2(0, 0) += dZ.sum();
+  dPre.noalias() = w2.transpose() * dZ;
+  dPre.array() *= 1 - Hid.array().square();
+  dW1.noalias() += dPre * C.transpose();
+  dC.noalias() = W1.transpose() * dPre;
+}
+
+}  // namespace ddl
