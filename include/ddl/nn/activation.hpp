@@ -1,0 +1,192 @@
+#pragma once
+// ddl/nn/activation.hpp: element-wise activations, as free functions other layers call and as a
+// layer with its own cache.
+//
+//   ReLU      y = max(x, 0)                                   y' = [x > 0]
+//   GELU      y = x Φ(x) = x/2 (1 + erf(x/√2))                y' = Φ(x) + x φ(x)
+//   GELUTanh  y = x/2 (1 + tanh(u)), u = √(2/π)(x + 0.044715 x³)
+//                                                             y' = (1 + t)/2 + x/2 (1 − t²) √(2/π)(1 + 3·0.044715 x²)
+//   SiLU      y = x σ(x)                                      y' = σ(x) (1 + x (1 − σ(x)))
+//   Tanh      y = tanh(x)                                     y' = 1 − y²
+//   Identity  y = x                                           y' = 1
+// All are Eigen array expressions (erf, tanh, logistic and exp are vectorised for float).
+#include <algorithm>
+#include <cctype>
+#include <string>
+
+#include <Eigen/Core>
+#include <unsupported/Eigen/SpecialFunctions>
+
+#include "ddl/core/error.hpp"
+#include "ddl/core/types.hpp"
+
+namespace ddl {
+
+enum class Activation { ReLU, GELU, GELUTanh, SiLU, Tanh, Identity };
+
+// "relu", "gelu", "gelu_tanh", "silu", "tanh", "identity".
+inline std::string toString(Activation kind) {
+  switch (kind) {
+    case Activation::ReLU: return "relu";
+    case Activation::GELU: return "gelu";
+    case Activation::GELUTanh: return "gelu_tanh";
+    case Activation::SiLU: return "silu";
+    case Activation::Tanh: return "tanh";
+    case Activation::Identity: return "identity";
+  }
+  throw ValueError(message("ddl::toString(Activation)", "invalid enum value ", static_cast<int>(kind)));
+}
+
+// Case-insensitive inverse of toString; throws ValueError naming the valid choices.
+inline Activation parseActivation(const std::string& name) {
+  std::string lower = name;
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  for (Activation k : {Activation::ReLU, Activation::GELU, Activation::GELUTanh, Activation::SiLU,
+                       Activation::Tanh, Activation::Identity})
+    if (lower == toString(k)) return k;
+  throw ValueError(message("ddl::parseActivation", "unknown activation '", name,
+                           "', expected one of relu, gelu, gelu_tanh, silu, tanh, identity"));
+}
+
+// Whether activateBackward reads the output Y (true) or the input X (false) for this kind.
+// A layer caches only the one it needs and may pass that cache for both arguments.
+inline bool activationNeedsOutput(Activation kind) { return kind == Activation::Tanh; }
+
+namespace detail {
+// Calls f(col, firstRow, n, buf) over X in column segments of at most 256 rows, with buf a stack
+// array of n coefficients (fixed capacity, so no heap allocation) for a value used more than once.
+template <class D, class F>
+void forEachChunk(const Eigen::MatrixBase<D>& X, F&& f) {
+  using S = typename D::Scalar;
+  constexpr Index kChunk = 256;
+  Eigen::Array<S, Eigen::Dynamic, 1, 0, kChunk, 1> buf;
+  for (Index j = 0; j < X.cols(); ++j) {
+    for (Index i0 = 0; i0 < X.rows(); i0 += kChunk) {
+      const Index n = std::min(kChunk, X.rows() - i0);
+      buf.resize(n);
+      f(j, i0, n, buf);
+    }
+  }
+}
+}  // namespace detail
+
+// X: (r, c) -> Y: (r, c). Y is resized when it is a plain matrix; Y may alias X.
+template <class DX, class DY>
+void activate(Activation kind, const Eigen::MatrixBase<DX>& X, const Eigen::MatrixBase<DY>& Yout) {
+  using S = typename DX::Scalar;
+  auto& Y = const_cast<Eigen::MatrixBase<DY>&>(Yout);
+  Y.derived().resize(X.rows(), X.cols());
+  const auto x = X.array();
+  switch (kind) {
+    case Activation::ReLU:
+      Y.array() = x.max(S(0));
+      return;
+    case Activation::GELU:
+      Y.array() = S(0.5) * x * (S(1) + (x * S(0.70710678118654752440)).erf());
+      return;
+    case Activation::GELUTanh:
+      Y.array() = S(0.5) * x * (S(1) + (S(0.79788456080286535588) * (x + S(0.044715) * x.cube())).tanh());
+      return;
+    case Activation::SiLU:
+      Y.array() = x * x.logistic();
+      return;
+    case Activation::Tanh:
+      Y.array() = x.tanh();
+      return;
+    case Activation::Identity:
+      Y = X;
+      return;
+  }
+  throw ValueError(message("ddl::activate", "invalid activation enum value ", static_cast<int>(kind)));
+}
+
+// dX = y'(X) ⊙ dY, all (r, c). X is the forward input and Y its output; Tanh reads only Y, every
+// other kind reads only X (activationNeedsOutput). dX is resized when plain; dX may alias dY.
+template <class DX, class DY, class DDY, class DDX>
+void activateBackward(Activation kind, const Eigen::MatrixBase<DX>& X, const Eigen::MatrixBase<DY>& Y,
+                      const Eigen::MatrixBase<DDY>& dY, const Eigen::MatrixBase<DDX>& dXout) {
+  using S = typename DX::Scalar;
+  auto& dX = const_cast<Eigen::MatrixBase<DDX>&>(dXout);
+  dX.derived().resize(dY.rows(), dY.cols());
+  const auto x = X.array();
+  const auto g = dY.array();
+  switch (kind) {
+    case Activation::ReLU:
+      dX.array() = (x > S(0)).select(g, S(0));
+      return;
+    case Activation::GELU: {
+      // Φ(x) + x φ(x), φ(x) = exp(−x²/2)/√(2π)
+      dX.array() = g * (S(0.5) * (S(1) + (x * S(0.70710678118654752440)).erf()) +
+                        x * (S(-0.5) * x.square()).exp() * S(0.39894228040143267794));
+      return;
+    }
+    case Activation::GELUTanh: {
+      const S c = S(0.79788456080286535588), a = S(0.044715);
+      // t = tanh(u) is needed twice; a stack chunk evaluates it once per coefficient, without heap.
+      detail::forEachChunk(X, [&](Index j, Index i0, Index n, auto& t) {
+        const auto xs = X.col(j).segment(i0, n).array();
+        t = (c * (xs + a * xs.cube())).tanh();
+        dX.col(j).segment(i0, n).array() =
+            dY.col(j).segment(i0, n).array() *
+            (S(0.5) * (S(1) + t) + S(0.5) * xs * (S(1) - t.square()) * c * (S(1) + S(3) * a * xs.square()));
+      });
+      return;
+    }
+    case Activation::SiLU: {
+      detail::forEachChunk(X, [&](Index j, Index i0, Index n, auto& s) {
+        const auto xs = X.col(j).segment(i0, n).array();
+        s = xs.logistic();
+        dX.col(j).segment(i0, n).array() = dY.col(j).segment(i0, n).array() * s * (S(1) + xs * (S(1) - s));
+      });
+      return;
+    }
+    case Activation::Tanh:
+      dX.array() = g * (S(1) - Y.array().square());
+      return;
+    case Activation::Identity:
+      dX = dY;
+      return;
+  }
+  throw ValueError(message("ddl::activateBackward", "invalid activation enum value ", static_cast<int>(kind)));
+}
+
+// A parameter-free layer applying one activation. Caches the input (or, for Tanh, the output).
+template <class S>
+class ActivationLayer {
+ public:
+  explicit ActivationLayer(Activation kind = Activation::ReLU) : m_kind(kind) { toString(kind); }
+
+  // X: (d, B) -> Y: (d, B). Y may alias X.
+  void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) {
+    if (activationNeedsOutput(m_kind)) {
+      activate(m_kind, X, Y);
+      m_cache = Y;
+    } else {
+      m_cache = X;
+      activate(m_kind, m_cache, Y);
+    }
+    m_hasForward = true;
+  }
+
+  // dY: (d, B) of the last forward -> dX: (d, B) overwritten. dX may alias dY.
+  void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) {
+    const char* fn = "ddl::ActivationLayer::backward";
+    if (!m_hasForward) throw Error(message(fn, "called before forward"));
+    checkShape(fn, "dY", dY, m_cache.rows(), m_cache.cols());
+    activateBackward(m_kind, m_cache, m_cache, dY, dX);
+  }
+
+  // No parameters.
+  template <class F>
+  void visitParams(const std::string&, F&&) {}
+
+  Activation kind() const { return m_kind; }
+
+ private:
+  Activation m_kind;
+  bool m_hasForward = false;
+  MatX<S> m_cache;  // (d, B): the input X, or the output Y for Tanh
+};
+
+}  // namespace ddl

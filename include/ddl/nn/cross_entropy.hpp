@@ -1,0 +1,138 @@
+#pragma once
+// ddl/nn/cross_entropy.hpp: fused softmax + cross-entropy with optional label smoothing.
+//
+// Per column b of the logits Z: (C, B) with label y_b:
+//   lse_b = m_b + log Σ_i exp(Z(i,b) − m_b),  m_b = max_i Z(i,b)        (never overflows)
+//   P(:,b) = exp(Z(:,b) − lse_b)                                         (softmax, cached)
+//   q = (1 − ε) e_y + ε/C                                               (smoothed one-hot)
+//   loss_b = −Σ_i q_i log P(i,b) = lse_b − (1 − ε) Z(y,b) − ε/C Σ_i Z(i,b)
+//   loss = mean_b loss_b,   dZ = (P − Q) / B
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "ddl/core/error.hpp"
+#include "ddl/core/types.hpp"
+
+namespace ddl {
+
+namespace detail {
+// Throws unless labels has B entries, each in [0, C).
+inline void checkLabels(const char* fn, const int* labels, Index count, Index C, Index B) {
+  if (count != B)
+    throw ShapeError(message(fn, "got ", count, " labels for ", B, " columns of logits (one label per column)"));
+  for (Index b = 0; b < count; ++b)
+    if (labels[b] < 0 || labels[b] >= C)
+      throw ValueError(message(fn, "label at index ", b, " is ", labels[b], ", expected a class in [0, ", C, ")"));
+}
+}  // namespace detail
+
+template <class S>
+class SoftmaxCrossEntropy {
+ public:
+  // labelSmoothing ε in [0, 1).
+  explicit SoftmaxCrossEntropy(double labelSmoothing = 0.0) : m_eps(labelSmoothing) {
+    require(labelSmoothing >= 0.0 && labelSmoothing < 1.0, "ddl::SoftmaxCrossEntropy",
+            "labelSmoothing must be in [0, 1), got ", labelSmoothing);
+  }
+
+  // logits: (C, B), labels: B class indices in [0, C) -> mean loss. Caches the softmax and labels.
+  S forward(const Eigen::Ref<const MatX<S>>& logits, const std::vector<int>& labels) {
+    return forwardImpl(logits, labels.data(), static_cast<Index>(labels.size()));
+  }
+  S forward(const Eigen::Ref<const MatX<S>>& logits, const Eigen::Ref<const Eigen::VectorXi>& labels) {
+    return forwardImpl(logits, labels.data(), labels.size());
+  }
+
+  // -> dLogits: (C, B) overwritten with dLoss · (P − Q)/B, the gradient of dLoss · loss.
+  void backward(MatX<S>& dLogits, S dLoss = S(1)) const {
+    if (!m_hasForward) throw Error("ddl::SoftmaxCrossEntropy::backward: called before forward");
+    const Index C = m_P.rows(), B = m_P.cols();
+    const S scale = dLoss / static_cast<S>(B);
+    const S off = static_cast<S>(m_eps / static_cast<double>(C));
+    const S on = static_cast<S>(1.0 - m_eps);
+    dLogits.resize(C, B);
+    for (Index b = 0; b < B; ++b) {
+      dLogits.col(b).array() = (m_P.col(b).array() - off) * scale;
+      dLogits(m_labels(b), b) -= on * scale;
+    }
+  }
+
+  // (C, B) softmax of the last forward.
+  const MatX<S>& probabilities() const { return m_P; }
+  double labelSmoothing() const { return m_eps; }
+
+ private:
+  S forwardImpl(const Eigen::Ref<const MatX<S>>& Z, const int* labels, Index count) {
+    const char* fn = "ddl::SoftmaxCrossEntropy::forward";
+    const Index C = Z.rows(), B = Z.cols();
+    if (C < 1 || B < 1) throw ShapeError(message(fn, "logits has shape ", shapeOf(Z), ", expected (C >= 1, B >= 1)"));
+    detail::checkLabels(fn, labels, count, C, B);
+    m_P.resize(C, B);
+    m_labels.resize(B);
+    const double off = m_eps / static_cast<double>(C), on = 1.0 - m_eps;
+    double total = 0.0;  // summed in double: B terms of similar size
+    for (Index b = 0; b < B; ++b) {
+      const auto z = Z.col(b).array();
+      const S m = z.maxCoeff();
+      m_P.col(b).array() = (z - m).exp();
+      const S sum = m_P.col(b).sum();
+      const S lse = m + std::log(sum);
+      m_P.col(b) *= S(1) / sum;
+      const int y = labels[b];
+      m_labels(b) = y;
+      double lossB = static_cast<double>(lse) - on * static_cast<double>(z(y));
+      if (m_eps > 0.0) lossB -= off * static_cast<double>(z.sum());
+      total += lossB;
+    }
+    m_hasForward = true;
+    return static_cast<S>(total / static_cast<double>(B));
+  }
+
+  double m_eps;
+  bool m_hasForward = false;
+  MatX<S> m_P;                // (C, B)
+  Eigen::VectorXi m_labels;   // (B)
+};
+
+// logits: (C, B) -> out: (B) index of the largest logit per column (the first on ties).
+template <class D>
+void argmax(const Eigen::MatrixBase<D>& logits, Eigen::VectorXi& out) {
+  out.resize(logits.cols());
+  for (Index b = 0; b < logits.cols(); ++b) {
+    Index i = 0;
+    logits.col(b).maxCoeff(&i);
+    out(b) = static_cast<int>(i);
+  }
+}
+
+// logits: (C, B), labels: B classes -> how many columns have their largest logit at the label.
+template <class D>
+Index countCorrect(const Eigen::MatrixBase<D>& logits, const int* labels, Index count) {
+  const char* fn = "ddl::countCorrect";
+  detail::checkLabels(fn, labels, count, logits.rows(), logits.cols());
+  Index correct = 0;
+  for (Index b = 0; b < logits.cols(); ++b) {
+    Index i = 0;
+    logits.col(b).maxCoeff(&i);
+    correct += (i == labels[b]);
+  }
+  return correct;
+}
+template <class D>
+Index countCorrect(const Eigen::MatrixBase<D>& logits, const std::vector<int>& labels) {
+  return countCorrect(logits, labels.data(), static_cast<Index>(labels.size()));
+}
+template <class D>
+Index countCorrect(const Eigen::MatrixBase<D>& logits, const Eigen::Ref<const Eigen::VectorXi>& labels) {
+  return countCorrect(logits, labels.data(), labels.size());
+}
+
+// Fraction of correct columns in [0, 1]; logits: (C, B) with B >= 1.
+template <class D, class Labels>
+double accuracy(const Eigen::MatrixBase<D>& logits, const Labels& labels) {
+  require(logits.cols() >= 1, "ddl::accuracy", "logits has no columns, shape ", shapeOf(logits));
+  return static_cast<double>(countCorrect(logits, labels)) / static_cast<double>(logits.cols());
+}
+
+}  // namespace ddl

@@ -1,0 +1,79 @@
+#pragma once
+// ddl/nn/dropout.hpp: inverted dropout with a seeded, checkpointable generator.
+//
+// Training: mask M(i,b) = 1/(1−p) with probability 1−p, else 0 (one ddl::Rng::uniform() draw per
+// coefficient, column-major); Y = M ⊙ X, dX = M ⊙ dY. So E[Y] = X and evaluation is the identity.
+// Evaluation (setTraining(false)) or p = 0: Y = X, dX = dY, no draws.
+#include <cstdint>
+#include <string>
+
+#include "ddl/core/error.hpp"
+#include "ddl/core/rng.hpp"
+#include "ddl/core/types.hpp"
+
+namespace ddl {
+
+template <class S>
+class Dropout {
+ public:
+  // p in [0, 1); the same seed gives the same sequence of masks.
+  explicit Dropout(double p = 0.0, std::uint64_t seed = 0) : m_p(p), m_rng(seed) {
+    require(p >= 0.0 && p < 1.0, "ddl::Dropout", "p must be in [0, 1), got ", p);
+  }
+
+  void setTraining(bool training) { m_training = training; }
+  bool training() const { return m_training; }
+  double p() const { return m_p; }
+
+  // X: (d, B) -> Y: (d, B). Draws a fresh mask in training mode. Y may alias X.
+  void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) {
+    m_rows = X.rows();
+    m_cols = X.cols();
+    m_masked = m_training && m_p > 0.0;
+    m_hasForward = true;
+    if (!m_masked) {
+      if (Y.data() != X.data()) Y = X;
+      return;
+    }
+    const S keep = static_cast<S>(1.0 / (1.0 - m_p));
+    m_mask.resize(m_rows, m_cols);
+    for (Index j = 0; j < m_cols; ++j)
+      for (Index i = 0; i < m_rows; ++i) m_mask(i, j) = m_rng.uniform() < m_p ? S(0) : keep;
+    Y.resize(m_rows, m_cols);
+    Y.array() = X.array() * m_mask.array();
+  }
+
+  // dY: (d, B) of the last forward -> dX: (d, B) overwritten. dX may alias dY.
+  void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) {
+    const char* fn = "ddl::Dropout::backward";
+    if (!m_hasForward) throw Error(message(fn, "called before forward"));
+    checkShape(fn, "dY", dY, m_rows, m_cols);
+    if (!m_masked) {
+      if (dX.data() != dY.data()) dX = dY;
+      return;
+    }
+    dX.resize(m_rows, m_cols);
+    dX.array() = dY.array() * m_mask.array();
+  }
+
+  // No parameters.
+  template <class F>
+  void visitParams(const std::string&, F&&) {}
+
+  // The generator, for checkpoints: rng().state() / rng().setState(s) resume the mask sequence.
+  Rng& rng() { return m_rng; }
+  const Rng& rng() const { return m_rng; }
+  // (d, B) mask of the last training forward (entries 0 or 1/(1−p)).
+  const MatX<S>& mask() const { return m_mask; }
+
+ private:
+  double m_p;
+  Rng m_rng;
+  bool m_training = true;
+  bool m_masked = false;
+  bool m_hasForward = false;
+  Index m_rows = 0, m_cols = 0;
+  MatX<S> m_mask;
+};
+
+}  // namespace ddl

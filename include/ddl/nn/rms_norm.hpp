@@ -1,0 +1,85 @@
+#pragma once
+// ddl/nn/rms_norm.hpp: RMSNorm over the feature axis of every column, with a learnable gain.
+//
+//   r_b = 1 / sqrt(mean_i X(i,b)^2 + eps),   x̂ = X r,   Y = g ⊙ x̂          X, Y: (d, B), g: (d, 1)
+//   backward (exact for eps > 0):  t = g ⊙ dY,   dX = r ⊙ (t − x̂ · mean_i(t ⊙ x̂)),   dg += Σ_b dY ⊙ x̂
+#include <cmath>
+#include <string>
+
+#include "ddl/core/error.hpp"
+#include "ddl/core/param.hpp"
+#include "ddl/core/types.hpp"
+
+namespace ddl {
+
+template <class S>
+class RmsNorm {
+ public:
+  // d >= 1 features, eps >= 0 (finite). The gain "weight" starts at 1 and has decay = false.
+  explicit RmsNorm(Index d, double eps = 1e-5) : m_d(d), m_eps(static_cast<S>(eps)) {
+    require(d >= 1, "ddl::RmsNorm", "d must be >= 1, got ", d);
+    require(eps >= 0 && std::isfinite(eps), "ddl::RmsNorm", "eps must be finite and >= 0, got ", eps);
+    m_g = Param<S>(d, 1, /*withDecay=*/false);
+    m_g.value.setOnes();
+  }
+
+  // X: (d, B) one column per token -> Y: (d, B). Caches x̂ and r. Y may alias X.
+  void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) {
+    checkShape("ddl::RmsNorm::forward", "X", X, m_d, -1);
+    const Index B = X.cols();
+    m_xhat.resize(m_d, B);
+    m_rstd.resize(B);
+    const S invD = S(1) / static_cast<S>(m_d);
+    for (Index b = 0; b < B; ++b) {
+      const S r = S(1) / std::sqrt(X.col(b).squaredNorm() * invD + m_eps);
+      m_rstd(b) = r;
+      m_xhat.col(b) = X.col(b) * r;
+    }
+    m_hasForward = true;
+    Y.resize(m_d, B);
+    Y = m_xhat.array().colwise() * m_g.value.col(0).array();
+  }
+
+  // dY: (d, B) of the last forward -> dX: (d, B) overwritten; the gain gradient accumulates (+=).
+  // dX may alias dY.
+  void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) {
+    const char* fn = "ddl::RmsNorm::backward";
+    if (!m_hasForward) throw Error(message(fn, "called before forward"));
+    checkShape(fn, "dY", dY, m_d, m_xhat.cols());
+    const Index B = dY.cols();
+    const S invD = S(1) / static_cast<S>(m_d);
+    auto g = m_g.value.col(0).array();
+    auto dg = m_g.grad.col(0).array();
+    if (dX.rows() != m_d || dX.cols() != B) dX.resize(m_d, B);
+    for (Index b = 0; b < B; ++b) {
+      auto xh = m_xhat.col(b).array();
+      auto dy = dY.col(b).array();
+      dg += dy * xh;
+      const S c = (g * dy * xh).sum() * invD;
+      dX.col(b).array() = m_rstd(b) * (g * dy - xh * c);
+    }
+  }
+
+  // Parameters: "weight" (d, 1), the gain.
+  template <class F>
+  void visitParams(const std::string& prefix, F&& f) {
+    f(joinName(prefix, "weight"), m_g);
+  }
+
+  Param<S>& weight() { return m_g; }
+  const Param<S>& weight() const { return m_g; }
+  Index dim() const { return m_d; }
+  S eps() const { return m_eps; }
+  // r per column of the last forward: (B).
+  const VecX<S>& rstd() const { return m_rstd; }
+
+ private:
+  Index m_d;
+  S m_eps;
+  bool m_hasForward = false;
+  Param<S> m_g;
+  MatX<S> m_xhat;  // (d, B) normalised input of the last forward
+  VecX<S> m_rstd;  // (B)
+};
+
+}  // namespace ddl
