@@ -1,0 +1,119 @@
+#pragma once
+// ddl/io/metrics_csv.hpp: a small CSV writer for per-epoch metrics (RFC 4180 quoting).
+//
+//   ddl::MetricsCsv csv("run/metrics.csv", {"epoch", "train_loss", "test_acc"});
+//   csv.row(1, 0.4123, 0.861);      // one line, flushed at once so a crash loses nothing
+//
+// The header row is written once. In append mode (for --resume) an existing file keeps its rows
+// and must start with the same header; an empty or missing file gets the header.
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "ddl/core/error.hpp"
+
+namespace ddl {
+
+// Quotes a CSV field when it holds a comma, quote, CR, LF or leading/trailing space.
+inline std::string csvField(const std::string& s) {
+  const bool quote = s.find_first_of(",\"\r\n") != std::string::npos ||
+                     (!s.empty() && (s.front() == ' ' || s.back() == ' '));
+  if (!quote) return s;
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + "\"";
+}
+
+// Shortest decimal text that reads back as the same value ("0.1", not "0.10000000000000001").
+template <class T>
+std::string csvNumber(T v) {
+  if constexpr (std::is_floating_point<T>::value) {
+    char buf[64];
+    for (int precision = 6; precision <= 17; ++precision) {
+      std::snprintf(buf, sizeof buf, "%.*g", precision, static_cast<double>(v));
+      if (static_cast<T>(std::strtod(buf, nullptr)) == v) break;
+    }
+    return buf;
+  } else {
+    return std::to_string(v);
+  }
+}
+
+class MetricsCsv {
+ public:
+  // Opens `path` and writes the header (append = false truncates; append = true keeps rows that
+  // follow an identical header).
+  MetricsCsv(const std::string& path, const std::vector<std::string>& columns, bool append = false)
+      : m_path(path), m_columns(columns) {
+    const char* fn = "ddl::MetricsCsv";
+    require(!columns.empty(), fn, path, ": needs at least one column");
+    const std::string header = joinRow(columns);
+    bool writeHeader = true;
+    if (append) {
+      std::ifstream in(path, std::ios::binary);
+      std::string first;
+      if (in && std::getline(in, first)) {
+        if (!first.empty() && first.back() == '\r') first.pop_back();
+        if (first != header)
+          throw IoError(message(fn, path, ": existing header \"", first, "\" differs from \"", header,
+                                "\"; refusing to append"));
+        writeHeader = false;
+      }
+    }
+    m_out.open(path, append ? std::ios::binary | std::ios::app : std::ios::binary | std::ios::trunc);
+    if (!m_out) throw IoError(message(fn, path, ": cannot open for writing"));
+    if (writeHeader) writeLine(header);
+  }
+
+  const std::string& path() const { return m_path; }
+  const std::vector<std::string>& columns() const { return m_columns; }
+
+  // Appends one row of already formatted fields (quoted as needed); one field per column.
+  void writeRow(const std::vector<std::string>& fields) {
+    if (fields.size() != m_columns.size())
+      throw ValueError(message("ddl::MetricsCsv::writeRow", m_path, ": got ", fields.size(), " fields, expected ",
+                               m_columns.size(), " (", joinRow(m_columns), ")"));
+    writeLine(joinRow(fields));
+  }
+
+  // Appends one row from numbers and strings, e.g. row(epoch, loss, "delta").
+  template <class... Values>
+  void row(const Values&... values) {
+    writeRow({format(values)...});
+  }
+
+ private:
+  template <class T>
+  static std::string format(const T& v) {
+    if constexpr (std::is_arithmetic<T>::value && !std::is_same<T, bool>::value) {
+      return csvNumber(v);
+    } else {
+      std::ostringstream os;
+      os << v;
+      return os.str();
+    }
+  }
+  static std::string joinRow(const std::vector<std::string>& fields) {
+    std::string line;
+    for (std::size_t i = 0; i < fields.size(); ++i) line += (i ? "," : "") + csvField(fields[i]);
+    return line;
+  }
+  void writeLine(const std::string& line) {
+    m_out << line << '\n';
+    m_out.flush();
+    if (!m_out) throw IoError(message("ddl::MetricsCsv", m_path, ": write failed"));
+  }
+
+  std::string m_path;
+  std::vector<std::string> m_columns;
+  std::ofstream m_out;
+};
+
+}  // namespace ddl
