@@ -1,0 +1,194 @@
+#pragma once
+// ddl/train/adamw.hpp: AdamW (decoupled weight decay, Loshchilov & Hutter) with PyTorch's semantics.
+//
+// The optimizer sees a model only through its parameter walk model.visitParams(prefix, f) with
+// f(const std::string& name, Param<S>& p). Per step, for every parameter (t counts steps, not tensors):
+//   p      -= lr * weightDecay * p                       only if p.decay (decoupled decay)
+//   m       = beta1 m + (1 - beta1) g                    "exp_avg"
+//   v       = beta2 v + (1 - beta2) g^2                  "exp_avg_sq"
+//   p      -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)     eps outside the sqrt
+// State is a list in visit order, checked by name and shape on every step (never keyed by address,
+// so moving or reallocating a model is harmless and a different model is an error, not silent
+// corruption). After the first step, step() performs no heap allocation.
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ddl/core/error.hpp"
+#include "ddl/core/param.hpp"
+#include "ddl/core/types.hpp"
+
+namespace ddl {
+
+struct AdamWOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weightDecay = 0.01;
+};
+
+// Throws ValueError naming the first option outside its domain and its value.
+inline void validateAdamWOptions(const AdamWOptions& o) {
+  const char* fn = "AdamW";
+  require(std::isfinite(o.lr) && o.lr >= 0, fn, "option lr = ", o.lr, " must be finite and >= 0");
+  require(o.beta1 >= 0 && o.beta1 < 1, fn, "option beta1 = ", o.beta1, " must be in [0, 1)");
+  require(o.beta2 >= 0 && o.beta2 < 1, fn, "option beta2 = ", o.beta2, " must be in [0, 1)");
+  require(std::isfinite(o.eps) && o.eps > 0, fn, "option eps = ", o.eps, " must be finite and > 0");
+  require(std::isfinite(o.weightDecay) && o.weightDecay >= 0, fn, "option weightDecay = ", o.weightDecay,
+          " must be finite and >= 0");
+}
+
+template <class S>
+class AdamW {
+ public:
+  using Scalar = S;
+  using Options = AdamWOptions;
+  static constexpr const char* kName = "adamw";
+
+  explicit AdamW(const AdamWOptions& options = AdamWOptions()) : m_opt(options) {
+    validateAdamWOptions(m_opt);
+  }
+
+  // One optimizer step over every parameter of model (visit order), using p.grad as the gradient.
+  // Builds zeroed state on the first call (initState); later calls verify names and shapes first
+  // and update nothing if the model no longer matches the state.
+  template <class Model>
+  void step(Model& model) {
+    if (!m_hasState) initState(model);
+    verify(model, "AdamW::step");
+    ++m_step;
+    const double t = static_cast<double>(m_step);
+    const double bc1 = 1.0 - std::pow(m_opt.beta1, t);
+    const double bc2 = 1.0 - std::pow(m_opt.beta2, t);
+    const S stepSize = static_cast<S>(m_opt.lr / bc1);
+    const S sqrtBc2 = static_cast<S>(std::sqrt(bc2));
+    const S decayFactor = static_cast<S>(1.0 - m_opt.lr * m_opt.weightDecay);
+    const S b1 = static_cast<S>(m_opt.beta1), c1 = static_cast<S>(1.0 - m_opt.beta1);
+    const S b2 = static_cast<S>(m_opt.beta2), c2 = static_cast<S>(1.0 - m_opt.beta2);
+    const S eps = static_cast<S>(m_opt.eps);
+    const bool decayOn = m_opt.weightDecay != 0.0;
+    std::size_t i = 0;
+    model.visitParams("", [&](const std::string&, Param<S>& p) {
+      Slot& s = m_slots[i++];
+      if (p.decay && decayOn) p.value *= decayFactor;
+      // Coefficient-wise expressions evaluate in place: no temporaries, no allocation.
+      s.expAvg.array() = b1 * s.expAvg.array() + c1 * p.grad.array();
+      s.expAvgSq.array() = b2 * s.expAvgSq.array() + c2 * p.grad.array().square();
+      p.value.array() -= stepSize * s.expAvg.array() / (s.expAvgSq.array().sqrt() / sqrtBc2 + eps);
+    });
+  }
+
+  // (Re)builds zeroed state (exp_avg, exp_avg_sq) matching model and resets the step counter to 0.
+  // step() calls it lazily; a checkpoint loader calls it on a fresh optimizer, then fills the
+  // tensors through visitState and restores the counter with setStepCount.
+  template <class Model>
+  void initState(Model& model) {
+    std::vector<Slot> slots;
+    model.visitParams("", [&](const std::string& name, Param<S>& p) {
+      slots.push_back(Slot{name, MatX<S>::Zero(p.value.rows(), p.value.cols()),
+                           MatX<S>::Zero(p.value.rows(), p.value.cols())});
+    });
+    m_slots = std::move(slots);
+    m_hasState = true;
+    m_step = 0;
+  }
+  bool hasState() const { return m_hasState; }
+
+  // Calls f(const std::string& name, MatX<S>& tensor) for every state tensor, in visit order:
+  // "<param>.exp_avg" then "<param>.exp_avg_sq". Throws Error when there is no state yet.
+  template <class F>
+  void visitState(F&& f) {
+    requireState("AdamW::visitState");
+    for (Slot& s : m_slots) {
+      const std::string avgName = s.name + ".exp_avg";
+      f(avgName, s.expAvg);
+      const std::string avgSqName = s.name + ".exp_avg_sq";
+      f(avgSqName, s.expAvgSq);
+    }
+  }
+  template <class F>
+  void visitState(F&& f) const {
+    requireState("AdamW::visitState");
+    for (const Slot& s : m_slots) {
+      const std::string avgName = s.name + ".exp_avg";
+      f(avgName, s.expAvg);
+      const std::string avgSqName = s.name + ".exp_avg_sq";
+      f(avgSqName, s.expAvgSq);
+    }
+  }
+
+  std::int64_t stepCount() const { return m_step; }
+  void setStepCount(std::int64_t steps) {
+    require(steps >= 0, "AdamW::setStepCount", "step count = ", steps, " must be >= 0");
+    m_step = steps;
+  }
+
+  double lr() const { return m_opt.lr; }
+  void setLr(double lr) {
+    require(std::isfinite(lr) && lr >= 0, "AdamW::setLr", "lr = ", lr, " must be finite and >= 0");
+    m_opt.lr = lr;
+  }
+  const AdamWOptions& options() const { return m_opt; }
+
+  // Hyper-parameters for checkpoint metadata (PyTorch's names).
+  std::map<std::string, double> hyperParams() const {
+    return {{"lr", m_opt.lr},
+            {"beta1", m_opt.beta1},
+            {"beta2", m_opt.beta2},
+            {"eps", m_opt.eps},
+            {"weight_decay", m_opt.weightDecay}};
+  }
+
+ private:
+  struct Slot {
+    std::string name;
+    MatX<S> expAvg;    // same shape as the parameter
+    MatX<S> expAvgSq;  // same shape as the parameter
+  };
+
+  void requireState(const char* fn) const {
+    if (!m_hasState)
+      throw Error(message(fn, "the optimizer has no state yet; call initState(model) or step(model) first"));
+  }
+
+  // Checks, without allocating unless it throws, that the walk still matches the state:
+  // same number of parameters, same names in the same order, same shapes (value, grad, state).
+  template <class Model>
+  void verify(Model& model, const char* fn) const {
+    std::size_t i = 0;
+    model.visitParams("", [&](const std::string& name, Param<S>& p) {
+      if (i >= m_slots.size())
+        throw ValueError(message(fn, "parameter '", name, "' (#", i, ") has no optimizer state: the state was built for ",
+                                 m_slots.size(), " parameters"));
+      const Slot& s = m_slots[i];
+      if (s.name != name)
+        throw ValueError(message(fn, "parameter #", i, " is '", name, "' but the optimizer state belongs to '", s.name,
+                                 "'"));
+      if (p.grad.rows() != p.value.rows() || p.grad.cols() != p.value.cols())
+        throw ShapeError(message(fn, "parameter '", name, "' has value shape ", shapeOf(p.value),
+                                 " but grad shape ", shapeOf(p.grad)));
+      if (s.expAvg.rows() != p.value.rows() || s.expAvg.cols() != p.value.cols())
+        throw ShapeError(message(fn, "parameter '", name, "' has shape ", shapeOf(p.value),
+                                 " but its optimizer state exp_avg has shape ", shapeOf(s.expAvg)));
+      if (s.expAvgSq.rows() != p.value.rows() || s.expAvgSq.cols() != p.value.cols())
+        throw ShapeError(message(fn, "parameter '", name, "' has shape ", shapeOf(p.value),
+                                 " but its optimizer state exp_avg_sq has shape ", shapeOf(s.expAvgSq)));
+      ++i;
+    });
+    if (i != m_slots.size())
+      throw ValueError(message(fn, "the model has ", i, " parameters but the optimizer state has ", m_slots.size(),
+                               " (first missing: '", m_slots[i].name, "')"));
+  }
+
+  AdamWOptions m_opt;
+  std::vector<Slot> m_slots;
+  bool m_hasState = false;
+  std::int64_t m_step = 0;
+};
+
+}  // namespace ddl

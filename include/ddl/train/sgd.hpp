@@ -1,0 +1,198 @@
+#pragma once
+// ddl/train/sgd.hpp: stochastic gradient descent with momentum / Nesterov, PyTorch's semantics.
+//
+// The optimizer sees a model only through model.visitParams(prefix, f), f(name, Param<S>&). Per step:
+//   g    = grad + weightDecay * p                    L2 added to the gradient (only if p.decay)
+//   buf  = g                                         on the first step (PyTorch clones g, no dampening)
+//   buf  = momentum buf + (1 - dampening) g          afterwards            "momentum_buffer"
+//   g    = g + momentum buf  (Nesterov)  or  buf     when momentum != 0
+//   p   -= lr g
+// Honouring p.decay equals PyTorch with biases/gains in a param group with weight_decay = 0.
+// State is a list in visit order checked by name and shape on every step (never keyed by address).
+// With momentum == 0 there are no buffers and visitState visits nothing. No heap allocation after
+// the first step.
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ddl/core/error.hpp"
+#include "ddl/core/param.hpp"
+#include "ddl/core/types.hpp"
+
+namespace ddl {
+
+struct SgdOptions {
+  double lr = 1e-3;
+  double momentum = 0.0;
+  double dampening = 0.0;
+  double weightDecay = 0.0;
+  bool nesterov = false;
+};
+
+// Throws ValueError naming the first option outside its domain and its value.
+inline void validateSgdOptions(const SgdOptions& o) {
+  const char* fn = "Sgd";
+  require(std::isfinite(o.lr) && o.lr >= 0, fn, "option lr = ", o.lr, " must be finite and >= 0");
+  require(std::isfinite(o.momentum) && o.momentum >= 0, fn, "option momentum = ", o.momentum,
+          " must be finite and >= 0");
+  require(o.dampening >= 0 && o.dampening <= 1, fn, "option dampening = ", o.dampening, " must be in [0, 1]");
+  require(std::isfinite(o.weightDecay) && o.weightDecay >= 0, fn, "option weightDecay = ", o.weightDecay,
+          " must be finite and >= 0");
+  require(!o.nesterov || (o.momentum > 0 && o.dampening == 0), fn,
+          "option nesterov = true needs momentum > 0 and dampening = 0 (momentum = ", o.momentum,
+          ", dampening = ", o.dampening, ")");
+}
+
+template <class S>
+class Sgd {
+ public:
+  using Scalar = S;
+  using Options = SgdOptions;
+  static constexpr const char* kName = "sgd";
+
+  explicit Sgd(const SgdOptions& options = SgdOptions()) : m_opt(options) { validateSgdOptions(m_opt); }
+
+  // One optimizer step over every parameter of model (visit order), using p.grad as the gradient.
+  // Builds state on the first call; later calls verify names and shapes first and update nothing
+  // if the model no longer matches the state.
+  template <class Model>
+  void step(Model& model) {
+    if (!m_hasState) initState(model);
+    verify(model, "Sgd::step");
+    const bool firstStep = m_step == 0;
+    ++m_step;
+    const S lr = static_cast<S>(m_opt.lr);
+    const S mu = static_cast<S>(m_opt.momentum);
+    const S keep = static_cast<S>(1.0 - m_opt.dampening);
+    const S wdAll = static_cast<S>(m_opt.weightDecay);
+    const bool useMomentum = m_opt.momentum != 0.0;
+    const bool nesterov = m_opt.nesterov;
+    std::size_t i = 0;
+    model.visitParams("", [&](const std::string&, Param<S>& p) {
+      Slot& s = m_slots[i++];
+      const S wd = p.decay ? wdAll : S(0);
+      // Coefficient-wise expressions evaluate in place (p on both sides is safe): no allocation.
+      if (!useMomentum) {
+        p.value.array() -= lr * (p.grad.array() + wd * p.value.array());
+        return;
+      }
+      if (firstStep)
+        s.buf.array() = p.grad.array() + wd * p.value.array();
+      else
+        s.buf.array() = mu * s.buf.array() + keep * (p.grad.array() + wd * p.value.array());
+      if (nesterov)
+        p.value.array() -= lr * (p.grad.array() + wd * p.value.array() + mu * s.buf.array());
+      else
+        p.value.array() -= lr * s.buf.array();
+    });
+  }
+
+  // (Re)builds zeroed state matching model (momentum buffers only when momentum != 0) and resets
+  // the step counter to 0. step() calls it lazily; a checkpoint loader calls it on a fresh
+  // optimizer, fills the buffers through visitState and restores the counter with setStepCount
+  // (a restored counter > 0 makes the next step use the loaded buffers).
+  template <class Model>
+  void initState(Model& model) {
+    std::vector<Slot> slots;
+    const bool useMomentum = m_opt.momentum != 0.0;
+    model.visitParams("", [&](const std::string& name, Param<S>& p) {
+      slots.push_back(Slot{name, useMomentum ? MatX<S>::Zero(p.value.rows(), p.value.cols()) : MatX<S>()});
+    });
+    m_slots = std::move(slots);
+    m_hasState = true;
+    m_step = 0;
+  }
+  bool hasState() const { return m_hasState; }
+
+  // Calls f(const std::string& name, MatX<S>& tensor) for every state tensor in visit order:
+  // "<param>.momentum_buffer" (none when momentum == 0). Throws Error when there is no state yet.
+  template <class F>
+  void visitState(F&& f) {
+    requireState("Sgd::visitState");
+    if (m_opt.momentum == 0.0) return;
+    for (Slot& s : m_slots) {
+      const std::string bufName = s.name + ".momentum_buffer";
+      f(bufName, s.buf);
+    }
+  }
+  template <class F>
+  void visitState(F&& f) const {
+    requireState("Sgd::visitState");
+    if (m_opt.momentum == 0.0) return;
+    for (const Slot& s : m_slots) {
+      const std::string bufName = s.name + ".momentum_buffer";
+      f(bufName, s.buf);
+    }
+  }
+
+  std::int64_t stepCount() const { return m_step; }
+  void setStepCount(std::int64_t steps) {
+    require(steps >= 0, "Sgd::setStepCount", "step count = ", steps, " must be >= 0");
+    m_step = steps;
+  }
+
+  double lr() const { return m_opt.lr; }
+  void setLr(double lr) {
+    require(std::isfinite(lr) && lr >= 0, "Sgd::setLr", "lr = ", lr, " must be finite and >= 0");
+    m_opt.lr = lr;
+  }
+  const SgdOptions& options() const { return m_opt; }
+
+  // Hyper-parameters for checkpoint metadata (PyTorch's names; nesterov as 0 or 1).
+  std::map<std::string, double> hyperParams() const {
+    return {{"lr", m_opt.lr},
+            {"momentum", m_opt.momentum},
+            {"dampening", m_opt.dampening},
+            {"weight_decay", m_opt.weightDecay},
+            {"nesterov", m_opt.nesterov ? 1.0 : 0.0}};
+  }
+
+ private:
+  struct Slot {
+    std::string name;
+    MatX<S> buf;  // momentum buffer, same shape as the parameter; empty when momentum == 0
+  };
+
+  void requireState(const char* fn) const {
+    if (!m_hasState)
+      throw Error(message(fn, "the optimizer has no state yet; call initState(model) or step(model) first"));
+  }
+
+  // Checks, without allocating unless it throws, that the walk still matches the state:
+  // same number of parameters, same names in the same order, same shapes (value, grad, buffer).
+  template <class Model>
+  void verify(Model& model, const char* fn) const {
+    const bool useMomentum = m_opt.momentum != 0.0;
+    std::size_t i = 0;
+    model.visitParams("", [&](const std::string& name, Param<S>& p) {
+      if (i >= m_slots.size())
+        throw ValueError(message(fn, "parameter '", name, "' (#", i, ") has no optimizer state: the state was built for ",
+                                 m_slots.size(), " parameters"));
+      const Slot& s = m_slots[i];
+      if (s.name != name)
+        throw ValueError(message(fn, "parameter #", i, " is '", name, "' but the optimizer state belongs to '", s.name,
+                                 "'"));
+      if (p.grad.rows() != p.value.rows() || p.grad.cols() != p.value.cols())
+        throw ShapeError(message(fn, "parameter '", name, "' has value shape ", shapeOf(p.value),
+                                 " but grad shape ", shapeOf(p.grad)));
+      if (useMomentum && (s.buf.rows() != p.value.rows() || s.buf.cols() != p.value.cols()))
+        throw ShapeError(message(fn, "parameter '", name, "' has shape ", shapeOf(p.value),
+                                 " but its optimizer state momentum_buffer has shape ", shapeOf(s.buf)));
+      ++i;
+    });
+    if (i != m_slots.size())
+      throw ValueError(message(fn, "the model has ", i, " parameters but the optimizer state has ", m_slots.size(),
+                               " (first missing: '", m_slots[i].name, "')"));
+  }
+
+  SgdOptions m_opt;
+  std::vector<Slot> m_slots;
+  bool m_hasState = false;
+  std::int64_t m_step = 0;
+};
+
+}  // namespace ddl
