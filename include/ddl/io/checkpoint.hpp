@@ -204,7 +204,7 @@ std::vector<std::function<void()>> stageModel(SafetensorsReader& r, Model& model
                     shapeOf(p.value) + ", dtype " + dtypeName(DTypeOf<S>::value) + ")");
     MatX<S> staged = r.template readMatrix<S>(name, p.value.rows(), p.value.cols(), opt.allowConversion);
     auto* target = &p.value;
-    commits.emplace_back([target, staged]() { *target = staged; });
+    commits.emplace_back([target, staged = std::move(staged)]() mutable { *target = std::move(staged); });
   });
   return commits;
 }
@@ -305,7 +305,7 @@ CheckpointMeta loadCheckpoint(const std::string& path, Model& model, Optimizer& 
   if (fileHasState) {
     optimizer.visitState([&](const std::string& name, auto& t) {
       using M = std::decay_t<decltype(t)>;
-      t = std::any_cast<const M&>(staged.at(name));
+      t = std::move(std::any_cast<M&>(staged.at(name)));
     });
   }
   optimizer.setStepCount(*meta.optimizerStep);

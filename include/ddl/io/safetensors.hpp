@@ -188,7 +188,7 @@ inline SafetensorsHeader parseSafetensorsHeader(const std::string& path, const s
                                  std::to_string(fileSize) + " bytes");
   if (json.empty() || json[0] != '{')
     detail::ioFail(fn, path, "header at byte offset 8 must start with '{', found " +
-                                 (json.empty() ? std::string("nothing") : "byte " + std::to_string(
+                                 (json.empty() ? std::string("an empty header") : "byte " + std::to_string(
                                      static_cast<unsigned>(static_cast<unsigned char>(json[0])))));
 
   // Duplicate keys are an error in safetensors; nlohmann would silently keep the last one.
