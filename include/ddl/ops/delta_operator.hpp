@@ -195,14 +195,19 @@ class DeltaOperator : public Eigen::EigenBase<DeltaOperator<KType>> {
   DeltaOperator transpose() const { return *this; }
   DeltaOperator adjoint() const { return *this; }
 
+  // Singular when 1 - beta rho is zero up to rounding: |1 - beta rho| <= 16 eps max(1, |beta rho|).
+  // (For a unit k at beta = 1, rho is 1 only to within a few eps, so an exact test would miss it.)
+  bool isSingular() const {
+    const Scalar b = m_beta * rho();
+    return !(std::abs(Scalar(1) - b) > Scalar(16) * Eigen::NumTraits<Scalar>::epsilon() * std::max(Scalar(1), std::abs(b)));
+  }
+
   // Sherman-Morrison: A^{-1} = I + beta/(1 - beta rho) k k^T, i.e. the operator on the same k with
-  // beta' = -beta / (1 - beta rho). Throws MathError when 1 - beta rho is zero up to rounding
-  // (|1 - beta rho| <= 16 eps max(1, |beta rho|)): A is then the projector-like singular operator.
+  // beta' = -beta / (1 - beta rho). Throws MathError when isSingular() (the projector-like case).
   DeltaOperator inverse() const {
     const Scalar r = rho();
     const Scalar lambda = Scalar(1) - m_beta * r;
-    const Scalar tol = Scalar(16) * Eigen::NumTraits<Scalar>::epsilon() * std::max(Scalar(1), std::abs(m_beta * r));
-    if (!(std::abs(lambda) > tol))
+    if (isSingular())
       throw MathError(message("DeltaOperator::inverse", "operator is singular: 1 - beta*rho = ", lambda,
                               " with beta = ", m_beta, ", rho = k^T k = ", r, " (A = I - beta k k^T has no inverse)"));
     return DeltaOperator(m_k, -m_beta / lambda);
@@ -230,11 +235,11 @@ class DeltaOperator : public Eigen::EigenBase<DeltaOperator<KType>> {
   bool isOrthogonal(Scalar tol = Eigen::NumTraits<Scalar>::dummy_precision()) const {
     return std::abs(std::abs(kEigenvalue()) - Scalar(1)) <= tol;
   }
-  // 2-norm condition number max(1, |lambda|) / min(1, |lambda|) (for d = 1: 1); +inf when singular.
+  // 2-norm condition number max(1, |lambda|) / min(1, |lambda|) (for d = 1: 1); +inf when isSingular().
   Scalar conditionNumber() const {
     const Scalar a = std::abs(kEigenvalue());
     if (rows() == 0) return Scalar(1);
-    if (a == Scalar(0)) return std::numeric_limits<Scalar>::infinity();
+    if (isSingular()) return std::numeric_limits<Scalar>::infinity();
     if (rows() == 1) return Scalar(1);
     return std::max(Scalar(1), a) / std::min(Scalar(1), a);
   }
