@@ -10,6 +10,7 @@
 #include <numeric>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "catch_compat.hpp"
@@ -332,6 +333,8 @@ TEST_CASE("IDX image and label counts must agree; labels must be in range", "[da
   CHECK(contains(m, "byte offset 10"));
   CHECK(contains(m, "expected label < 3 (sample 2)"));
   CHECK(contains(m, "found 7"));
+  o.numClasses = 7;  // the boundary: label 7 needs at least 8 classes
+  CHECK(contains(idxError(dir + "/img", dir + "/lbl", o), "expected label < 7 (sample 2), found 7"));
   o.numClasses = 8;
   CHECK(ddl::loadIdx<double>(dir + "/img", dir + "/lbl", o).numClasses == 8);
   o.numClasses = 0;
@@ -446,6 +449,12 @@ TEST_CASE("CIFAR-10 malformed files name file, record, offset, expected and foun
   CHECK(contains(m, "expected label < 10 (record 1)"));
   CHECK(contains(m, "found 11"));
 
+  l[3073] = 10;  // the boundary
+  writeFile(dir + "/label10.bin", l);
+  m = cifarError([&] { ddl::loadCifar10Files<double>({dir + "/label10.bin"}); });
+  CHECK(contains(m, "expected label < 10 (record 1), found 10"));
+  l[3073] = 11;
+
   writeFile(dir + "/empty.bin", {});
   m = cifarError([&] { ddl::loadCifar10Files<double>({dir + "/empty.bin"}); });
   CHECK(contains(m, "expected at least one 3073-byte record, found 0 bytes"));
@@ -541,6 +550,8 @@ TEST_CASE("seeded split, permutation and shuffle are deterministic and complete"
   std::iota(iota.begin(), iota.end(), 0);
   CHECK(all == iota);
   for (ddl::Index j = 0; j < s.train.size(); ++j) CHECK(s.train.images(0, j) == s.train.labels[std::size_t(j)]);
+  CHECK(std::is_sorted(s.train.labels.begin(), s.train.labels.end()));  // each part keeps the original order
+  CHECK(std::is_sorted(s.validation.labels.begin(), s.validation.labels.end()));
   CHECK(ddl::splitValidation(d, 3, 7).validation.labels == s.validation.labels);
   CHECK(ddl::splitValidation(d, 3, 8).validation.labels != s.validation.labels);
   CHECK(ddl::splitValidation(d, 0, 7).train.size() == 10);
@@ -589,8 +600,19 @@ TEST_CASE("Batcher fills caller-owned batches: shapes, contents, last batch, see
   std::iota(iota.begin(), iota.end(), 0);
   CHECK(seen == iota);
 
+  o.shuffle = true;  // a shuffled epoch still visits every sample exactly once, pairs intact
+  ddl::Batcher<double> shuffled(d, o, 2);
+  seen.clear();
+  while (shuffled.next(X, y))
+    for (ddl::Index j = 0; j < X.cols(); ++j) {
+      CHECK(X.col(j).isConstant(double(y[std::size_t(j)])));
+      seen.push_back(y[std::size_t(j)]);
+    }
+  CHECK(seen != iota);
+  std::sort(seen.begin(), seen.end());
+  CHECK(seen == iota);
+
   o.dropLast = true;
-  o.shuffle = true;
   ddl::Batcher<double> a(d, o, 5), b(d, o, 5);
   CHECK(a.numBatches() == 2);
   std::vector<int> ya;
@@ -618,6 +640,9 @@ TEST_CASE("Batcher fills caller-owned batches: shapes, contents, last batch, see
   CHECK(contains(thrownMessage<ddl::ValueError>([&] { a.seek(3); }), "found 3"));
   o.batchSize = 0;
   CHECK(contains(thrownMessage<ddl::ValueError>([&] { ddl::Batcher<double>(d, o, 1); }), "batchSize"));
+  static_assert(!std::is_constructible<ddl::Batcher<double>, ddl::Dataset<double>&&, const ddl::BatchOptions&,
+                                       std::uint64_t>::value,
+                "a Batcher over a temporary dataset would dangle");
 }
 
 TEST_CASE("augmentation: flip twice is identity, crop keeps shape, deterministic per seed", "[data][augment]") {

@@ -254,6 +254,8 @@ class Batcher {
     require(opts.augment.pad >= 0, "ddl::Batcher", "augment.pad must be >= 0, got ", opts.augment.pad);
     startEpoch(0);
   }
+  // The Batcher keeps a pointer to the dataset: a temporary would dangle.
+  Batcher(Dataset<S>&&, const BatchOptions&, std::uint64_t) = delete;
 
   // Starts epoch `epoch` at its first batch (reshuffling when opts.shuffle).
   void startEpoch(std::uint64_t epoch) {
