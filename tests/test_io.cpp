@@ -339,6 +339,41 @@ TEST_CASE("checkpoint: F32/F64 conversion only when allowed", "[io][checkpoint]"
   CHECK(m.b.value(0) == 0.5f);
 }
 
+TEST_CASE("safetensors: a double reader takes F32 only when conversion is allowed", "[io][safetensors]") {
+  const std::string path = tmpPath("f32.safetensors");
+  std::map<std::string, MatX<float>> t;
+  t["x"] = MatX<float>(2, 2);
+  t["x"] << 0.1f, -2.0f, 3.5f, 1e-30f;
+  ddl::saveSafetensors(path, t);
+  const std::string msg = thrownMessage<ddl::IoError>([&] { ddl::loadSafetensors<double>(path); });
+  CHECK(contains(msg, "tensor \"x\""));
+  CHECK(contains(msg, "expected dtype F64, found F32"));
+  const auto d = ddl::loadSafetensors<double>(path, /*allowConversion=*/true);
+  CHECK(d.at("x") == t["x"].cast<double>());
+}
+
+namespace {
+// A model whose parameter changes shape between the declaring walk and the writing walk.
+struct ShiftingModel {
+  ddl::Param<double> w{2, 2};
+  int walks = 0;
+  template <class F>
+  void visitParams(const std::string& prefix, F&& f) {
+    if (++walks == 2) w.value.resize(3, 2);
+    f(ddl::joinName(prefix, "w"), w);
+  }
+};
+}  // namespace
+
+TEST_CASE("checkpoint: a walk that changes between passes is refused", "[io][checkpoint]") {
+  const std::string path = tmpPath("shifting.safetensors");
+  ShiftingModel m;
+  const std::string msg = thrownMessage<ddl::ValueError>([&] { ddl::saveCheckpoint(path, m); });
+  CHECK(contains(msg, "expected tensor \"w\" F64 [2, 2] next, found \"w\" F64 [3, 2]"));
+  CHECK_FALSE(fileExists(path));
+  CHECK_FALSE(fileExists(ddl::atomicTempPath(path)));
+}
+
 TEST_CASE("atomic write: a failed save leaves the previous checkpoint byte-identical", "[io][atomic]") {
   const std::string path = tmpPath("atomic.safetensors");
   TinyModel a(11);
