@@ -100,10 +100,10 @@ class AdamW {
   bool hasState() const { return m_hasState; }
 
   // Calls f(const std::string& name, MatX<S>& tensor) for every state tensor, in visit order:
-  // "<param>.exp_avg" then "<param>.exp_avg_sq". Throws Error when there is no state yet.
+  // "<param>.exp_avg" then "<param>.exp_avg_sq". Visits nothing before initState/step: a
+  // checkpoint of a fresh optimizer holds only its step count.
   template <class F>
   void visitState(F&& f) {
-    requireState("AdamW::visitState");
     for (Slot& s : m_slots) {
       const std::string avgName = s.name + ".exp_avg";
       f(avgName, s.expAvg);
@@ -113,7 +113,6 @@ class AdamW {
   }
   template <class F>
   void visitState(F&& f) const {
-    requireState("AdamW::visitState");
     for (const Slot& s : m_slots) {
       const std::string avgName = s.name + ".exp_avg";
       f(avgName, s.expAvg);
@@ -150,11 +149,6 @@ class AdamW {
     MatX<S> expAvg;    // same shape as the parameter
     MatX<S> expAvgSq;  // same shape as the parameter
   };
-
-  void requireState(const char* fn) const {
-    if (!m_hasState)
-      throw Error(message(fn, "the optimizer has no state yet; call initState(model) or step(model) first"));
-  }
 
   // Checks, without allocating unless it throws, that the walk still matches the state:
   // same number of parameters, same names in the same order, same shapes (value, grad, state).

@@ -109,10 +109,9 @@ class Sgd {
   bool hasState() const { return m_hasState; }
 
   // Calls f(const std::string& name, MatX<S>& tensor) for every state tensor in visit order:
-  // "<param>.momentum_buffer" (none when momentum == 0). Throws Error when there is no state yet.
+  // "<param>.momentum_buffer" (none when momentum == 0, and none before initState/step).
   template <class F>
   void visitState(F&& f) {
-    requireState("Sgd::visitState");
     if (m_opt.momentum == 0.0) return;
     for (Slot& s : m_slots) {
       const std::string bufName = s.name + ".momentum_buffer";
@@ -121,7 +120,6 @@ class Sgd {
   }
   template <class F>
   void visitState(F&& f) const {
-    requireState("Sgd::visitState");
     if (m_opt.momentum == 0.0) return;
     for (const Slot& s : m_slots) {
       const std::string bufName = s.name + ".momentum_buffer";
@@ -156,11 +154,6 @@ class Sgd {
     std::string name;
     MatX<S> buf;  // momentum buffer, same shape as the parameter; empty when momentum == 0
   };
-
-  void requireState(const char* fn) const {
-    if (!m_hasState)
-      throw Error(message(fn, "the optimizer has no state yet; call initState(model) or step(model) first"));
-  }
 
   // Checks, without allocating unless it throws, that the walk still matches the state:
   // same number of parameters, same names in the same order, same shapes (value, grad, buffer).
