@@ -25,16 +25,30 @@
 
 // Counts every global operator new in this program (Eigen allocates through malloc; the Eigen
 // check covers that), so a test can show that a step allocates no std::string/vector either.
-// noinline: g++ 12 otherwise pairs the inlined malloc()/free() with new/delete and warns
-// (-Wmismatched-new-delete).
+// Every plain and nothrow form is replaced so that allocation and release always pair up (ASan
+// checks that). noinline: g++ 12 otherwise pairs the inlined malloc()/free() with new/delete and
+// warns (-Wmismatched-new-delete).
 static std::atomic<long> g_newCalls{0};
-[[gnu::noinline]] void* operator new(std::size_t n) {
+[[gnu::noinline]] static void* countedMalloc(std::size_t n) noexcept {
   ++g_newCalls;
-  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  return std::malloc(n == 0 ? 1 : n);
+}
+[[gnu::noinline]] void* operator new(std::size_t n) {
+  if (void* p = countedMalloc(n)) return p;
   throw std::bad_alloc();
 }
+[[gnu::noinline]] void* operator new[](std::size_t n) {
+  if (void* p = countedMalloc(n)) return p;
+  throw std::bad_alloc();
+}
+[[gnu::noinline]] void* operator new(std::size_t n, const std::nothrow_t&) noexcept { return countedMalloc(n); }
+[[gnu::noinline]] void* operator new[](std::size_t n, const std::nothrow_t&) noexcept { return countedMalloc(n); }
 [[gnu::noinline]] void operator delete(void* p) noexcept { std::free(p); }
+[[gnu::noinline]] void operator delete[](void* p) noexcept { std::free(p); }
 [[gnu::noinline]] void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+[[gnu::noinline]] void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+[[gnu::noinline]] void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+[[gnu::noinline]] void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
 
 namespace {
 
