@@ -591,6 +591,16 @@ TEST_CASE("clipGradNorm returns the global norm and scales like PyTorch", "[trai
     CHECK(ddl_test::contains(msg, "parameter 'w'"));
     CHECK(ddl_test::contains(msg, "entry (1, 0) = inf"));
   }
+  SECTION("long tensors: 16-lane chunks plus a tail") {
+    Flexible f;
+    f.add("long", 37, 1);  // 2 chunks of 16 and a tail of 5
+    for (int i = 0; i < 37; ++i) f.params[0].grad(i) = i + 1;
+    // sum of k^2 for k = 1..37 = 37 * 38 * 75 / 6 = 17575
+    CHECK(ddl::clipGradNorm(f, 1e6) == Approx(std::sqrt(17575.0)).epsilon(1e-15));
+    f.params[0].grad(20) = -std::numeric_limits<double>::infinity();
+    CHECK(ddl_test::contains(ddl_test::thrownMessage<ddl::ValueError>([&] { ddl::clipGradNorm(f, 1.0); }),
+                             "parameter 'long' is not finite: entry (20, 0) = -inf"));
+  }
   SECTION("maxNorm must be positive") {
     setGrads();
     CHECK(ddl_test::contains(ddl_test::thrownMessage<ddl::ValueError>([&] { ddl::clipGradNorm(m, 0.0); }),
