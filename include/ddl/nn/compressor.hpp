@@ -1,0 +1,133 @@
+#pragma once
+// ddl/nn/compressor.hpp: CC, the compressor that reads the expanded state X (d x dv per token) into the
+// branch input x_in (SPEC §3): x_in[i] = sum_j W[i, j] X_j[i].
+//   Free:       W: (d, dv) free weights, initialised to 1/dv (the mean over channels)      "weight"
+//   Structured: the authors' code: a "same"-padded conv of kernel K along the dv axis, then a read
+//               vector r of length dv: W[i, j] = w_eff[j] = sum_j' r[j'] a[j - j' + K/2], shared over i.
+//               a: (K, 1) starts as the centred delta, r: (dv, 1) as 1/dv, so it also starts as the mean.
+//               Params "conv.weight" (K, 1) and "read.weight" (dv, 1).
+// X: (d, dv*N), channel j = X.middleCols(j*N, N) -> Xin: (d, N).
+#include <string>
+
+#include "ddl/core/error.hpp"
+#include "ddl/core/param.hpp"
+#include "ddl/core/types.hpp"
+
+namespace ddl {
+
+enum class CompressorKind { Free, Structured };
+inline const char* toString(CompressorKind k) { return k == CompressorKind::Free ? "free" : "structured"; }
+inline CompressorKind parseCompressorKind(const std::string& s) {
+  if (s == "free") return CompressorKind::Free;
+  if (s == "structured") return CompressorKind::Structured;
+  throw ValueError(message("ddl::parseCompressorKind", "unknown value '", s, "', expected one of free, structured"));
+}
+
+template <class S>
+class Compressor {
+ public:
+  // d, dv >= 1; kernel >= 1 and odd (Structured only).
+  Compressor(Index d, Index dv, CompressorKind kind = CompressorKind::Free, Index kernel = 3)
+      : m_d(d), m_dv(dv), m_kind(kind), m_kernel(kernel) {
+    const char* fn = "ddl::Compressor";
+    require(d >= 1 && dv >= 1, fn, "d and dv must be >= 1, got d = ", d, ", dv = ", dv);
+    require(kernel >= 1 && kernel % 2 == 1, fn, "kernel must be odd and >= 1, got ", kernel);
+    if (kind == CompressorKind::Free) {
+      m_W = Param<S>(d, dv);
+      m_W.value.setConstant(S(1) / static_cast<S>(dv));
+    } else {
+      m_conv = Param<S>(kernel, 1);
+      m_conv.value(kernel / 2, 0) = S(1);
+      m_read = Param<S>(dv, 1);
+      m_read.value.setConstant(S(1) / static_cast<S>(dv));
+    }
+  }
+
+  // X: (d, dv*N) -> Xin: (d, N). Caches X for backward.
+  void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Xin) {
+    const char* fn = "ddl::Compressor::forward";
+    if (X.rows() != m_d || X.cols() % m_dv != 0)
+      throw ShapeError(message(fn, "X has shape ", shapeOf(X), ", expected (", m_d, ", ", m_dv, "*N)"));
+    const Index N = X.cols() / m_dv;
+    m_X = X;
+    m_N = N;
+    if (m_kind == CompressorKind::Structured) effectiveWeights(m_weff);
+    Xin.resize(m_d, N);
+    for (Index j = 0; j < m_dv; ++j) {
+      if (m_kind == CompressorKind::Free) {
+        if (j == 0)
+          Xin = X.middleCols(0, N).array().colwise() * m_W.value.col(0).array();
+        else
+          Xin.array() += X.middleCols(j * N, N).array().colwise() * m_W.value.col(j).array();
+      } else {
+        if (j == 0)
+          Xin = m_weff(0) * X.middleCols(0, N);
+        else
+          Xin += m_weff(j) * X.middleCols(j * N, N);
+      }
+    }
+  }
+
+  // dXin: (d, N) -> dX: (d, dv*N) overwritten; parameter gradients accumulate.
+  void backward(const Eigen::Ref<const MatX<S>>& dXin, MatX<S>& dX) {
+    const char* fn = "ddl::Compressor::backward";
+    if (m_N < 0) throw Error(message(fn, "called before forward"));
+    const Index N = m_N;
+    checkShape(fn, "dXin", dXin, m_d, N);
+    dX.resize(m_d, m_dv * N);
+    if (m_kind == CompressorKind::Free) {
+      for (Index j = 0; j < m_dv; ++j) {
+        dX.middleCols(j * N, N) = dXin.array().colwise() * m_W.value.col(j).array();
+        m_W.grad.col(j) += (dXin.array() * m_X.middleCols(j * N, N).array()).rowwise().sum().matrix();
+      }
+    } else {
+      m_dweff.resize(m_dv);
+      for (Index j = 0; j < m_dv; ++j) {
+        dX.middleCols(j * N, N) = m_weff(j) * dXin;
+        m_dweff(j) = (dXin.array() * m_X.middleCols(j * N, N).array()).sum();
+      }
+      // w_eff[j] = sum_j' r[j'] a[t] with t = j - j' + K/2 in [0, K)
+      const Index half = m_kernel / 2;
+      for (Index jp = 0; jp < m_dv; ++jp)
+        for (Index t = 0; t < m_kernel; ++t) {
+          const Index j = jp + t - half;
+          if (j < 0 || j >= m_dv) continue;
+          m_read.grad(jp, 0) += m_dweff(j) * m_conv.value(t, 0);
+          m_conv.grad(t, 0) += m_dweff(j) * m_read.value(jp, 0);
+        }
+    }
+  }
+
+  template <class F>
+  void visitParams(const std::string& prefix, F&& f) {
+    if (m_kind == CompressorKind::Free) {
+      f(joinName(prefix, "weight"), m_W);
+    } else {
+      f(joinName(prefix, "conv.weight"), m_conv);
+      f(joinName(prefix, "read.weight"), m_read);
+    }
+  }
+
+  CompressorKind kind() const { return m_kind; }
+
+ private:
+  void effectiveWeights(VecX<S>& weff) const {
+    weff.setZero(m_dv);
+    const Index half = m_kernel / 2;
+    for (Index jp = 0; jp < m_dv; ++jp)
+      for (Index t = 0; t < m_kernel; ++t) {
+        const Index j = jp + t - half;
+        if (j >= 0 && j < m_dv) weff(j) += m_read.value(jp, 0) * m_conv.value(t, 0);
+      }
+  }
+
+  Index m_d, m_dv;
+  CompressorKind m_kind;
+  Index m_kernel;
+  Index m_N = -1;
+  Param<S> m_W, m_conv, m_read;
+  MatX<S> m_X;
+  VecX<S> m_weff, m_dweff;
+};
+
+}  // namespace ddl

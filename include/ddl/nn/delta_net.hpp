@@ -1,0 +1,121 @@
+#pragma once
+// ddl/nn/delta_net.hpp: the whole classifier,
+//   input (inputDim, N) -> Linear -> x (d, N) -> expand to dv channels -> depth x DeltaBlock
+//   -> readout CC (dv > 1) -> RMSNorm -> Linear head -> logits (classes, N).
+// A plain residual network is the same class with block.residual.residual = Additive.
+// Parameter names: input.*, expand.weight (EC), blocks.<i>.*, readout.* (dv > 1), norm.weight, head.*.
+// Initialisation from one seed; draw order: input, blocks in order, head (torch.nn.Linear default).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ddl/core/error.hpp"
+#include "ddl/core/param.hpp"
+#include "ddl/core/rng.hpp"
+#include "ddl/core/types.hpp"
+#include "ddl/nn/compressor.hpp"
+#include "ddl/nn/delta_block.hpp"
+#include "ddl/nn/delta_net_config.hpp"
+#include "ddl/nn/expansion.hpp"
+#include "ddl/nn/linear.hpp"
+#include "ddl/nn/rms_norm.hpp"
+
+namespace ddl {
+
+template <class S>
+class DeltaNet {
+ public:
+  explicit DeltaNet(const DeltaNetConfig& config, std::uint64_t seed = 0)
+      : m_cfg(validated(config)), m_input(config.inputDim, config.d), m_expand(config.d, config.dv, config.learnedExpansion),
+        m_readout(config.d, config.dv, config.block.compressor, config.block.compressorKernel),
+        m_norm(config.d, config.finalNormEps), m_head(config.d, config.classes) {
+    m_blocks.reserve(static_cast<std::size_t>(config.depth));
+    for (Index i = 0; i < config.depth; ++i) m_blocks.emplace_back(config.d, config.dv, config.block);
+    m_states.resize(static_cast<std::size_t>(config.depth) + 1);
+    init(seed);
+  }
+
+  // Re-initialises every parameter from the seed (same seed -> bit-identical parameters).
+  void init(std::uint64_t seed) {
+    Rng rng(seed);
+    m_input.init(rng);
+    for (auto& b : m_blocks) b.init(rng);
+    m_head.init(rng);
+  }
+
+  // X: (inputDim, N) one column per sample -> logits: (classes, N)
+  void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& logits) {
+    checkShape("ddl::DeltaNet::forward", "X", X, m_cfg.inputDim, -1);
+    m_input.forward(X, m_x);
+    if (m_cfg.dv == 1)
+      m_states[0] = m_x;
+    else
+      m_expand.forward(m_x, m_states[0]);
+    for (std::size_t i = 0; i < m_blocks.size(); ++i) m_blocks[i].forward(m_states[i], m_states[i + 1]);
+    const MatX<S>& last = m_states.back();
+    if (m_cfg.dv == 1) {
+      m_norm.forward(last, m_z);
+    } else {
+      m_readout.forward(last, m_xin);
+      m_norm.forward(m_xin, m_z);
+    }
+    m_head.forward(m_z, logits);
+  }
+
+  // dLogits: (classes, N) -> parameter gradients accumulate; dX: (inputDim, N) when requested.
+  void backward(const Eigen::Ref<const MatX<S>>& dLogits, MatX<S>* dX = nullptr) {
+    m_head.backward(dLogits, m_dz);
+    if (m_cfg.dv == 1) {
+      m_norm.backward(m_dz, m_dA);
+    } else {
+      m_norm.backward(m_dz, m_dz);
+      m_readout.backward(m_dz, m_dA);
+    }
+    for (std::size_t i = m_blocks.size(); i-- > 0;) {
+      m_blocks[i].backward(m_dA, m_dB);
+      m_dA.swap(m_dB);
+    }
+    if (m_cfg.dv == 1) {
+      m_dx.swap(m_dA);
+    } else {
+      m_expand.backward(m_dA, m_dx);
+    }
+    if (dX)
+      m_input.backward(m_dx, *dX);
+    else
+      m_input.backwardParamsOnly(m_dx);
+  }
+
+  template <class F>
+  void visitParams(const std::string& prefix, F&& f) {
+    m_input.visitParams(joinName(prefix, "input"), f);
+    if (m_cfg.dv > 1) m_expand.visitParams(joinName(prefix, "expand"), f);
+    for (std::size_t i = 0; i < m_blocks.size(); ++i)
+      m_blocks[i].visitParams(joinName(prefix, "blocks." + std::to_string(i)), f);
+    if (m_cfg.dv > 1) m_readout.visitParams(joinName(prefix, "readout"), f);
+    m_norm.visitParams(joinName(prefix, "norm"), f);
+    m_head.visitParams(joinName(prefix, "head"), f);
+  }
+
+  const DeltaNetConfig& config() const { return m_cfg; }
+  const std::vector<DeltaBlock<S>>& blocks() const { return m_blocks; }
+
+ private:
+  static const DeltaNetConfig& validated(const DeltaNetConfig& c) {
+    c.validate();
+    return c;
+  }
+
+  DeltaNetConfig m_cfg;
+  Linear<S> m_input;
+  Expansion<S> m_expand;
+  std::vector<DeltaBlock<S>> m_blocks;
+  Compressor<S> m_readout;
+  RmsNorm<S> m_norm;
+  Linear<S> m_head;
+  std::vector<MatX<S>> m_states;  // m_states[i] is the input of block i; back() the last output
+  MatX<S> m_x, m_xin, m_z;
+  MatX<S> m_dz, m_dA, m_dB, m_dx;
+};
+
+}  // namespace ddl

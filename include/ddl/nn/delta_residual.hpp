@@ -1,0 +1,322 @@
+#pragma once
+// ddl/nn/delta_residual.hpp: the rewrite step of one block (SPEC §2), with every option of the paper
+// versions and the authors' code, and the two controls (write-only, additive) as one option.
+//
+// Per token, given the state X (d x dv), the branch input x_in, c = RMSNorm(x_in) and the branch
+// output h = F(c):
+//   k~   = h                          (DirectionSource::BranchOutput, "k-Map", default)
+//        | MLP_k(Pool X)              (DirectionSource::AuxiliaryMlp, v1; Pool = mean over value channels)
+//   k    = normalize(k~)              (DirectionNorm::SqrtEps default, eps_k = 1e-5 | AddEps)
+//   beta = 2 sigma(w c + b)           (GateKind::Linear default | TwoLayerTanh: 2 sigma(w2 tanh(W1 c) + b2))
+//   v    = s sigma(W_v x_in + b_v)    (ValueKind::SigmoidScaled, s = 4; x_in is the raw state for dv = 1)
+//        | W_v c + b_v                (LinearOnC, latest paper)
+//        | W_v h + b_v                (FromBranch, v1's "value from the branch")
+//        | constant (2)               (Constant)
+//   X'   = X + beta k (v^T - k^T X)   (ResidualKind::Delta)
+//        | X + beta k v^T             (WriteOnly control)
+//        | X + h                      (Additive baseline: no direction, gate or value parameters exist)
+//
+// Parameters (names under the residual's prefix): gate.weight (1, d), gate.bias (1, 1)
+// [TwoLayerTanh: gate.fc1.weight (hg, d), gate.fc2.weight (1, hg), gate.bias (1, 1)],
+// value.weight (dv, d), value.bias (dv, 1), [AuxiliaryMlp: direction.fc1.*, direction.fc2.*].
+// Initialisation (seeded): gate and value weights as torch.nn.Linear (U(+-1/sqrt(fan_in))), value bias 0,
+// gate bias = logit(beta0/2) (SPEC §2), so every token starts near beta0; aux MLP as torch.nn.Linear.
+#include <string>
+
+#include "ddl/core/error.hpp"
+#include "ddl/core/param.hpp"
+#include "ddl/core/rng.hpp"
+#include "ddl/core/types.hpp"
+#include "ddl/nn/activation.hpp"
+#include "ddl/nn/linear.hpp"
+#include "ddl/ops/delta_write.hpp"
+#include "ddl/ops/direction.hpp"
+#include "ddl/ops/gate.hpp"
+
+namespace ddl {
+
+enum class ResidualKind { Delta, WriteOnly, Additive };
+enum class DirectionSource { BranchOutput, AuxiliaryMlp };
+enum class GateKind { Linear, TwoLayerTanh };
+enum class ValueKind { SigmoidScaled, LinearOnC, FromBranch, Constant };
+
+inline const char* toString(ResidualKind k) {
+  return k == ResidualKind::Delta ? "delta" : k == ResidualKind::WriteOnly ? "write_only" : "additive";
+}
+inline const char* toString(DirectionSource k) { return k == DirectionSource::BranchOutput ? "kmap" : "aux_mlp"; }
+inline const char* toString(GateKind k) { return k == GateKind::Linear ? "linear" : "two_layer_tanh"; }
+inline const char* toString(ValueKind k) {
+  switch (k) {
+    case ValueKind::SigmoidScaled: return "sigmoid_scaled";
+    case ValueKind::LinearOnC: return "linear_on_c";
+    case ValueKind::FromBranch: return "from_branch";
+    case ValueKind::Constant: return "constant";
+  }
+  return "?";
+}
+
+namespace detail {
+template <class E, std::size_t N>
+E parseEnum(const char* fn, const std::string& name, const E (&all)[N]) {
+  std::string choices;
+  for (E e : all) {
+    if (name == toString(e)) return e;
+    choices += (choices.empty() ? "" : ", ") + std::string(toString(e));
+  }
+  throw ValueError(message(fn, "unknown value '", name, "', expected one of ", choices));
+}
+}  // namespace detail
+
+inline ResidualKind parseResidualKind(const std::string& s) {
+  const ResidualKind all[] = {ResidualKind::Delta, ResidualKind::WriteOnly, ResidualKind::Additive};
+  return detail::parseEnum("ddl::parseResidualKind", s, all);
+}
+inline DirectionSource parseDirectionSource(const std::string& s) {
+  const DirectionSource all[] = {DirectionSource::BranchOutput, DirectionSource::AuxiliaryMlp};
+  return detail::parseEnum("ddl::parseDirectionSource", s, all);
+}
+inline GateKind parseGateKind(const std::string& s) {
+  const GateKind all[] = {GateKind::Linear, GateKind::TwoLayerTanh};
+  return detail::parseEnum("ddl::parseGateKind", s, all);
+}
+inline ValueKind parseValueKind(const std::string& s) {
+  const ValueKind all[] = {ValueKind::SigmoidScaled, ValueKind::LinearOnC, ValueKind::FromBranch, ValueKind::Constant};
+  return detail::parseEnum("ddl::parseValueKind", s, all);
+}
+
+// Every option of the rewrite step. Defaults are the authors' code (preset "code").
+struct DeltaResidualOptions {
+  ResidualKind residual = ResidualKind::Delta;
+  DirectionSource direction = DirectionSource::BranchOutput;
+  DirectionNorm norm = DirectionNorm::SqrtEps;
+  double epsK = 1e-5;
+  GateKind gate = GateKind::Linear;
+  Index gateHidden = 128;  // TwoLayerTanh only
+  double beta0 = 1.0;      // initial gate value in [0, 2]; 0 gives a dead gate (d beta/dz ~ 2e-6)
+  ValueKind value = ValueKind::SigmoidScaled;
+  double valueScale = 4.0;     // s of SigmoidScaled
+  double valueConstant = 2.0;  // Constant
+  Index auxHidden = 0;         // AuxiliaryMlp hidden width; 0 means d / 4 (at least 1)
+  Activation auxActivation = Activation::GELU;
+
+  // Throws ValueError naming the option and its value.
+  void validate(const char* fn) const {
+    require(epsK >= 0 && std::isfinite(epsK), fn, "epsK must be finite and >= 0, got ", epsK);
+    require(beta0 >= 0 && beta0 <= 2, fn, "beta0 must lie in [0, 2], got ", beta0);
+    require(gateHidden >= 1, fn, "gateHidden must be >= 1, got ", gateHidden);
+    require(auxHidden >= 0, fn, "auxHidden must be >= 0, got ", auxHidden);
+    require(std::isfinite(valueScale) && valueScale > 0, fn, "valueScale must be finite and > 0, got ", valueScale);
+    require(std::isfinite(valueConstant), fn, "valueConstant must be finite, got ", valueConstant);
+    require(!(direction == DirectionSource::BranchOutput && value == ValueKind::FromBranch), fn,
+            "value 'from_branch' needs direction 'aux_mlp' (with k-Map the branch output is the direction)");
+    require(!(norm == DirectionNorm::AddEps && epsK == 0), fn, "add_eps normalization needs epsK > 0");
+  }
+};
+
+template <class S>
+class DeltaResidual {
+ public:
+  // d >= 1 features, dv >= 1 value channels.
+  DeltaResidual(Index d, Index dv, const DeltaResidualOptions& opt)
+      : m_d(d), m_dv(dv), m_opt(opt), m_value(d, dv), m_auxFc1(d, auxHiddenOf(d, opt)), m_auxFc2(auxHiddenOf(d, opt), d),
+        m_auxAct(opt.auxActivation) {
+    const char* fn = "ddl::DeltaResidual";
+    require(d >= 1, fn, "d must be >= 1, got ", d);
+    require(dv >= 1, fn, "dv must be >= 1, got ", dv);
+    opt.validate(fn);
+    if (opt.gate == GateKind::Linear) {
+      m_gateW = Param<S>(1, d);
+    } else {
+      m_gateW1 = Param<S>(opt.gateHidden, d);
+      m_gateW = Param<S>(1, opt.gateHidden);
+    }
+    m_gateB = Param<S>(1, 1, /*withDecay=*/false);
+  }
+
+  // Seeded initialisation; draw order: aux MLP (fc1, fc2), gate (fc1, weight), value.
+  void init(Rng& rng) {
+    if (usesAuxMlp()) {
+      m_auxFc1.init(rng);
+      m_auxFc2.init(rng);
+    }
+    if (hasGate()) {
+      if (m_opt.gate == GateKind::TwoLayerTanh) initLinearParams<S>(m_gateW1.value, nullptr, rng, InitScheme::pytorchDefault());
+      initLinearParams<S>(m_gateW.value, nullptr, rng, InitScheme::pytorchDefault());
+      m_gateB.value(0, 0) = static_cast<S>(gateBiasFromBeta0(m_opt.beta0));
+    }
+    if (hasValueParams()) {
+      initLinearParams<S>(m_value.weight().value, nullptr, rng, InitScheme::pytorchDefault());
+      m_value.bias().value.setZero();
+    }
+  }
+
+  // X: (d, dv*N) state, channel j = X.middleCols(j*N, N); Xin: (d, N) the branch input (X for dv = 1);
+  // C: (d, N) = RMSNorm(Xin); H: (d, N) branch output -> Y: (d, dv*N). Y must not alias X.
+  void forward(const Eigen::Ref<const MatX<S>>& X, const Eigen::Ref<const MatX<S>>& Xin,
+               const Eigen::Ref<const MatX<S>>& C, const Eigen::Ref<const MatX<S>>& H, MatX<S>& Y) {
+    const char* fn = "ddl::DeltaResidual::forward";
+    const Index N = H.cols();
+    checkShape(fn, "H", H, m_d, -1);
+    checkShape(fn, "X", X, m_d, m_dv * N);
+    checkShape(fn, "Xin", Xin, m_d, N);
+    checkShape(fn, "C", C, m_d, N);
+    m_N = N;
+    if (m_opt.residual == ResidualKind::Additive) {
+      additiveResidual(H, X, Y);
+      return;
+    }
+    // direction
+    if (usesAuxMlp()) {
+      poolChannels(X, m_pool);
+      m_auxFc1.forward(m_pool, m_auxPre);
+      m_auxAct.forward(m_auxPre, m_auxHid);
+      m_auxFc2.forward(m_auxHid, m_Kt);
+      normalizeDirections(m_Kt, m_opt.norm, static_cast<S>(m_opt.epsK), m_K, m_kNorm);
+    } else {
+      normalizeDirections(H, m_opt.norm, static_cast<S>(m_opt.epsK), m_K, m_kNorm);
+    }
+    // gate
+    m_cCache = C;  // the gate's backward needs c
+    if (m_opt.gate == GateKind::Linear)
+      linearGateLogits(m_gateW.value, m_gateB.value(0, 0), C, m_Z);
+    else
+      twoLayerGateLogits(m_gateW1.value, m_gateW.value, m_gateB.value(0, 0), C, m_gateHid, m_Z);
+    gateFromLogits(m_Z, m_beta);
+    // value
+    switch (m_opt.value) {
+      case ValueKind::SigmoidScaled: {
+        m_value.forward(Xin, m_V);
+        const S s = static_cast<S>(m_opt.valueScale);
+        m_V = m_V.unaryExpr([s](S a) { return s * stableSigmoid(a); });
+        break;
+      }
+      case ValueKind::LinearOnC: m_value.forward(C, m_V); break;
+      case ValueKind::FromBranch: m_value.forward(H, m_V); break;
+      case ValueKind::Constant: m_V.setConstant(m_dv, N, static_cast<S>(m_opt.valueConstant)); break;
+    }
+    // rewrite
+    if (m_opt.residual == ResidualKind::Delta) {
+      m_X = X;  // the write's backward needs the old state
+      deltaWrite(m_K, m_beta, m_V, X, Y, m_delta);
+    } else {
+      writeOnly(m_K, m_beta, m_V, X, Y);
+    }
+  }
+
+  // dY: (d, dv*N) -> dX: (d, dv*N), dXin, dC, dH: (d, N); all overwritten. Parameter grads accumulate.
+  void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX, MatX<S>& dXin, MatX<S>& dC, MatX<S>& dH) {
+    const char* fn = "ddl::DeltaResidual::backward";
+    if (m_N < 0) throw Error(message(fn, "called before forward"));
+    checkShape(fn, "dY", dY, m_d, m_dv * m_N);
+    const Index N = m_N;
+    dXin.setZero(m_d, N);
+    if (m_opt.residual == ResidualKind::Additive) {
+      additiveResidualBackward(dY, N, dX, dH);
+      dC.setZero(m_d, N);
+      return;
+    }
+    if (m_opt.residual == ResidualKind::Delta)
+      deltaWriteBackward(m_K, m_beta, m_X, m_delta, dY, dX, m_dK, m_dBeta, m_dV);
+    else
+      writeOnlyBackward(m_K, m_beta, m_V, dY, dX, m_dK, m_dBeta, m_dV);
+    // gate -> dC
+    gateFromLogitsBackward(m_beta, m_dBeta, m_dZ);
+    if (m_opt.gate == GateKind::Linear)
+      linearGateLogitsBackward(m_gateW.value, m_cCache, m_dZ, dC, m_gateW.grad, m_gateB.grad);
+    else
+      twoLayerGateLogitsBackward(m_gateW1.value, m_gateW.value, m_cCache, m_gateHid, m_dZ, dC, m_gateW1.grad,
+                                 m_gateW.grad, m_gateB.grad, m_gateDPre);
+    // direction -> dH (k-Map) or dX (aux MLP)
+    normalizeDirectionsBackward(m_K, m_kNorm, m_opt.norm, static_cast<S>(m_opt.epsK), m_dK, m_dKt);
+    if (usesAuxMlp()) {
+      dH.setZero(m_d, N);
+      m_auxFc2.backward(m_dKt, m_dAuxHid);
+      m_auxAct.backward(m_dAuxHid, m_dAuxHid);
+      m_auxFc1.backward(m_dAuxHid, m_dPool);
+      const S invDv = S(1) / static_cast<S>(m_dv);
+      for (Index j = 0; j < m_dv; ++j) dX.middleCols(j * N, N) += invDv * m_dPool;
+    } else {
+      dH = m_dKt;
+    }
+    // value
+    switch (m_opt.value) {
+      case ValueKind::SigmoidScaled: {
+        const S s = static_cast<S>(m_opt.valueScale);
+        m_dV.array() *= m_V.array() * (1 - m_V.array() / s);  // v = s sigma(a): dv/da = v (1 - v/s)
+        m_value.backward(m_dV, m_dTmp);
+        dXin += m_dTmp;
+        break;
+      }
+      case ValueKind::LinearOnC:
+        m_value.backward(m_dV, m_dTmp);
+        dC += m_dTmp;
+        break;
+      case ValueKind::FromBranch:
+        m_value.backward(m_dV, m_dTmp);
+        dH += m_dTmp;
+        break;
+      case ValueKind::Constant: break;
+    }
+  }
+
+  template <class F>
+  void visitParams(const std::string& prefix, F&& f) {
+    if (usesAuxMlp()) {
+      m_auxFc1.visitParams(joinName(prefix, "direction.fc1"), f);
+      m_auxFc2.visitParams(joinName(prefix, "direction.fc2"), f);
+    }
+    if (hasGate()) {
+      if (m_opt.gate == GateKind::TwoLayerTanh) {
+        f(joinName(prefix, "gate.fc1.weight"), m_gateW1);
+        f(joinName(prefix, "gate.fc2.weight"), m_gateW);
+      } else {
+        f(joinName(prefix, "gate.weight"), m_gateW);
+      }
+      f(joinName(prefix, "gate.bias"), m_gateB);
+    }
+    if (hasValueParams()) m_value.visitParams(joinName(prefix, "value"), f);
+  }
+
+  // Diagnostics of the last forward (empty for the additive baseline).
+  const RowX<S>& beta() const { return m_beta; }     // (1, N)
+  const MatX<S>& directions() const { return m_K; }  // (d, N)
+  const RowX<S>& directionNorms() const { return m_kNorm; }  // (1, N): n (SqrtEps) or |k~| (AddEps)
+  const MatX<S>& values() const { return m_V; }      // (dv, N)
+  const MatX<S>& discrepancy() const { return m_delta; }  // (dv, N): v - X^T k, Delta kind only
+  const DeltaResidualOptions& options() const { return m_opt; }
+
+ private:
+  static Index auxHiddenOf(Index d, const DeltaResidualOptions& opt) {
+    if (opt.auxHidden > 0) return opt.auxHidden;
+    return d / 4 > 0 ? d / 4 : 1;
+  }
+  bool usesAuxMlp() const {
+    return m_opt.residual != ResidualKind::Additive && m_opt.direction == DirectionSource::AuxiliaryMlp;
+  }
+  bool hasGate() const { return m_opt.residual != ResidualKind::Additive; }
+  bool hasValueParams() const { return hasGate() && m_opt.value != ValueKind::Constant; }
+
+  // Pool = mean over the value channels. X: (d, dv*N) -> P: (d, N)
+  void poolChannels(const Eigen::Ref<const MatX<S>>& X, MatX<S>& P) const {
+    const Index N = X.cols() / m_dv;
+    P = X.middleCols(0, N);
+    for (Index j = 1; j < m_dv; ++j) P += X.middleCols(j * N, N);
+    if (m_dv > 1) P /= static_cast<S>(m_dv);
+  }
+
+  Index m_d, m_dv;
+  DeltaResidualOptions m_opt;
+  Index m_N = -1;
+  Linear<S> m_value;  // (dv, d): on x_in, c or h by ValueKind
+  Linear<S> m_auxFc1, m_auxFc2;
+  ActivationLayer<S> m_auxAct;
+  Param<S> m_gateW, m_gateW1, m_gateB;
+  // forward caches
+  MatX<S> m_X, m_cCache, m_K, m_Kt, m_V, m_delta, m_gateHid, m_pool, m_auxPre, m_auxHid;
+  RowX<S> m_kNorm, m_Z, m_beta;
+  // backward workspaces
+  MatX<S> m_dK, m_dKt, m_dV, m_dTmp, m_gateDPre, m_dAuxHid, m_dPool;
+  RowX<S> m_dBeta, m_dZ;
+};
+
+}  // namespace ddl

@@ -1,0 +1,80 @@
+#pragma once
+// ddl/nn/expansion.hpp: the input expansion of the state to dv value channels (SPEC §3).
+//   Repeat  (w/o EC): X_j = x for every channel j (no parameters)
+//   Learned (EC):     X_j = e_j * x elementwise, e: (d, dv) "weight" initialised to ones, so it starts
+//                     as repetition (the per-token form of EC for vectors; no decay on e).
+// x: (d, N) -> X: (d, dv*N), channel j = X.middleCols(j*N, N).
+#include <string>
+
+#include "ddl/core/error.hpp"
+#include "ddl/core/param.hpp"
+#include "ddl/core/types.hpp"
+
+namespace ddl {
+
+template <class S>
+class Expansion {
+ public:
+  Expansion(Index d, Index dv, bool learned) : m_d(d), m_dv(dv), m_learned(learned) {
+    require(d >= 1 && dv >= 1, "ddl::Expansion", "d and dv must be >= 1, got d = ", d, ", dv = ", dv);
+    if (learned) {
+      m_e = Param<S>(d, dv, /*withDecay=*/false);
+      m_e.value.setOnes();
+    }
+  }
+
+  // x: (d, N) -> X: (d, dv*N)
+  void forward(const Eigen::Ref<const MatX<S>>& x, MatX<S>& X) {
+    checkShape("ddl::Expansion::forward", "x", x, m_d, -1);
+    const Index N = x.cols();
+    if (m_learned) m_x = x;
+    m_N = N;
+    X.resize(m_d, m_dv * N);
+    for (Index j = 0; j < m_dv; ++j) {
+      if (m_learned)
+        X.middleCols(j * N, N) = x.array().colwise() * m_e.value.col(j).array();
+      else
+        X.middleCols(j * N, N) = x;
+    }
+  }
+
+  // dX: (d, dv*N) -> dx: (d, N) overwritten; de accumulates.
+  void backward(const Eigen::Ref<const MatX<S>>& dX, MatX<S>& dx) {
+    const char* fn = "ddl::Expansion::backward";
+    if (m_N < 0) throw Error(message(fn, "called before forward"));
+    checkShape(fn, "dX", dX, m_d, m_dv * m_N);
+    const Index N = m_N;
+    dx.resize(m_d, N);
+    for (Index j = 0; j < m_dv; ++j) {
+      const auto dXj = dX.middleCols(j * N, N);
+      if (m_learned) {
+        m_e.grad.col(j) += (dXj.array() * m_x.array()).rowwise().sum().matrix();
+        if (j == 0)
+          dx = dXj.array().colwise() * m_e.value.col(0).array();
+        else
+          dx.array() += dXj.array().colwise() * m_e.value.col(j).array();
+      } else {
+        if (j == 0)
+          dx = dXj;
+        else
+          dx += dXj;
+      }
+    }
+  }
+
+  template <class F>
+  void visitParams(const std::string& prefix, F&& f) {
+    if (m_learned) f(joinName(prefix, "weight"), m_e);
+  }
+
+  bool learned() const { return m_learned; }
+
+ private:
+  Index m_d, m_dv;
+  bool m_learned;
+  Index m_N = -1;
+  Param<S> m_e;
+  MatX<S> m_x;
+};
+
+}  // namespace ddl

@@ -1,0 +1,286 @@
+// The Delta stack (nn/delta_residual, compressor, expansion, delta_block, delta_net): central-difference
+// checks in double of every input and named parameter, under every option combination, per preset and
+// per residual kind; configuration errors with their messages; determinism.
+#include <random>
+#include <string>
+#include <vector>
+
+#include "catch_compat.hpp"
+#include "ddl/nn/delta_net.hpp"
+#include "ddl/testing/grad_check.hpp"
+
+using ddl::Index;
+using ddl::MatX;
+using ddl::testing::numericGrad;
+using ddl::testing::relErr;
+
+namespace {
+
+// Every valid combination of the rewrite options (the additive baseline once).
+std::vector<ddl::DeltaResidualOptions> allResidualOptions() {
+  std::vector<ddl::DeltaResidualOptions> all;
+  ddl::DeltaResidualOptions additive;
+  additive.residual = ddl::ResidualKind::Additive;
+  all.push_back(additive);
+  for (auto kind : {ddl::ResidualKind::Delta, ddl::ResidualKind::WriteOnly})
+    for (auto dir : {ddl::DirectionSource::BranchOutput, ddl::DirectionSource::AuxiliaryMlp})
+      for (auto norm : {ddl::DirectionNorm::SqrtEps, ddl::DirectionNorm::AddEps})
+        for (auto gate : {ddl::GateKind::Linear, ddl::GateKind::TwoLayerTanh})
+          for (auto value : {ddl::ValueKind::SigmoidScaled, ddl::ValueKind::LinearOnC, ddl::ValueKind::FromBranch,
+                             ddl::ValueKind::Constant}) {
+            if (dir == ddl::DirectionSource::BranchOutput && value == ddl::ValueKind::FromBranch) continue;
+            ddl::DeltaResidualOptions o;
+            o.residual = kind;
+            o.direction = dir;
+            o.norm = norm;
+            o.gate = gate;
+            o.gateHidden = 3;
+            o.value = value;
+            o.auxHidden = 2;
+            all.push_back(o);
+          }
+  return all;
+}
+
+std::string describe(const ddl::DeltaResidualOptions& o) {
+  return std::string(ddl::toString(o.residual)) + "/" + ddl::toString(o.direction) + "/" + ddl::toString(o.norm) +
+         "/" + ddl::toString(o.gate) + "/" + ddl::toString(o.value);
+}
+
+// Checks the analytic gradient of every named parameter of m against central differences of loss.
+template <class Module, class Loss>
+void checkParams(Module& m, Loss&& loss) {
+  m.visitParams("", [&](const std::string& name, ddl::Param<double>& p) {
+    CAPTURE(name);
+    CHECK(relErr(p.grad, numericGrad(p.value, loss)) < 1e-6);
+  });
+}
+
+}  // namespace
+
+TEST_CASE("DeltaResidual backward matches central differences under every option", "[nn][delta_residual][grad]") {
+  const auto options = allResidualOptions();
+  REQUIRE(options.size() == 57);
+  const auto which = GENERATE(range(0, 57));
+  ddl::DeltaResidualOptions opt = options[static_cast<std::size_t>(which)];
+  std::mt19937 rng(1000u + static_cast<unsigned>(which));
+  std::srand(static_cast<unsigned>(which) + 1u);
+  const Index d = std::uniform_int_distribution<int>(1, 5)(rng), N = std::uniform_int_distribution<int>(1, 3)(rng);
+  // For d = 1 the normalized direction is +-1 up to eps^2: its true gradient (~eps^2) is below the
+  // resolution of central differences, so d = 1 runs with a large guard, where the gradient is O(1).
+  if (d == 1) opt.epsK = 0.5;
+  const Index dv = which % 2 ? 1 : 3;
+  CAPTURE(describe(opt), d, N, dv);
+  ddl::DeltaResidual<double> res(d, dv, opt);
+  ddl::Rng init(which);
+  res.init(init);
+  MatX<double> X = MatX<double>::Random(d, dv * N), Xin = MatX<double>::Random(d, N);
+  MatX<double> C = MatX<double>::Random(d, N), H = MatX<double>::Random(d, N);
+  MatX<double> W = MatX<double>::Random(d, dv * N), Y, dX, dXin, dC, dH;
+  auto loss = [&] {
+    MatX<double> Yl;
+    res.forward(X, Xin, C, H, Yl);
+    return (W.array() * Yl.array()).sum();
+  };
+  res.forward(X, Xin, C, H, Y);
+  ddl::zeroGrad(res);
+  res.backward(W, dX, dXin, dC, dH);
+  CHECK(relErr(dX, numericGrad(X, loss)) < 1e-6);
+  CHECK(relErr(dXin, numericGrad(Xin, loss)) < 1e-6);
+  CHECK(relErr(dC, numericGrad(C, loss)) < 1e-6);
+  CHECK(relErr(dH, numericGrad(H, loss)) < 1e-6);
+  res.forward(X, Xin, C, H, Y);
+  checkParams(res, loss);
+}
+
+TEST_CASE("Compressor and Expansion backward match central differences", "[nn][compressor][grad]") {
+  const auto kind = GENERATE(ddl::CompressorKind::Free, ddl::CompressorKind::Structured);
+  const Index dv = GENERATE(1, 3, 4);
+  std::srand(static_cast<unsigned>(dv) * 7u);
+  const Index d = 3, N = 2;
+  CAPTURE(ddl::toString(kind), dv);
+  ddl::Compressor<double> cc(d, dv, kind, 3);
+  cc.visitParams("", [](const std::string&, ddl::Param<double>& p) { p.value += 0.3 * MatX<double>::Random(p.value.rows(), p.value.cols()); });
+  MatX<double> X = MatX<double>::Random(d, dv * N), W = MatX<double>::Random(d, N), Y, dX;
+  auto loss = [&] { MatX<double> Yl; cc.forward(X, Yl); return (W.array() * Yl.array()).sum(); };
+  cc.forward(X, Y);
+  cc.backward(W, dX);
+  CHECK(relErr(dX, numericGrad(X, loss)) < 1e-6);
+  checkParams(cc, loss);
+
+  ddl::Expansion<double> ec(d, dv, true);
+  ec.visitParams("", [](const std::string&, ddl::Param<double>& p) { p.value += 0.3 * MatX<double>::Random(p.value.rows(), p.value.cols()); });
+  MatX<double> x = MatX<double>::Random(d, N), We = MatX<double>::Random(d, dv * N), Xe, dx;
+  auto lossE = [&] { MatX<double> Yl; ec.forward(x, Yl); return (We.array() * Yl.array()).sum(); };
+  ec.forward(x, Xe);
+  ec.backward(We, dx);
+  CHECK(relErr(dx, numericGrad(x, lossE)) < 1e-6);
+  checkParams(ec, lossE);
+}
+
+TEST_CASE("Compressors start as the mean over channels, expansion as repetition", "[nn][compressor]") {
+  const Index d = 2, dv = 4, N = 3;
+  MatX<double> x = MatX<double>::Random(d, N), X, back;
+  ddl::Expansion<double> ec(d, dv, true);
+  ec.forward(x, X);
+  for (auto kind : {ddl::CompressorKind::Free, ddl::CompressorKind::Structured}) {
+    ddl::Compressor<double> cc(d, dv, kind, 3);
+    cc.forward(X, back);
+    CHECK(relErr(back, x) < 1e-15);
+  }
+}
+
+TEST_CASE("DeltaBlock backward matches central differences", "[nn][delta_block][grad]") {
+  const Index dv = GENERATE(1, 4);
+  const auto preset = GENERATE(as<std::string>{}, "code", "paper", "v1");
+  const auto seed = GENERATE(take(2, random(1u, 100000u)));
+  std::mt19937 rng(seed);
+  std::srand(seed);
+  const Index d = std::uniform_int_distribution<int>(1, 6)(rng), N = std::uniform_int_distribution<int>(1, 3)(rng);
+  CAPTURE(dv, preset, seed, d, N);
+  ddl::DeltaNetConfig cfg;
+  cfg.d = d;
+  cfg.dv = dv;
+  ddl::applyPreset(cfg, preset);
+  cfg.block.hidden = 5;
+  cfg.block.residual.gateHidden = 4;
+  if (d == 1) cfg.block.residual.epsK = 0.5;  // see the DeltaResidual test
+  ddl::DeltaBlock<double> blk(d, dv, cfg.block);
+  ddl::Rng init(seed);
+  blk.init(init);
+  MatX<double> X = MatX<double>::Random(d, dv * N), W = MatX<double>::Random(d, dv * N), Y, dX;
+  auto loss = [&] { MatX<double> Yl; blk.forward(X, Yl); return (W.array() * Yl.array()).sum(); };
+  blk.forward(X, Y);
+  ddl::zeroGrad(blk);
+  blk.backward(W, dX);
+  CHECK(relErr(dX, numericGrad(X, loss)) < 1e-6);
+  checkParams(blk, loss);
+}
+
+TEST_CASE("whole DeltaNet backward matches central differences per preset and residual kind", "[nn][delta_net][grad]") {
+  const auto preset = GENERATE(as<std::string>{}, "code", "paper", "v1");
+  const auto kind = GENERATE(ddl::ResidualKind::Delta, ddl::ResidualKind::WriteOnly, ddl::ResidualKind::Additive);
+  const Index dv = GENERATE(1, 3);
+  CAPTURE(preset, ddl::toString(kind), dv);
+  ddl::DeltaNetConfig cfg;
+  cfg.inputDim = 5;
+  cfg.classes = 3;
+  cfg.d = 4;
+  cfg.depth = 2;
+  cfg.dv = dv;
+  cfg.learnedExpansion = dv > 1;
+  cfg.block.residual.residual = kind;
+  ddl::applyPreset(cfg, preset);
+  cfg.block.hidden = 6;
+  cfg.block.residual.gateHidden = 3;
+  ddl::DeltaNet<double> net(cfg, 42);
+  std::srand(5);
+  // Move off the initial point: there all value channels are equal, and since RMSNorm is scale
+  // invariant the compressor's true gradient is ~eps_norm, below central-difference resolution.
+  net.visitParams("", [](const std::string&, ddl::Param<double>& p) {
+    p.value += 0.2 * MatX<double>::Random(p.value.rows(), p.value.cols());
+  });
+  MatX<double> X = MatX<double>::Random(5, 3), W = MatX<double>::Random(3, 3), logits, dX;
+  auto loss = [&] { MatX<double> l; net.forward(X, l); return (W.array() * l.array()).sum(); };
+  net.forward(X, logits);
+  ddl::zeroGrad(net);
+  net.backward(W, &dX);
+  CHECK(relErr(dX, numericGrad(X, loss)) < 1e-6);
+  checkParams(net, loss);
+}
+
+TEST_CASE("DeltaNet parameter names are stable and dotted", "[nn][delta_net]") {
+  ddl::DeltaNetConfig cfg;
+  cfg.inputDim = 4;
+  cfg.d = 3;
+  cfg.depth = 2;
+  cfg.dv = 2;
+  cfg.learnedExpansion = true;
+  ddl::DeltaNet<float> net(cfg, 1);
+  std::vector<std::string> names;
+  net.visitParams("", [&](const std::string& n, ddl::Param<float>&) { names.push_back(n); });
+  const std::vector<std::string> expected = {
+      "input.weight", "input.bias", "expand.weight",
+      "blocks.0.compress.conv.weight", "blocks.0.compress.read.weight", "blocks.0.norm.weight",
+      "blocks.0.mlp.fc1.weight", "blocks.0.mlp.fc1.bias", "blocks.0.mlp.fc2.weight", "blocks.0.mlp.fc2.bias",
+      "blocks.0.delta.gate.weight", "blocks.0.delta.gate.bias", "blocks.0.delta.value.weight",
+      "blocks.0.delta.value.bias",
+      "blocks.1.compress.conv.weight", "blocks.1.compress.read.weight", "blocks.1.norm.weight",
+      "blocks.1.mlp.fc1.weight", "blocks.1.mlp.fc1.bias", "blocks.1.mlp.fc2.weight", "blocks.1.mlp.fc2.bias",
+      "blocks.1.delta.gate.weight", "blocks.1.delta.gate.bias", "blocks.1.delta.value.weight",
+      "blocks.1.delta.value.bias",
+      "readout.conv.weight", "readout.read.weight", "norm.weight", "head.weight", "head.bias"};
+  CHECK(names == expected);
+}
+
+TEST_CASE("same seed gives bit-identical parameters; gate bias starts at logit(beta0/2)", "[nn][delta_net]") {
+  ddl::DeltaNetConfig cfg;
+  cfg.inputDim = 6;
+  cfg.d = 4;
+  cfg.depth = 2;
+  cfg.block.residual.beta0 = 0.5;
+  ddl::DeltaNet<float> a(cfg, 9), b(cfg, 9), c(cfg, 10);
+  std::vector<MatX<float>> pa, pb, pc;
+  a.visitParams("", [&](const std::string&, ddl::Param<float>& p) { pa.push_back(p.value); });
+  b.visitParams("", [&](const std::string&, ddl::Param<float>& p) { pb.push_back(p.value); });
+  c.visitParams("", [&](const std::string&, ddl::Param<float>& p) { pc.push_back(p.value); });
+  CHECK(pa == pb);
+  CHECK(pa != pc);
+  a.visitParams("", [&](const std::string& n, ddl::Param<float>& p) {
+    if (n.find("gate.bias") != std::string::npos) CHECK(p.value(0, 0) == Approx(std::log(0.25 / 0.75)));
+  });
+}
+
+TEST_CASE("bad configurations throw ddl::Error naming the option", "[nn][errors]") {
+  auto msgFor = [](auto edit) {
+    return ddl_test::thrownMessage<ddl::Error>([&] {
+      ddl::DeltaNetConfig cfg;
+      cfg.inputDim = 4;
+      cfg.d = 4;
+      cfg.depth = 1;
+      edit(cfg);
+      ddl::DeltaNet<float> net(cfg, 0);
+    });
+  };
+  CHECK(ddl_test::contains(msgFor([](ddl::DeltaNetConfig& c) { c.d = 0; }), "d must be >= 1, got 0"));
+  CHECK(ddl_test::contains(msgFor([](ddl::DeltaNetConfig& c) { c.dv = 0; }), "dv must be >= 1, got 0"));
+  CHECK(ddl_test::contains(msgFor([](ddl::DeltaNetConfig& c) { c.block.residual.epsK = -1; }), "epsK must be finite and >= 0, got -1"));
+  CHECK(ddl_test::contains(msgFor([](ddl::DeltaNetConfig& c) { c.block.residual.beta0 = 2.5; }), "beta0 must lie in [0, 2], got 2.5"));
+  CHECK(ddl_test::contains(msgFor([](ddl::DeltaNetConfig& c) { c.block.residual.beta0 = -0.1; }), "beta0 must lie in [0, 2]"));
+  CHECK(ddl_test::contains(msgFor([](ddl::DeltaNetConfig& c) { c.block.residual.value = ddl::ValueKind::FromBranch; }),
+                           "value 'from_branch' needs direction 'aux_mlp'"));
+  const std::string presetMsg = ddl_test::thrownMessage<ddl::ValueError>([] {
+    ddl::DeltaNetConfig c;
+    ddl::applyPreset(c, "v2");
+  });
+  CHECK(ddl_test::contains(presetMsg, "ddl::applyPreset: unknown preset 'v2'"));
+  ddl::DeltaNetConfig cfg;
+  cfg.inputDim = 4;
+  cfg.d = 4;
+  cfg.depth = 1;
+  ddl::DeltaNet<float> net(cfg, 0);
+  MatX<float> X = MatX<float>::Zero(5, 2), logits;
+  const std::string shapeMsg = ddl_test::thrownMessage<ddl::ShapeError>([&] { net.forward(X, logits); });
+  CHECK(ddl_test::contains(shapeMsg, "ddl::DeltaNet::forward: X has shape (5, 2), expected (4, any)"));
+}
+
+TEST_CASE("config survives its key/value form", "[nn][delta_net]") {
+  ddl::DeltaNetConfig cfg;
+  cfg.inputDim = 12;
+  cfg.d = 8;
+  cfg.dv = 3;
+  cfg.depth = 3;
+  cfg.block.residual.residual = ddl::ResidualKind::WriteOnly;
+  ddl::applyPreset(cfg, "v1");
+  cfg.block.residual.beta0 = 0.3;
+  const auto kv = cfg.toKeyValues();
+  const ddl::DeltaNetConfig back = ddl::DeltaNetConfig::fromKeyValues(kv);
+  CHECK(back.toKeyValues() == kv);
+  CHECK(back.preset == "v1");
+  CHECK(back.block.residual.residual == ddl::ResidualKind::WriteOnly);
+  CHECK(back.block.residual.beta0 == 0.3);
+  auto broken = kv;
+  broken.erase("dv");
+  CHECK(ddl_test::contains(ddl_test::thrownMessage<ddl::ValueError>([&] { ddl::DeltaNetConfig::fromKeyValues(broken); }),
+                           "missing key 'dv'"));
+}
