@@ -318,6 +318,30 @@ TEST_CASE("Activations match reference values, in float as in double", "[activat
   }
 }
 
+TEST_CASE("Large activations (split over threads) equal the column-by-column result", "[activation]") {
+  std::srand(99);
+  // 512 x 160 is above the parallel threshold; one column alone is below it.
+  const MatX<double> X = awayFromZero(2.0 * MatX<double>::Random(512, 160), 0.05);
+  const MatX<double> dY = MatX<double>::Random(512, 160);
+  for (ddl::Activation kind : kAllActivations) {
+    CAPTURE(ddl::toString(kind));
+    ddl::ActivationLayer<double> layer(kind);
+    MatX<double> Y, dX;
+    layer.forward(X, Y);
+    layer.backward(dY, dX);
+    MatX<double> Yc(1, 1), dXc(1, 1);
+    double worstY = 0, worstdX = 0;
+    for (Index j = 0; j < X.cols(); ++j) {
+      ddl::activate(kind, X.col(j), Yc);
+      ddl::activateBackward(kind, X.col(j), Yc, dY.col(j), dXc);
+      worstY = std::max(worstY, (Yc - Y.col(j)).cwiseAbs().maxCoeff());
+      worstdX = std::max(worstdX, (dXc - dX.col(j)).cwiseAbs().maxCoeff());
+    }
+    CHECK(worstY == 0);
+    CHECK(worstdX == 0);
+  }
+}
+
 TEST_CASE("Activation names round-trip and unknown names throw", "[activation][errors]") {
   for (ddl::Activation kind : kAllActivations) CHECK(ddl::parseActivation(ddl::toString(kind)) == kind);
   CHECK(ddl::parseActivation("GELU_Tanh") == ddl::Activation::GELUTanh);
@@ -519,6 +543,9 @@ void steadyStateStep(bool forbid) {
   static const M big = M::Random(48, 40);  // a column block of it feeds the same Linear without a copy
   static const std::vector<int> labels(16, 3);
   static M h1, h2, h3, h4, g1, g2, g3, dX;
+  static ddl::ActivationLayer<S> bigAct(ddl::Activation::GELU);  // large enough for the OpenMP split
+  static const M bigX = M::Random(512, 160);
+  static M bigY, bigdX;
 
   S loss = 0;
   {
@@ -535,6 +562,8 @@ void steadyStateStep(bool forbid) {
     norm.backward(g3, g2);
     lin.backward(g2, dX);
     lin.backwardParamsOnly(g2);
+    bigAct.forward(bigX, bigY);
+    bigAct.backward(bigX, bigdX);
   }
   CHECK(std::isfinite(static_cast<double>(loss)));
 }
