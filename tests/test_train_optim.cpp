@@ -202,6 +202,22 @@ TEST_CASE("AdamW counts one step per step() whatever the number of params", "[tr
   }
 }
 
+TEST_CASE("AdamW keeps a step count set before its first step", "[train][adamw]") {
+  ddl::AdamWOptions o;
+  o.lr = 0.01;
+  o.weightDecay = 0.0;
+  ddl::AdamW<double> opt(o);
+  opt.setStepCount(5);
+  Flexible m;
+  m.add("x", 1, 1);
+  m.params[0].grad(0) = 1.0;
+  opt.step(m);
+  CHECK(opt.stepCount() == 6);
+  // t = 6 with zero moments: m = 0.1, v = 0.001; 1 - 0.9^6 = 0.468559, 1 - 0.999^6 = 0.005985019985005999
+  CHECK(val(m.params[0]) ==
+        Approx(-0.01 * (0.1 / 0.468559) / (std::sqrt(0.001 / 0.005985019985005999) + 1e-8)).epsilon(1e-12));
+}
+
 TEST_CASE("AdamW verifies the state by name and shape on every step", "[train][adamw]") {
   ddl::AdamWOptions o;
   o.lr = 0.1;

@@ -59,7 +59,11 @@ class AdamW {
   // and update nothing if the model no longer matches the state.
   template <class Model>
   void step(Model& model) {
-    if (!m_hasState) initState(model);
+    if (!m_hasState) {  // lazy state; keeps a step count set before the first step
+      const std::int64_t steps = m_step;
+      initState(model);
+      m_step = steps;
+    }
     verify(model, "AdamW::step");
     ++m_step;
     const double t = static_cast<double>(m_step);
@@ -84,8 +88,8 @@ class AdamW {
   }
 
   // (Re)builds zeroed state (exp_avg, exp_avg_sq) matching model and resets the step counter to 0.
-  // step() calls it lazily; a checkpoint loader calls it on a fresh optimizer, then fills the
-  // tensors through visitState and restores the counter with setStepCount.
+  // step() calls it lazily (keeping a count set earlier); a checkpoint loader calls it on a fresh
+  // optimizer, then fills the tensors through visitState and restores the count with setStepCount.
   template <class Model>
   void initState(Model& model) {
     std::vector<Slot> slots;

@@ -61,7 +61,11 @@ class Sgd {
   // if the model no longer matches the state.
   template <class Model>
   void step(Model& model) {
-    if (!m_hasState) initState(model);
+    if (!m_hasState) {  // lazy state; keeps a step count set before the first step
+      const std::int64_t steps = m_step;
+      initState(model);
+      m_step = steps;
+    }
     verify(model, "Sgd::step");
     const bool firstStep = m_step == 0;
     ++m_step;
@@ -92,9 +96,9 @@ class Sgd {
   }
 
   // (Re)builds zeroed state matching model (momentum buffers only when momentum != 0) and resets
-  // the step counter to 0. step() calls it lazily; a checkpoint loader calls it on a fresh
-  // optimizer, fills the buffers through visitState and restores the counter with setStepCount
-  // (a restored counter > 0 makes the next step use the loaded buffers).
+  // the step counter to 0. step() calls it lazily (keeping a count set earlier); a checkpoint
+  // loader calls it on a fresh optimizer, fills the buffers through visitState and restores the
+  // count with setStepCount (a count > 0 makes the next step use the loaded buffers).
   template <class Model>
   void initState(Model& model) {
     std::vector<Slot> slots;
