@@ -196,7 +196,7 @@ std::string goodData() { return std::string(56, '\0'); }
 
 // Loads `bytes` into a fresh TinyModel, checks that it throws IoError, that the model is untouched,
 // and returns the message.
-std::string loadFails(const std::string& name, const std::string& bytes, ddl::LoadOptions opt = {}) {
+std::string loadFails(const std::string& name, const std::string& bytes, ddl::CheckpointLoadOptions opt = {}) {
   const std::string path = tmpPath(name);
   writeBytes(path, bytes);
   TinyModel m(5);
@@ -306,7 +306,7 @@ TEST_CASE("checkpoint: missing, extra and mis-shaped tensors are refused without
     const std::string path = tmpPath("extra_ok.safetensors");
     writeBytes(path, makeFile(extraHdr, std::string(64, '\0')));
     TinyModel m(5);
-    ddl::LoadOptions opt;
+    ddl::CheckpointLoadOptions opt;
     opt.allowExtraTensors = true;
     ddl::loadCheckpoint(path, m, opt);
     CHECK(m.w.value.isZero(0));
@@ -333,7 +333,7 @@ TEST_CASE("checkpoint: F32/F64 conversion only when allowed", "[io][checkpoint]"
   const std::string path = tmpPath("conv_ok.safetensors");
   writeBytes(path, makeFile(hdr, data));
   TinyModel m(5);
-  ddl::LoadOptions opt;
+  ddl::CheckpointLoadOptions opt;
   opt.allowConversion = true;
   ddl::loadCheckpoint(path, m, opt);
   CHECK(m.b.value(0) == 0.5f);

@@ -143,7 +143,7 @@ struct CheckpointMeta {
 };
 
 // How strict loadCheckpoint is.
-struct LoadOptions {
+struct CheckpointLoadOptions {
   bool allowExtraTensors = false;  // ignore tensors the model does not have
   bool allowConversion = false;    // let a float model read F64 tensors and a double model F32
 };
@@ -192,7 +192,7 @@ void writeCheckpoint(const char* fn, const std::string& path, Model& model, Visi
 
 // Reads and checks every model parameter into a temporary; returns the assignments to commit.
 template <class Model>
-std::vector<std::function<void()>> stageModel(SafetensorsReader& r, Model& model, const LoadOptions& opt,
+std::vector<std::function<void()>> stageModel(SafetensorsReader& r, Model& model, const CheckpointLoadOptions& opt,
                                               std::set<std::string>& used) {
   std::vector<std::function<void()>> commits;
   model.visitParams("", [&](const std::string& name, auto& p) {
@@ -210,7 +210,7 @@ std::vector<std::function<void()>> stageModel(SafetensorsReader& r, Model& model
 }
 
 inline void checkNoExtras(const SafetensorsReader& r, const std::set<std::string>& used, bool optimInScope,
-                          const LoadOptions& opt) {
+                          const CheckpointLoadOptions& opt) {
   if (opt.allowExtraTensors) return;
   for (const auto& t : r.header().tensors) {
     if (used.count(t.name) || (!optimInScope && isOptimName(t.name))) continue;
@@ -251,7 +251,7 @@ void saveCheckpoint(const std::string& path, Model& model, Optimizer& optimizer,
 // mismatch (missing, extra, shape, dtype, corrupt file) it throws IoError before touching the
 // model. Tensors under "optim." are optimizer state and are ignored here.
 template <class Model>
-CheckpointMeta loadCheckpoint(const std::string& path, Model& model, const LoadOptions& options = LoadOptions()) {
+CheckpointMeta loadCheckpoint(const std::string& path, Model& model, const CheckpointLoadOptions& options = CheckpointLoadOptions()) {
   SafetensorsReader r(path);
   std::set<std::string> used;
   auto commits = detail::stageModel(r, model, options, used);
@@ -267,7 +267,7 @@ CheckpointMeta loadCheckpoint(const std::string& path, Model& model, const LoadO
 // restores a freshly initialised state and the saved step count.
 template <class Model, class Optimizer, std::enable_if_t<detail::IsOptimizer<Optimizer>::value, int> = 0>
 CheckpointMeta loadCheckpoint(const std::string& path, Model& model, Optimizer& optimizer,
-                              const LoadOptions& options = LoadOptions()) {
+                              const CheckpointLoadOptions& options = CheckpointLoadOptions()) {
   const char* fn = "ddl::loadCheckpoint";
   SafetensorsReader r(path);
   std::set<std::string> used;
