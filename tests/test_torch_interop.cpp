@@ -1,0 +1,218 @@
+// PyTorch interop: tools/ddl_torch.py rebuilds a DeltaNet from a ddl checkpoint (model_config metadata +
+// tensors by their dotted names) and must reproduce ddl's logits on a batch, for every preset x residual
+// kind x dv, in float and double, plus variants that reach the remaining options (constant value,
+// every activation, larger eps_k, a compressor kernel wider than dv). The script runs under Debian's
+// python3-torch with /usr/bin/python3; without it these tests warn and return (Catch2 v2 has no SKIP).
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#if defined(__unix__) || defined(__APPLE__)
+#include <sys/wait.h>
+#endif
+
+#include <nlohmann/json.hpp>
+
+#include "catch_compat.hpp"
+#include "ddl/io/checkpoint.hpp"
+#include "ddl/io/safetensors.hpp"
+#include "ddl/nn/delta_net.hpp"
+
+using ddl::Index;
+using ddl::MatX;
+
+namespace {
+
+const char* const kPython = "/usr/bin/python3";
+
+// The script, found from this file's path (CMake compiles tests with absolute source paths).
+std::string scriptPath() {
+  return (std::filesystem::path(__FILE__).parent_path().parent_path() / "tools" / "ddl_torch.py").string();
+}
+
+// Exit code of a command run by std::system (-1 if it did not exit normally).
+int runCommand(const std::string& cmd) {
+  const int raw = std::system(cmd.c_str());
+#if defined(WIFEXITED)
+  return WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+#else
+  return raw;
+#endif
+}
+
+bool torchAvailable() {
+  static const bool ok = runCommand(std::string(kPython) + " -c \"import torch\" > /dev/null 2>&1") == 0;
+  return ok;
+}
+
+std::string tmpPath(const std::string& name) { return std::string(DDL_TEST_TMPDIR) + "/torch_" + name; }
+
+std::string quoted(const std::string& s) { return "\"" + s + "\""; }
+
+struct Case {
+  std::string preset;
+  ddl::ResidualKind residual;
+  Index dv;
+  std::string variant;  // "" or one of the option variants in makeConfig
+};
+
+std::string nameOf(const Case& c) {
+  return c.preset + "_" + ddl::toString(c.residual) + "_dv" + std::to_string(c.dv) +
+         (c.variant.empty() ? "" : "_" + c.variant);
+}
+
+ddl::DeltaNetConfig makeConfig(const Case& k) {
+  ddl::DeltaNetConfig c;
+  c.inputDim = 5;
+  c.classes = 3;
+  c.d = 4;
+  c.depth = 2;
+  c.dv = k.dv;
+  c.block.hidden = 6;
+  c.block.residual.residual = k.residual;
+  ddl::applyPreset(c, k.preset);
+  c.block.residual.gateHidden = 3;
+  c.block.residual.auxHidden = 2;
+  c.learnedExpansion = k.dv > 1 && k.residual != ddl::ResidualKind::WriteOnly;
+  ddl::DeltaResidualOptions& r = c.block.residual;
+  if (k.variant == "constant_gelutanh") {
+    r.value = ddl::ValueKind::Constant;
+    r.valueConstant = 0.7;
+    c.block.activation = ddl::Activation::GELUTanh;
+  } else if (k.variant == "silu_tanh_eps") {  // v1: aux MLP with tanh, block SiLU, a large eps_k
+    c.block.activation = ddl::Activation::SiLU;
+    r.auxActivation = ddl::Activation::Tanh;
+    r.epsK = 0.3;
+    r.auxHidden = 3;
+  } else if (k.variant == "relu_identity_scale") {  // v1 with sqrt_eps and a linear gate
+    c.block.activation = ddl::Activation::ReLU;
+    r.auxActivation = ddl::Activation::Identity;
+    r.norm = ddl::DirectionNorm::SqrtEps;
+    r.gate = ddl::GateKind::Linear;
+    r.epsK = 0.2;
+    r.value = ddl::ValueKind::SigmoidScaled;
+    r.valueScale = 2.5;
+  } else if (k.variant == "kernel5") {  // structured CC kernel wider than dv, eps other than 1e-5
+    c.block.compressorKernel = 5;
+    c.block.normEps = 1e-2;
+    c.finalNormEps = 0.5;
+  }
+  return c;
+}
+
+std::vector<Case> allCases() {
+  std::vector<Case> cases;
+  for (const char* preset : {"code", "paper", "v1"})
+    for (auto kind : {ddl::ResidualKind::Delta, ddl::ResidualKind::WriteOnly, ddl::ResidualKind::Additive})
+      for (Index dv : {1, 3}) cases.push_back({preset, kind, dv, ""});
+  cases.push_back({"code", ddl::ResidualKind::Delta, 3, "constant_gelutanh"});
+  cases.push_back({"code", ddl::ResidualKind::WriteOnly, 1, "constant_gelutanh"});
+  cases.push_back({"v1", ddl::ResidualKind::Delta, 3, "silu_tanh_eps"});
+  cases.push_back({"v1", ddl::ResidualKind::Delta, 1, "relu_identity_scale"});
+  cases.push_back({"v1", ddl::ResidualKind::WriteOnly, 3, "relu_identity_scale"});
+  cases.push_back({"code", ddl::ResidualKind::Delta, 4, "kernel5"});
+  return cases;
+}
+
+// Builds the net of `k` with random non-trivial parameters, runs it on a random batch and writes
+// <name>.ck.safetensors (checkpoint) and <name>.batch.safetensors (x, logits in ddl's layout).
+template <class S>
+std::pair<std::string, std::string> writeCase(const Case& k, const std::string& tag, std::uint64_t seed) {
+  const ddl::DeltaNetConfig cfg = makeConfig(k);
+  ddl::DeltaNet<S> net(cfg, seed);
+  ddl::Rng rng(seed + 7);
+  // Perturb everything, so that CC weights, expansion, gains and gate biases are not at their
+  // symmetric initial values and a wrong index or transposition shows in the logits.
+  net.visitParams("", [&](const std::string&, ddl::Param<S>& p) {
+    for (Index j = 0; j < p.value.cols(); ++j)
+      for (Index i = 0; i < p.value.rows(); ++i) p.value(i, j) += static_cast<S>(0.5 * rng.normal());
+  });
+  const Index N = 7;
+  MatX<S> X(cfg.inputDim, N), logits;
+  for (Index j = 0; j < N; ++j)
+    for (Index i = 0; i < cfg.inputDim; ++i) X(i, j) = static_cast<S>(rng.normal());
+  net.forward(X, logits);
+  REQUIRE(logits.allFinite());
+
+  ddl::CheckpointMeta meta;
+  meta.preset = cfg.preset;
+  meta.modelConfig = nlohmann::json(cfg.toKeyValues()).dump();
+  const std::string base = tmpPath(tag + "_" + nameOf(k));
+  const std::string ck = base + ".ck.safetensors", batch = base + ".batch.safetensors";
+  ddl::saveCheckpoint(ck, net, meta);
+  ddl::saveSafetensors<S>(batch, {{"x", X}, {"logits", logits}});
+  return {ck, batch};
+}
+
+std::string checkCommand(const std::vector<std::pair<std::string, std::string>>& files, double tol) {
+  std::ostringstream tolText;
+  tolText << tol;  // std::to_string would print 1e-12 as 0.000000
+  std::string cmd = std::string(kPython) + " " + quoted(scriptPath()) + " check --tol " + tolText.str();
+  for (const auto& f : files) cmd += " --checkpoint " + quoted(f.first) + " --batch " + quoted(f.second);
+  return cmd;
+}
+
+template <class S>
+void checkAllCases(const std::string& tag, double tol) {
+  REQUIRE(std::ifstream(scriptPath()).good());
+  std::vector<std::pair<std::string, std::string>> files;
+  std::uint64_t seed = 100;
+  for (const Case& k : allCases()) {
+    CAPTURE(nameOf(k));
+    files.push_back(writeCase<S>(k, tag, seed++));
+  }
+  const std::string cmd = checkCommand(files, tol);
+  CAPTURE(cmd);
+  REQUIRE(runCommand(cmd) == 0);
+}
+
+}  // namespace
+
+#define DDL_REQUIRE_TORCH()                                                                            \
+  do {                                                                                                 \
+    if (!torchAvailable()) {                                                                           \
+      WARN("SKIPPED: '" << kPython << " -c \"import torch\"' failed; install python3-torch to run it"); \
+      return;                                                                                          \
+    }                                                                                                  \
+  } while (0)
+
+TEST_CASE("PyTorch reproduces float DeltaNet logits from a checkpoint to 1e-5", "[io][torch]") {
+  DDL_REQUIRE_TORCH();
+  checkAllCases<float>("f32", 1e-5);
+}
+
+TEST_CASE("PyTorch reproduces double DeltaNet logits from a checkpoint to 1e-12", "[io][torch]") {
+  DDL_REQUIRE_TORCH();
+  checkAllCases<double>("f64", 1e-12);
+}
+
+TEST_CASE("ddl_torch.py fails on logits off by 1e-4 and on a config that does not match the tensors",
+          "[io][torch]") {
+  DDL_REQUIRE_TORCH();
+  const Case k{"v1", ddl::ResidualKind::Delta, 3, ""};
+  const auto files = writeCase<double>(k, "neg", 5);
+  REQUIRE(runCommand(checkCommand({files}, 1e-5)) == 0);
+
+  // Logits off by 1e-4 in one entry: the comparison must fail (exit 1).
+  auto batch = ddl::loadSafetensors<double>(files.second);
+  batch.at("logits")(2, 6) += 1e-4;
+  const std::string tampered = tmpPath("neg_tampered.batch.safetensors");
+  ddl::saveSafetensors<double>(tampered, batch);
+  CHECK(runCommand(checkCommand({{files.first, tampered}}, 1e-5)) == 1);
+
+  // A model_config with one block more than the tensors: loading must refuse (exit 2).
+  ddl::DeltaNetConfig cfg = makeConfig(k);
+  ddl::DeltaNet<double> net(cfg, 5);
+  ddl::loadCheckpoint(files.first, net);
+  cfg.depth = 3;
+  ddl::CheckpointMeta meta;
+  meta.preset = cfg.preset;
+  meta.modelConfig = nlohmann::json(cfg.toKeyValues()).dump();
+  const std::string wrong = tmpPath("neg_depth.ck.safetensors");
+  ddl::saveCheckpoint(wrong, net, meta);
+  CHECK(runCommand(checkCommand({{wrong, files.second}}, 1e-5)) == 2);
+}

@@ -1,0 +1,511 @@
+#!/usr/bin/python3
+"""ddl_torch.py: a PyTorch reference implementation of ddl's DeltaNet that loads ddl checkpoints.
+
+The network is rebuilt from the checkpoint's "model_config" metadata (the JSON text of
+DeltaNetConfig::toKeyValues()), the tensors are loaded by their dotted ddl names (the names of
+visitParams; the state_dict of DeltaNet below has exactly those names and shapes), and the forward
+pass mirrors include/ddl/nn/*.hpp and include/ddl/ops/*.hpp one module per ddl class.
+
+Layout. ddl keeps tokens as columns: a state of dv value channels is (d, dv*N) with channel j in
+columns j*N .. j*N+N-1. Here tokens are rows, as usual in PyTorch: x is (N, d) and the expanded
+state X is (N, dv, d), so X[:, j, :] is ddl's channel j transposed. Parameters keep ddl's shapes
+exactly (a Linear bias is (out, 1), an RMSNorm gain (d, 1)), so loading needs no reshaping.
+
+Usage (Debian's python3-torch with /usr/bin/python3; the safetensors package is not needed):
+  ddl_torch.py check --checkpoint CK.safetensors --batch B.safetensors [--tol 1e-5] [--dtype auto]
+      B holds "x" (input_dim, N) and ddl's "logits" (classes, N), in ddl's column layout.
+      Prints the max abs error of the PyTorch logits; exit 0 if <= tol, 1 if above, 2 on bad input.
+      --checkpoint/--batch may be repeated in pairs (one torch start-up for many checks).
+  ddl_torch.py logits --checkpoint CK --idx DIR_OR_FILE [--labels FILE] [--limit N] [--scale 255]
+      Runs the net on an IDX image file (MNIST layout, optionally .gz), prints predictions and, with
+      labels, the accuracy. Pixels are divided by --scale (ddl's IDX reader default: bytes / 255).
+"""
+
+import argparse
+import gzip
+import json
+import math
+import os
+import struct
+import sys
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class FormatError(Exception):
+    """A file that is not what the script expects (message names the file and the problem)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# safetensors, parsed by hand: u64 little-endian header length, JSON header, raw row-major data.
+
+_DTYPES = {"F32": (torch.float32, 4), "F64": (torch.float64, 8), "I64": (torch.int64, 8),
+           "I32": (torch.int32, 4), "U8": (torch.uint8, 1), "I8": (torch.int8, 1)}
+
+
+def read_safetensors(path):
+    """Returns ({name: tensor}, {metadata key: string}); tensors have the file's shape and dtype."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if len(data) < 8:
+        raise FormatError(f"{path}: {len(data)} bytes, too short for a safetensors file")
+    (n,) = struct.unpack("<Q", data[:8])
+    if 8 + n > len(data):
+        raise FormatError(f"{path}: header length {n} exceeds the file size {len(data)}")
+    try:
+        header = json.loads(data[8:8 + n].decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise FormatError(f"{path}: header is not JSON: {e}") from e
+    if not isinstance(header, dict):
+        raise FormatError(f"{path}: header is not a JSON object")
+    meta = header.pop("__metadata__", {}) or {}
+    body = data[8 + n:]
+    tensors = {}
+    for name, info in header.items():
+        dtype_name = info.get("dtype")
+        if dtype_name not in _DTYPES:
+            raise FormatError(f"{path}: tensor '{name}' has unsupported dtype {dtype_name!r}")
+        dtype, size = _DTYPES[dtype_name]
+        shape = [int(s) for s in info["shape"]]
+        begin, end = (int(o) for o in info["data_offsets"])
+        count = math.prod(shape)
+        if end - begin != count * size or end > len(body) or begin < 0:
+            raise FormatError(f"{path}: tensor '{name}' {shape} {dtype_name} has data offsets "
+                              f"[{begin}, {end}] that do not fit its size or the file")
+        if sys.byteorder != "little" and size > 1:
+            raise FormatError(f"{path}: this script reads little-endian data on little-endian hosts only")
+        raw = bytearray(body[begin:end])  # writable copy: frombuffer warns on read-only buffers
+        t = torch.frombuffer(raw, dtype=dtype) if count > 0 else torch.empty(0, dtype=dtype)
+        tensors[name] = t.reshape(shape).clone()
+    return tensors, meta
+
+
+# ---------------------------------------------------------------------------------------------
+# Building blocks. Each class mirrors the ddl class of the same name; parameter names and shapes
+# are ddl's.
+
+def activation(name):
+    """ddl::Activation by its toString name (nn/activation.hpp); GELU is the exact erf form."""
+    name = name.lower()
+    if name == "relu":
+        return F.relu
+    if name == "gelu":
+        return lambda x: F.gelu(x)
+    if name == "gelu_tanh":
+        return lambda x: F.gelu(x, approximate="tanh")
+    if name == "silu":
+        return F.silu
+    if name == "tanh":
+        return torch.tanh
+    if name == "identity":
+        return lambda x: x
+    raise ValueError(f"unknown activation '{name}', expected one of relu, gelu, gelu_tanh, silu, tanh, identity")
+
+
+class Weight(nn.Module):
+    """A module holding one parameter called "weight" (for names like compress.conv.weight)."""
+
+    def __init__(self, rows, cols):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(rows, cols))
+
+
+class Linear(nn.Module):
+    """ddl::Linear: y = W x + b, W: (out, in), b: (out, 1). x: (N, in) -> (N, out)."""
+
+    def __init__(self, n_in, n_out, bias=True):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(n_out, n_in))
+        self.bias = nn.Parameter(torch.zeros(n_out, 1)) if bias else None
+
+    def forward(self, x):
+        y = x @ self.weight.t()
+        return y + self.bias[:, 0] if self.bias is not None else y
+
+
+class RmsNorm(nn.Module):
+    """ddl::RmsNorm: y = g * x / sqrt(mean(x^2) + eps) per token, g: (d, 1). x: (N, d) -> (N, d)."""
+
+    def __init__(self, d, eps):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d, 1))
+
+    def forward(self, x):
+        r = torch.rsqrt(x.pow(2).mean(dim=1, keepdim=True) + self.eps)
+        return x * r * self.weight[:, 0]
+
+
+class Expansion(nn.Module):
+    """ddl::Expansion: X_j = x (repeat) or e_j * x (learned, e: (d, dv)). x: (N, d) -> X: (N, dv, d)."""
+
+    def __init__(self, d, dv, learned):
+        super().__init__()
+        self.dv = dv
+        self.weight = nn.Parameter(torch.ones(d, dv)) if learned else None
+
+    def forward(self, x):
+        if self.weight is None:
+            return x.unsqueeze(1).expand(-1, self.dv, -1).clone()
+        return x.unsqueeze(1) * self.weight.t().unsqueeze(0)
+
+
+class Compressor(nn.Module):
+    """ddl::Compressor (CC): x_in[i] = sum_j W[i, j] X_j[i]. X: (N, dv, d) -> x_in: (N, d).
+
+    free:       W (d, dv) is the parameter "weight".
+    structured: W[i, j] = w_eff[j] = sum_j' r[j'] a[j - j' + K/2] (terms with the index outside
+                [0, K) dropped), a = "conv.weight" (K, 1), r = "read.weight" (dv, 1).
+    """
+
+    def __init__(self, d, dv, kind, kernel):
+        super().__init__()
+        self.d, self.dv, self.kind, self.kernel = d, dv, kind, kernel
+        if kind == "free":
+            self.weight = nn.Parameter(torch.full((d, dv), 1.0 / dv))
+        elif kind == "structured":
+            if kernel < 1 or kernel % 2 == 0:
+                raise ValueError(f"compressor_kernel must be odd and >= 1, got {kernel}")
+            self.conv = Weight(kernel, 1)
+            self.read = Weight(dv, 1)
+        else:
+            raise ValueError(f"unknown compressor '{kind}', expected free or structured")
+
+    def channel_weights(self):
+        """W: (d, dv)."""
+        if self.kind == "free":
+            return self.weight
+        a, r = self.conv.weight[:, 0], self.read.weight[:, 0]
+        half = self.kernel // 2
+        w_eff = [a.new_zeros(()) for _ in range(self.dv)]
+        for jp in range(self.dv):
+            for t in range(self.kernel):
+                j = jp + t - half
+                if 0 <= j < self.dv:
+                    w_eff[j] = w_eff[j] + r[jp] * a[t]
+        return torch.stack(w_eff).unsqueeze(0).expand(self.d, -1)
+
+    def forward(self, X):
+        return torch.einsum("nji,ij->ni", X, self.channel_weights())
+
+
+def normalize_directions(kt, kind, eps):
+    """ops/direction.hpp. kt: (N, d) -> k: (N, d).
+    sqrt_eps: k = kt / sqrt(|kt|^2 + eps^2);  add_eps: k = kt / (|kt| + eps)."""
+    sq = kt.pow(2).sum(dim=1, keepdim=True)
+    if kind == "sqrt_eps":
+        return kt / torch.sqrt(sq + eps * eps)
+    if kind == "add_eps":
+        return kt / (torch.sqrt(sq) + eps)
+    raise ValueError(f"unknown direction_norm '{kind}', expected sqrt_eps or add_eps")
+
+
+class LinearGate(nn.Module):
+    """ops/gate.hpp linear head: z = w c + b, w: (1, d), b: (1, 1)."""
+
+    def __init__(self, d):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(1, d))
+        self.bias = nn.Parameter(torch.zeros(1, 1))
+
+    def forward(self, c):
+        return c @ self.weight[0] + self.bias[0, 0]
+
+
+class TwoLayerTanhGate(nn.Module):
+    """ops/gate.hpp two-layer head: z = w2 tanh(W1 c) + b2; W1: (h, d), w2: (1, h), b2: (1, 1)."""
+
+    def __init__(self, d, hidden):
+        super().__init__()
+        self.fc1 = Linear(d, hidden, bias=False)
+        self.fc2 = Linear(hidden, 1, bias=False)
+        self.bias = nn.Parameter(torch.zeros(1, 1))
+
+    def forward(self, c):
+        return self.fc2(torch.tanh(self.fc1(c)))[:, 0] + self.bias[0, 0]
+
+
+class DeltaResidual(nn.Module):
+    """ddl::DeltaResidual, the rewrite step (SPEC §2). Per token, with the state X (dv x d here):
+        k~ = h (kmap) | MLP_k(mean_j X_j) (aux_mlp);   k = normalize(k~)
+        beta = 2 sigmoid(z) with z from the gate head on c
+        v = s sigmoid(W_v x_in + b_v) | W_v c + b_v | W_v h + b_v | constant    (dv entries)
+        X'_j = X_j + beta k (v_j - k.X_j) (delta) | X_j + beta v_j k (write_only) | X_j + h (additive)
+    X: (N, dv, d), x_in, c, h: (N, d) -> X': (N, dv, d).
+    """
+
+    def __init__(self, d, dv, cfg):
+        super().__init__()
+        self.dv = dv
+        self.residual = cfg["residual"]
+        self.direction_source = cfg["direction"]
+        self.direction_norm = cfg["direction_norm"]
+        self.eps_k = float(cfg["eps_k"])
+        self.gate_kind = cfg["gate"]
+        self.value_kind = cfg["value"]
+        self.value_scale = float(cfg["value_scale"])
+        self.value_constant = float(cfg["value_constant"])
+        if self.residual not in ("delta", "write_only", "additive"):
+            raise ValueError(f"unknown residual '{self.residual}', expected delta, write_only or additive")
+        if self.residual == "additive":
+            return  # no direction, gate or value parameters exist
+        if self.direction_source == "aux_mlp":
+            aux_hidden = int(cfg["aux_hidden"])
+            self.direction = nn.Module()
+            self.direction.fc1 = Linear(d, aux_hidden)
+            self.direction.fc2 = Linear(aux_hidden, d)
+            self.aux_act = activation(cfg["aux_activation"])
+        elif self.direction_source != "kmap":
+            raise ValueError(f"unknown direction '{self.direction_source}', expected kmap or aux_mlp")
+        if self.gate_kind == "linear":
+            self.gate = LinearGate(d)
+        elif self.gate_kind == "two_layer_tanh":
+            self.gate = TwoLayerTanhGate(d, int(cfg["gate_hidden"]))
+        else:
+            raise ValueError(f"unknown gate '{self.gate_kind}', expected linear or two_layer_tanh")
+        if self.value_kind in ("sigmoid_scaled", "linear_on_c", "from_branch"):
+            self.value = Linear(d, dv)
+        elif self.value_kind != "constant":
+            raise ValueError(f"unknown value '{self.value_kind}'")
+
+    def forward(self, X, x_in, c, h):
+        if self.residual == "additive":
+            return X + h.unsqueeze(1)
+        if self.direction_source == "aux_mlp":
+            pool = X.mean(dim=1)
+            kt = self.direction.fc2(self.aux_act(self.direction.fc1(pool)))
+        else:
+            kt = h
+        k = normalize_directions(kt, self.direction_norm, self.eps_k)  # (N, d)
+        beta = 2 * torch.sigmoid(self.gate(c))                          # (N,)
+        if self.value_kind == "sigmoid_scaled":
+            v = self.value_scale * torch.sigmoid(self.value(x_in))
+        elif self.value_kind == "linear_on_c":
+            v = self.value(c)
+        elif self.value_kind == "from_branch":
+            v = self.value(h)
+        else:
+            v = torch.full((X.shape[0], self.dv), self.value_constant, dtype=X.dtype)
+        if self.residual == "delta":
+            coef = beta[:, None] * (v - torch.einsum("njd,nd->nj", X, k))  # beta (v_j - k.X_j): (N, dv)
+        else:
+            coef = beta[:, None] * v
+        return X + coef.unsqueeze(2) * k.unsqueeze(1)
+
+
+class DeltaBlock(nn.Module):
+    """ddl::DeltaBlock: x_in = X (dv = 1) | CC(X); c = RMSNorm(x_in); h = fc2(act(fc1(c)));
+    X' = DeltaResidual(X, x_in, c, h). X: (N, dv, d) -> (N, dv, d)."""
+
+    def __init__(self, d, dv, cfg):
+        super().__init__()
+        self.dv = dv
+        hidden = int(cfg["hidden"])
+        if dv > 1:
+            self.compress = Compressor(d, dv, cfg["compressor"], int(cfg["compressor_kernel"]))
+        self.norm = RmsNorm(d, float(cfg["norm_eps"]))
+        self.mlp = nn.Module()
+        self.mlp.fc1 = Linear(d, hidden)
+        self.mlp.fc2 = Linear(hidden, d)
+        self.act = activation(cfg["activation"])
+        self.delta = DeltaResidual(d, dv, cfg)
+
+    def forward(self, X):
+        x_in = X[:, 0, :] if self.dv == 1 else self.compress(X)
+        c = self.norm(x_in)
+        h = self.mlp.fc2(self.act(self.mlp.fc1(c)))
+        return self.delta(X, x_in, c, h)
+
+
+class DeltaNet(nn.Module):
+    """ddl::DeltaNet: input Linear -> expand to dv channels -> depth x DeltaBlock -> readout CC
+    (dv > 1) -> RMSNorm -> Linear head. x: (N, input_dim) -> logits: (N, classes)."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        d, dv = int(cfg["d"]), int(cfg["dv"])
+        self.dv = dv
+        self.input = Linear(int(cfg["input_dim"]), d)
+        if dv > 1:
+            self.expand = Expansion(d, dv, int(float(cfg["learned_expansion"])) != 0)
+        self.blocks = nn.ModuleList(DeltaBlock(d, dv, cfg) for _ in range(int(cfg["depth"])))
+        if dv > 1:
+            self.readout = Compressor(d, dv, cfg["compressor"], int(cfg["compressor_kernel"]))
+        self.norm = RmsNorm(d, float(cfg["final_norm_eps"]))
+        self.head = Linear(d, int(cfg["classes"]))
+
+    def forward(self, x):
+        x = self.input(x)
+        X = x.unsqueeze(1) if self.dv == 1 else self.expand(x)
+        for block in self.blocks:
+            X = block(X)
+        last = X[:, 0, :] if self.dv == 1 else self.readout(X)
+        return self.head(self.norm(last))
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading.
+
+_CONFIG_KEYS = ("input_dim", "classes", "d", "depth", "dv", "learned_expansion", "final_norm_eps", "preset",
+                "hidden", "activation", "norm_eps", "compressor", "compressor_kernel", "residual", "direction",
+                "direction_norm", "eps_k", "gate", "gate_hidden", "beta0", "value", "value_scale",
+                "value_constant", "aux_hidden", "aux_activation")
+
+
+def load_checkpoint(path, dtype=None):
+    """Builds the DeltaNet of a ddl checkpoint and loads its parameters (every tensor must match a
+    parameter by name and shape, and vice versa; "optim." tensors are ignored). dtype None keeps
+    the checkpoint's dtype. Returns (model, metadata)."""
+    tensors, meta = read_safetensors(path)
+    if meta.get("format") != "ddl-checkpoint":
+        raise FormatError(f"{path}: metadata 'format' is {meta.get('format')!r}, expected 'ddl-checkpoint'")
+    if "model_config" not in meta:
+        raise FormatError(f"{path}: metadata has no 'model_config' (save with CheckpointMeta::modelConfig)")
+    cfg = json.loads(meta["model_config"])
+    missing = [k for k in _CONFIG_KEYS if k not in cfg]
+    if missing:
+        raise FormatError(f"{path}: model_config lacks the keys {missing}")
+    params = {k: v for k, v in tensors.items() if not k.startswith("optim.")}
+    dtypes = {t.dtype for t in params.values()}
+    if len(dtypes) > 1:
+        raise FormatError(f"{path}: parameters mix dtypes {sorted(str(t) for t in dtypes)}")
+    if dtype is None:
+        dtype = dtypes.pop() if dtypes else torch.float32
+    model = DeltaNet(cfg).to(dtype)
+    expected = model.state_dict()
+    extra = sorted(set(params) - set(expected))
+    absent = sorted(set(expected) - set(params))
+    if extra or absent:
+        raise FormatError(f"{path}: tensors do not match the network of its model_config: "
+                          f"missing {absent}, unexpected {extra}")
+    for name, t in params.items():
+        if list(t.shape) != list(expected[name].shape):
+            raise FormatError(f"{path}: tensor '{name}' has shape {list(t.shape)}, "
+                              f"the network expects {list(expected[name].shape)}")
+    model.load_state_dict({k: v.to(dtype) for k, v in params.items()}, strict=True)
+    model.eval()
+    return model, meta
+
+
+def check(checkpoint, batch, tol, dtype):
+    """Compares the PyTorch logits with ddl's on the batch; returns the max abs error."""
+    model, meta = load_checkpoint(checkpoint, dtype)
+    tensors, _ = read_safetensors(batch)
+    for key in ("x", "logits"):
+        if key not in tensors:
+            raise FormatError(f"{batch}: no tensor '{key}' (expected x: (input_dim, N), logits: (classes, N))")
+    x = tensors["x"].t().to(next(model.parameters()).dtype)  # ddl columns -> rows
+    want = tensors["logits"].t().to(torch.float64)
+    with torch.no_grad():
+        got = model(x).to(torch.float64)
+    if got.shape != want.shape:
+        raise FormatError(f"{batch}: logits have shape {list(want.shape)} (as N x classes), "
+                          f"the network gives {list(got.shape)}")
+    err = (got - want).abs().max().item() if got.numel() else 0.0
+    cfg = json.loads(meta["model_config"])
+    ok = err <= tol
+    print(f"{os.path.basename(checkpoint)}: preset={cfg['preset']} residual={cfg['residual']} dv={cfg['dv']} "
+          f"dtype={x.dtype}: max abs error {err:.3e} (tol {tol:g}) {'ok' if ok else 'FAIL'}")
+    return ok
+
+
+# ---------------------------------------------------------------------------------------------
+# IDX files (MNIST layout).
+
+def _open_maybe_gz(path):
+    with open(path, "rb") as f:
+        head = f.read(2)
+    return gzip.open(path, "rb") if head == b"\x1f\x8b" else open(path, "rb")
+
+
+def read_idx(path):
+    """Reads an IDX file of unsigned bytes (type 0x08) into a uint8 tensor of its shape."""
+    with _open_maybe_gz(path) as f:
+        data = f.read()
+    if len(data) < 4 or data[0] != 0 or data[1] != 0:
+        raise FormatError(f"{path}: not an IDX file (bad magic)")
+    if data[2] != 0x08:
+        raise FormatError(f"{path}: IDX element type 0x{data[2]:02x}, only unsigned bytes (0x08) are read")
+    ndim = data[3]
+    dims = struct.unpack(f">{ndim}I", data[4:4 + 4 * ndim])
+    body = data[4 + 4 * ndim:]
+    if len(body) != math.prod(dims):
+        raise FormatError(f"{path}: {len(body)} data bytes, shape {list(dims)} needs {math.prod(dims)}")
+    return torch.frombuffer(bytearray(body), dtype=torch.uint8).reshape(dims).clone()
+
+
+def _find_idx(directory, kind):
+    names = sorted(os.listdir(directory))
+    test = [n for n in names if "idx" in n and kind in n and n.startswith(("t10k", "test"))]
+    pool = test or [n for n in names if "idx" in n and kind in n]
+    if not pool:
+        raise FormatError(f"{directory}: no IDX {kind} file (e.g. t10k-{kind}-idx*-ubyte[.gz])")
+    return os.path.join(directory, pool[0])
+
+
+def logits_command(args):
+    model, _ = load_checkpoint(args.checkpoint)
+    images_path, labels_path = args.idx, args.labels
+    if os.path.isdir(args.idx):
+        images_path = _find_idx(args.idx, "images")
+        if labels_path is None:
+            try:
+                labels_path = _find_idx(args.idx, "labels")
+            except FormatError:
+                labels_path = None
+    images = read_idx(images_path)
+    if args.limit is not None:
+        images = images[:args.limit]
+    dtype = next(model.parameters()).dtype
+    x = images.reshape(images.shape[0], -1).to(dtype) / args.scale
+    with torch.no_grad():
+        logits = model(x)
+    pred = logits.argmax(dim=1)
+    print(f"{images_path}: {x.shape[0]} samples")
+    if labels_path is not None:
+        labels = read_idx(labels_path)[:x.shape[0]].to(torch.int64)
+        acc = (pred == labels).to(torch.float64).mean().item()
+        print(f"{labels_path}: accuracy {acc:.4f}")
+    for i in range(min(x.shape[0], args.show)):
+        print(f"{i}: pred {pred[i].item()} logits {[round(v, 5) for v in logits[i].tolist()]}")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description="Load ddl checkpoints in PyTorch.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    pc = sub.add_parser("check", help="reproduce ddl's logits on a batch")
+    pc.add_argument("--checkpoint", action="append", required=True)
+    pc.add_argument("--batch", action="append", required=True)
+    pc.add_argument("--tol", type=float, default=1e-5)
+    pc.add_argument("--dtype", choices=("auto", "float32", "float64"), default="auto",
+                    help="compute dtype (auto: the checkpoint's)")
+    pl = sub.add_parser("logits", help="run a checkpoint on IDX images")
+    pl.add_argument("--checkpoint", required=True)
+    pl.add_argument("--idx", required=True, help="an IDX image file or a directory holding one")
+    pl.add_argument("--labels", help="IDX label file (default: found next to the images)")
+    pl.add_argument("--limit", type=int)
+    pl.add_argument("--scale", type=float, default=255.0)
+    pl.add_argument("--show", type=int, default=5)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    try:
+        if args.command == "check":
+            if len(args.checkpoint) != len(args.batch):
+                parser.error(f"{len(args.checkpoint)} --checkpoint but {len(args.batch)} --batch; give them in pairs")
+            dtype = {"auto": None, "float32": torch.float32, "float64": torch.float64}[args.dtype]
+            results = [check(c, b, args.tol, dtype) for c, b in zip(args.checkpoint, args.batch)]
+            print(f"{sum(results)} of {len(results)} checks within {args.tol:g}")
+            return 0 if all(results) else 1
+        return logits_command(args)
+    except (FormatError, ValueError, KeyError, OSError) as e:
+        print(f"ddl_torch.py: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
