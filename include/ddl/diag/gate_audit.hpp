@@ -381,8 +381,10 @@ inline std::string formatPercent(double fraction) {
 }
 }  // namespace detail
 
-// A readable table, one line per block ("block <i>" in the first column):
-//   block  tokens  beta mean/min/max  %sat  %ident %proj %refl %other  min|k~|  e ratio (meas/expected)
+// A readable table for the end of training: a title, a header, then one line per block starting
+// "block <i>": tokens, beta mean/min/max, % saturated, % identity/projection/reflection/other,
+// min |k~|, % |k~| < 10 eps_k, the measured mean |e_post|/|e_pre| ("-" when not measured) and, in
+// parentheses, the mean |1 - beta rho| it should equal. An empty vector gives one line saying so.
 inline std::string formatGateSummary(const std::vector<GateStats>& blocks) {
   using detail::formatNumber;
   using detail::formatPercent;
@@ -390,8 +392,11 @@ inline std::string formatGateSummary(const std::vector<GateStats>& blocks) {
   if (blocks.empty()) return "gate audit: no gated blocks (additive residual)\n";
   s += "gate audit (beta = 2 sigma(z) in [0, 2]; regimes: identity beta<0.1, projection |beta-1|<0.1, "
        "reflection beta>1.9)\n";
-  s += "block      tokens  beta_mean beta_min beta_max   %sat %ident  %proj  %refl %other    min|k~|  "
-       "%|k~|<10eps  |e_post|/|e_pre| (|1-beta rho|)\n";
+  char header[256];
+  std::snprintf(header, sizeof header, "%-10s %7s  %9s %8s %8s %6s %6s %6s %6s %6s  %9s %11s  %8s (%s)\n", "block", "tokens",
+                "beta_mean", "beta_min", "beta_max", "%sat", "%ident", "%proj", "%refl", "%other", "min|k~|",
+                "%|k~|<10eps", "e_ratio", "|1-beta*rho|");
+  s += header;
   for (std::size_t i = 0; i < blocks.size(); ++i) {
     const GateStats& g = blocks[i];
     char head[48];
