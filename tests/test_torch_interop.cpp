@@ -27,7 +27,11 @@ using ddl::MatX;
 
 namespace {
 
-const char* const kPython = "/usr/bin/python3";
+// The interpreter; a build may point it elsewhere (e.g. -DDDL_TEST_PYTHON="/nonexistent" shows the skip).
+#ifndef DDL_TEST_PYTHON
+#define DDL_TEST_PYTHON "/usr/bin/python3"
+#endif
+const char* const kPython = DDL_TEST_PYTHON;
 
 // The script, found from this file's path (CMake compiles tests with absolute source paths).
 std::string scriptPath() {

@@ -16,9 +16,10 @@ Usage (Debian's python3-torch with /usr/bin/python3; the safetensors package is 
       B holds "x" (input_dim, N) and ddl's "logits" (classes, N), in ddl's column layout.
       Prints the max abs error of the PyTorch logits; exit 0 if <= tol, 1 if above, 2 on bad input.
       --checkpoint/--batch may be repeated in pairs (one torch start-up for many checks).
-  ddl_torch.py logits --checkpoint CK --idx DIR_OR_FILE [--labels FILE] [--limit N] [--scale 255]
-      Runs the net on an IDX image file (MNIST layout, optionally .gz), prints predictions and, with
-      labels, the accuracy. Pixels are divided by --scale (ddl's IDX reader default: bytes / 255).
+  ddl_torch.py logits --checkpoint CK --idx DIR [--part t10k] [--limit N] [--scale 255 --mean 0 --std 1]
+      Runs the net on the IDX images of DIR (found as ddl::findIdxFiles does, raw or .gz), prints the
+      accuracy and the first logits. Inputs are pixels / scale (ddl's IDX reader: / 255), then
+      (x - mean) / std. --idx may also name an image file, with --labels optional.
 """
 
 import argparse
@@ -436,40 +437,47 @@ def read_idx(path):
     return torch.frombuffer(bytearray(body), dtype=torch.uint8).reshape(dims).clone()
 
 
-def _find_idx(directory, kind):
-    names = sorted(os.listdir(directory))
-    test = [n for n in names if "idx" in n and kind in n and n.startswith(("t10k", "test"))]
-    pool = test or [n for n in names if "idx" in n and kind in n]
-    if not pool:
-        raise FormatError(f"{directory}: no IDX {kind} file (e.g. t10k-{kind}-idx*-ubyte[.gz])")
-    return os.path.join(directory, pool[0])
+def find_idx_files(directory, part):
+    """The images/labels pair of part ("train" or "t10k") under directory or directory/data, named as
+    ddl::findIdxFiles accepts: {part}-images-idx3-ubyte or {part}-images.idx3-ubyte, raw or .gz."""
+    def find(d, kind, ndim):
+        for ext in ("", ".gz"):
+            for name in (f"{part}-{kind}-idx{ndim}-ubyte", f"{part}-{kind}.idx{ndim}-ubyte"):
+                if os.path.isfile(os.path.join(d, name + ext)):
+                    return os.path.join(d, name + ext)
+        return None
+    for d in (directory, os.path.join(directory, "data")):
+        images, labels = find(d, "images", 3), find(d, "labels", 1)
+        if images and labels:
+            return images, labels
+    raise FormatError(f"{directory}: no {part}-images-idx3-ubyte / {part}-labels-idx1-ubyte pair (raw or .gz), "
+                      f"also looked in {os.path.join(directory, 'data')}")
 
 
 def logits_command(args):
+    """Runs the checkpoint on IDX images; prints the accuracy (with labels) and the first logits."""
     model, _ = load_checkpoint(args.checkpoint)
-    images_path, labels_path = args.idx, args.labels
     if os.path.isdir(args.idx):
-        images_path = _find_idx(args.idx, "images")
-        if labels_path is None:
-            try:
-                labels_path = _find_idx(args.idx, "labels")
-            except FormatError:
-                labels_path = None
+        images_path, labels_path = find_idx_files(args.idx, args.part)
+    else:
+        images_path, labels_path = args.idx, args.labels
     images = read_idx(images_path)
     if args.limit is not None:
         images = images[:args.limit]
     dtype = next(model.parameters()).dtype
-    x = images.reshape(images.shape[0], -1).to(dtype) / args.scale
+    # ddl's Dataset: one column per sample, the image flattened row-major, pixels / 255 by default;
+    # then (x - mean) / std when the training run normalized its inputs.
+    x = (images.reshape(images.shape[0], -1).to(dtype) / args.scale - args.mean) / args.std
     with torch.no_grad():
         logits = model(x)
     pred = logits.argmax(dim=1)
-    print(f"{images_path}: {x.shape[0]} samples")
+    print(f"{images_path}: {x.shape[0]} samples of {x.shape[1]} features")
     if labels_path is not None:
         labels = read_idx(labels_path)[:x.shape[0]].to(torch.int64)
         acc = (pred == labels).to(torch.float64).mean().item()
         print(f"{labels_path}: accuracy {acc:.4f}")
     for i in range(min(x.shape[0], args.show)):
-        print(f"{i}: pred {pred[i].item()} logits {[round(v, 5) for v in logits[i].tolist()]}")
+        print(f"{i}: pred {pred[i].item()} logits {' '.join(f'{v:.6g}' for v in logits[i].tolist())}")
     return 0
 
 
@@ -486,10 +494,15 @@ def main(argv=None):
                     help="compute dtype (auto: the checkpoint's)")
     pl = sub.add_parser("logits", help="run a checkpoint on IDX images")
     pl.add_argument("--checkpoint", required=True)
-    pl.add_argument("--idx", required=True, help="an IDX image file or a directory holding one")
-    pl.add_argument("--labels", help="IDX label file (default: found next to the images)")
+    pl.add_argument("--idx", required=True,
+                    help="a directory with the IDX pair of --part (e.g. /usr/share/datasets/fashion-mnist), "
+                         "or an IDX image file")
+    pl.add_argument("--part", choices=("t10k", "train"), default="t10k")
+    pl.add_argument("--labels", help="IDX label file, when --idx names an image file")
     pl.add_argument("--limit", type=int)
-    pl.add_argument("--scale", type=float, default=255.0)
+    pl.add_argument("--scale", type=float, default=255.0, help="pixels are divided by this (ddl: 255)")
+    pl.add_argument("--mean", type=float, default=0.0, help="then (x - mean) / std")
+    pl.add_argument("--std", type=float, default=1.0)
     pl.add_argument("--show", type=int, default=5)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
