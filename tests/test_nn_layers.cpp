@@ -13,6 +13,7 @@ namespace ddl_test {
 #define eigen_assert(x) ((x) ? static_cast<void>(0) : ::ddl_test::eigenAssertFailed(#x))
 
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <random>
 #include <string>
@@ -399,6 +400,29 @@ TEST_CASE("Dropout is deterministic per seed, scales kept entries and is the ide
   ddl::Dropout<double> none(0.0, 1);
   none.forward(X, Y2);
   CHECK(Y2 == X);
+}
+
+TEST_CASE("Dropout masks follow the documented draw: two 32-bit halves per Rng::next()", "[dropout]") {
+  const double p = GENERATE(0.1, 0.5, 0.9);
+  const int rows = GENERATE(1, 3, 7, 301), cols = GENERATE(1, 5);  // odd sizes discard the last half-word;
+  // 301 x 5 crosses the 256-coefficient chunks of the implementation
+  CAPTURE(p, rows, cols);
+  ddl::Dropout<double> drop(p, 77);
+  ddl::Rng ref(77);
+  const MatX<double> X = MatX<double>::Ones(rows, cols);
+  MatX<double> Y;
+  for (int call = 0; call < 2; ++call) {  // the second mask continues the same stream
+    drop.forward(X, Y);
+    const std::uint64_t threshold = static_cast<std::uint64_t>(std::llround(std::ldexp(p, 32)));
+    MatX<double> expected(rows, cols);
+    std::uint64_t word = 0;
+    for (Index k = 0; k < expected.size(); ++k) {
+      if (k % 2 == 0) word = ref.next();
+      const std::uint64_t u = k % 2 == 0 ? (word & 0xFFFFFFFFu) : (word >> 32);
+      expected(k % rows, k / rows) = u < threshold ? 0.0 : 1.0 / (1.0 - p);
+    }
+    CHECK(Y == expected);
+  }
 }
 
 TEST_CASE("Dropout backward matches central differences for a fixed mask", "[grad][dropout]") {
