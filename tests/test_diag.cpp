@@ -2,6 +2,7 @@
 // set so every beta is known, the measured |e_post|/|e_pre| against |1 - beta rho|, accumulation over
 // batches against one audit of the concatenated batch, the net-level audit and its table, errors.
 #include <cmath>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -192,6 +193,48 @@ TEST_CASE("write-only control: gate and direction audited, no error-ratio identi
   CHECK(std::isfinite(g.rhoMean));
   CHECK_FALSE(g.errorRatioMeasured());
   CHECK(std::isnan(g.expectedRatioMean));
+}
+
+TEST_CASE("tokens with a non-finite gate are counted apart and left out", "[diag][gate_audit]") {
+  std::srand(13);
+  const Index d = 3, N = 4;
+  ddl::DeltaResidual<double> r(d, 1, ddl::DeltaResidualOptions{});
+  ddl::Rng rng(13);
+  r.init(rng);
+  MatX<double> w(1, d);
+  w << 1, 0, 0;
+  setGate(r, w, ddl::gateBiasFromBeta0(1.5));
+  MatX<double> C = MatX<double>::Zero(d, N);
+  C(0, 2) = std::numeric_limits<double>::quiet_NaN();  // beta of token 2 is NaN
+  const Run run = forward(r, 1, C, MatX<double>::Random(d, N));
+  const ddl::GateStats g = ddl::auditGate(r, run.Y);
+  CHECK(g.nonFinite == 1);
+  CHECK(g.tokens == 3);
+  CHECK(g.betaMean == Approx(1.5).epsilon(1e-12));
+  CHECK(g.betaMax == Approx(1.5).epsilon(1e-12));
+  CHECK(g.otherRegime == 3);
+  CHECK(g.errorRatioTokens == 3);
+  CHECK(g.errorRatioMaxDeviation < 1e-12);
+  CHECK(ddl_test::contains(ddl::formatGateSummary({g}), "[1 non-finite tokens skipped]"));
+}
+
+TEST_CASE("float residual (the training precision): the ratio identity holds to float rounding", "[diag][gate_audit]") {
+  std::srand(17);
+  const Index d = 16, dv = 2, N = 32;
+  ddl::DeltaResidual<float> r(d, dv, ddl::DeltaResidualOptions{});
+  ddl::Rng rng(17);
+  r.init(rng);
+  const MatX<float> X = MatX<float>::Random(d, dv * N), Xin = MatX<float>::Random(d, N);
+  const MatX<float> C = MatX<float>::Random(d, N), H = MatX<float>::Random(d, N);
+  MatX<float> Y;
+  r.forward(X, Xin, C, H, Y);
+  const ddl::GateStats g = ddl::auditGate(r, Y, 10);
+  CHECK(g.tokens == N);
+  CHECK(g.errorRatioTokens > N / 2);
+  CHECK(g.errorRatioMaxDeviation < 1e-4);
+  const auto s = ddl::spectralSummary(r, 3);
+  CHECK(s.beta == Approx(static_cast<double>(r.beta()(0, 3))));
+  CHECK(s.dv == dv);
 }
 
 TEST_CASE("accumulator over batches equals one audit of the concatenated batch", "[diag][gate_audit]") {
