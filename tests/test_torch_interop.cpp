@@ -3,6 +3,8 @@
 // kind x dv, in float and double, plus variants that reach the remaining options (constant value,
 // every activation, larger eps_k, a compressor kernel wider than dv). The script runs under Debian's
 // python3-torch with /usr/bin/python3; without it these tests warn and return (Catch2 v2 has no SKIP).
+// Each batch file also carries ddl's gradients of sum(logits .* dLogits) (every parameter and the
+// input), which the script compares with autograd: a second, independent check of every backward.
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -141,27 +143,36 @@ std::pair<std::string, std::string> writeCase(const Case& k, const std::string& 
     for (Index i = 0; i < cfg.inputDim; ++i) X(i, j) = static_cast<S>(rng.normal());
   net.forward(X, logits);
   REQUIRE(logits.allFinite());
+  // Gradients of sum(logits .* dLogits), for the script to compare with autograd.
+  MatX<S> dLogits(cfg.classes, N), dX;
+  for (Index j = 0; j < N; ++j)
+    for (Index i = 0; i < cfg.classes; ++i) dLogits(i, j) = static_cast<S>(rng.normal());
+  ddl::zeroGrad(net);
+  net.backward(dLogits, &dX);
+  std::map<std::string, MatX<S>> batch{{"x", X}, {"logits", logits}, {"dlogits", dLogits}, {"dx", dX}};
+  net.visitParams("", [&](const std::string& name, ddl::Param<S>& p) { batch["grad." + name] = p.grad; });
 
   ddl::CheckpointMeta meta;
   meta.preset = cfg.preset;
   meta.modelConfig = nlohmann::json(cfg.toKeyValues()).dump();
   const std::string base = tmpPath(tag + "_" + nameOf(k));
-  const std::string ck = base + ".ck.safetensors", batch = base + ".batch.safetensors";
+  const std::string ck = base + ".ck.safetensors", batchFile = base + ".batch.safetensors";
   ddl::saveCheckpoint(ck, net, meta);
-  ddl::saveSafetensors<S>(batch, {{"x", X}, {"logits", logits}});
-  return {ck, batch};
+  ddl::saveSafetensors<S>(batchFile, batch);
+  return {ck, batchFile};
 }
 
-std::string checkCommand(const std::vector<std::pair<std::string, std::string>>& files, double tol) {
-  std::ostringstream tolText;
-  tolText << tol;  // std::to_string would print 1e-12 as 0.000000
-  std::string cmd = std::string(kPython) + " " + quoted(scriptPath()) + " check --tol " + tolText.str();
+std::string checkCommand(const std::vector<std::pair<std::string, std::string>>& files, double tol,
+                         double gradTol) {
+  std::ostringstream tols;  // std::to_string would print 1e-12 as 0.000000
+  tols << " --tol " << tol << " --grad-tol " << gradTol;
+  std::string cmd = std::string(kPython) + " " + quoted(scriptPath()) + " check" + tols.str();
   for (const auto& f : files) cmd += " --checkpoint " + quoted(f.first) + " --batch " + quoted(f.second);
   return cmd;
 }
 
 template <class S>
-void checkAllCases(const std::string& tag, double tol) {
+void checkAllCases(const std::string& tag, double tol, double gradTol) {
   REQUIRE(std::ifstream(scriptPath()).good());
   std::vector<std::pair<std::string, std::string>> files;
   std::uint64_t seed = 100;
@@ -169,7 +180,7 @@ void checkAllCases(const std::string& tag, double tol) {
     CAPTURE(nameOf(k));
     files.push_back(writeCase<S>(k, tag, seed++));
   }
-  const std::string cmd = checkCommand(files, tol);
+  const std::string cmd = checkCommand(files, tol, gradTol);
   CAPTURE(cmd);
   REQUIRE(runCommand(cmd) == 0);
 }
@@ -184,29 +195,35 @@ void checkAllCases(const std::string& tag, double tol) {
     }                                                                                                  \
   } while (0)
 
-TEST_CASE("PyTorch reproduces float DeltaNet logits from a checkpoint to 1e-5", "[io][torch]") {
+TEST_CASE("PyTorch reproduces float DeltaNet logits (1e-5) and gradients (1e-4 rel) from a checkpoint", "[io][torch]") {
   DDL_REQUIRE_TORCH();
-  checkAllCases<float>("f32", 1e-5);
+  checkAllCases<float>("f32", 1e-5, 1e-4);
 }
 
-TEST_CASE("PyTorch reproduces double DeltaNet logits from a checkpoint to 1e-12", "[io][torch]") {
+TEST_CASE("PyTorch reproduces double DeltaNet logits (1e-12) and gradients (1e-10 rel) from a checkpoint", "[io][torch]") {
   DDL_REQUIRE_TORCH();
-  checkAllCases<double>("f64", 1e-12);
+  checkAllCases<double>("f64", 1e-12, 1e-10);
 }
 
-TEST_CASE("ddl_torch.py fails on logits off by 1e-4 and on a config that does not match the tensors",
+TEST_CASE("ddl_torch.py fails on logits off by 1e-4, a gradient off by 1e-6 and a config that does not match",
           "[io][torch]") {
   DDL_REQUIRE_TORCH();
   const Case k{"v1", ddl::ResidualKind::Delta, 3, ""};
   const auto files = writeCase<double>(k, "neg", 5);
-  REQUIRE(runCommand(checkCommand({files}, 1e-5)) == 0);
+  REQUIRE(runCommand(checkCommand({files}, 1e-5, 1e-10)) == 0);
 
   // Logits off by 1e-4 in one entry: the comparison must fail (exit 1).
   auto batch = ddl::loadSafetensors<double>(files.second);
   batch.at("logits")(2, 6) += 1e-4;
   const std::string tampered = tmpPath("neg_tampered.batch.safetensors");
   ddl::saveSafetensors<double>(tampered, batch);
-  CHECK(runCommand(checkCommand({{files.first, tampered}}, 1e-5)) == 1);
+  CHECK(runCommand(checkCommand({{files.first, tampered}}, 1e-5, 1e-10)) == 1);
+
+  // One gradient entry off by 1e-6: the gradient comparison must fail (exit 1).
+  batch = ddl::loadSafetensors<double>(files.second);
+  batch.at("grad.blocks.1.delta.gate.bias")(0, 0) += 1e-6;
+  ddl::saveSafetensors<double>(tampered, batch);
+  CHECK(runCommand(checkCommand({{files.first, tampered}}, 1e-5, 1e-10)) == 1);
 
   // A model_config with one block more than the tensors: loading must refuse (exit 2).
   ddl::DeltaNetConfig cfg = makeConfig(k);
@@ -218,5 +235,5 @@ TEST_CASE("ddl_torch.py fails on logits off by 1e-4 and on a config that does no
   meta.modelConfig = nlohmann::json(cfg.toKeyValues()).dump();
   const std::string wrong = tmpPath("neg_depth.ck.safetensors");
   ddl::saveCheckpoint(wrong, net, meta);
-  CHECK(runCommand(checkCommand({{wrong, files.second}}, 1e-5)) == 2);
+  CHECK(runCommand(checkCommand({{wrong, files.second}}, 1e-5, 1e-10)) == 2);
 }

@@ -15,6 +15,9 @@ Usage (Debian's python3-torch with /usr/bin/python3; the safetensors package is 
   ddl_torch.py check --checkpoint CK.safetensors --batch B.safetensors [--tol 1e-5] [--dtype auto]
       B holds "x" (input_dim, N) and ddl's "logits" (classes, N), in ddl's column layout.
       Prints the max abs error of the PyTorch logits; exit 0 if <= tol, 1 if above, 2 on bad input.
+      If B also holds "dlogits" (classes, N), ddl's gradients "grad.<param name>" of the loss
+      sum(logits * dlogits) (and "dx" (input_dim, N) if present) are checked against autograd
+      (--grad-tol, relative to max(1, max |gradient|)).
       --checkpoint/--batch may be repeated in pairs (one torch start-up for many checks).
   ddl_torch.py logits --checkpoint CK --idx DIR [--part t10k] [--limit N] [--scale 255 --mean 0 --std 1]
       Runs the net on the IDX images of DIR (found as ddl::findIdxFiles does, raw or .gz), prints the
@@ -390,25 +393,58 @@ def load_checkpoint(path, dtype=None):
     return model, meta
 
 
-def check(checkpoint, batch, tol, dtype):
-    """Compares the PyTorch logits with ddl's on the batch; returns the max abs error."""
+def _max_abs(a, b):
+    return (a - b).abs().max().item() if a.numel() else 0.0
+
+
+def check(checkpoint, batch, tol, grad_tol, dtype):
+    """Compares the PyTorch logits with ddl's on the batch (max abs error <= tol). When the batch also
+    holds "dlogits" (classes, N), ddl's parameter gradients "grad.<name>" for the loss
+    sum(logits * dlogits) and optionally "dx" (input_dim, N), autograd's gradients are compared too,
+    by max abs error relative to max(1, max |ddl gradient|) <= grad_tol. Returns True when all pass."""
     model, meta = load_checkpoint(checkpoint, dtype)
     tensors, _ = read_safetensors(batch)
     for key in ("x", "logits"):
         if key not in tensors:
             raise FormatError(f"{batch}: no tensor '{key}' (expected x: (input_dim, N), logits: (classes, N))")
-    x = tensors["x"].t().to(next(model.parameters()).dtype)  # ddl columns -> rows
+    x = tensors["x"].t().to(next(model.parameters()).dtype).contiguous()  # ddl columns -> rows
     want = tensors["logits"].t().to(torch.float64)
-    with torch.no_grad():
-        got = model(x).to(torch.float64)
+    with_grads = "dlogits" in tensors
+    x.requires_grad_(with_grads and "dx" in tensors)
+    with torch.set_grad_enabled(with_grads):
+        logits = model(x)
+    got = logits.detach().to(torch.float64)
     if got.shape != want.shape:
         raise FormatError(f"{batch}: logits have shape {list(want.shape)} (as N x classes), "
                           f"the network gives {list(got.shape)}")
-    err = (got - want).abs().max().item() if got.numel() else 0.0
-    cfg = json.loads(meta["model_config"])
+    err = _max_abs(got, want)
     ok = err <= tol
+    cfg = json.loads(meta["model_config"])
+    report = f"max abs error {err:.3e} (tol {tol:g})"
+    if with_grads:
+        dlogits = tensors["dlogits"].t().to(logits.dtype)
+        if dlogits.shape != logits.shape:
+            raise FormatError(f"{batch}: dlogits has shape {list(tensors['dlogits'].shape)}, "
+                              f"expected {list(logits.t().shape)}")
+        (logits * dlogits).sum().backward()
+        pairs = [(f"grad.{name}", p.grad if p.grad is not None else torch.zeros_like(p))
+                 for name, p in model.named_parameters()]
+        if x.requires_grad:
+            pairs.append(("dx", x.grad.t()))
+        worst, worst_name = 0.0, ""
+        for key, g in pairs:
+            if key not in tensors:
+                raise FormatError(f"{batch}: no tensor '{key}' (dlogits is present, so every gradient must be)")
+            ref = tensors[key].to(torch.float64)
+            if list(ref.shape) != list(g.shape):
+                raise FormatError(f"{batch}: '{key}' has shape {list(ref.shape)}, expected {list(g.shape)}")
+            rel = _max_abs(g.to(torch.float64), ref) / max(1.0, ref.abs().max().item() if ref.numel() else 0.0)
+            if rel >= worst:
+                worst, worst_name = rel, key
+        ok = ok and worst <= grad_tol
+        report += f"; gradients: {len(pairs)} tensors, worst {worst_name} {worst:.3e} (tol {grad_tol:g})"
     print(f"{os.path.basename(checkpoint)}: preset={cfg['preset']} residual={cfg['residual']} dv={cfg['dv']} "
-          f"dtype={x.dtype}: max abs error {err:.3e} (tol {tol:g}) {'ok' if ok else 'FAIL'}")
+          f"dtype={x.dtype}: {report} {'ok' if ok else 'FAIL'}")
     return ok
 
 
@@ -489,7 +525,9 @@ def main(argv=None):
     pc = sub.add_parser("check", help="reproduce ddl's logits on a batch")
     pc.add_argument("--checkpoint", action="append", required=True)
     pc.add_argument("--batch", action="append", required=True)
-    pc.add_argument("--tol", type=float, default=1e-5)
+    pc.add_argument("--tol", type=float, default=1e-5, help="max abs error of the logits")
+    pc.add_argument("--grad-tol", type=float, default=1e-5,
+                    help="max abs error of the gradients over max(1, max |gradient|), when the batch has dlogits")
     pc.add_argument("--dtype", choices=("auto", "float32", "float64"), default="auto",
                     help="compute dtype (auto: the checkpoint's)")
     pl = sub.add_parser("logits", help="run a checkpoint on IDX images")
@@ -511,8 +549,8 @@ def main(argv=None):
             if len(args.checkpoint) != len(args.batch):
                 parser.error(f"{len(args.checkpoint)} --checkpoint but {len(args.batch)} --batch; give them in pairs")
             dtype = {"auto": None, "float32": torch.float32, "float64": torch.float64}[args.dtype]
-            results = [check(c, b, args.tol, dtype) for c, b in zip(args.checkpoint, args.batch)]
-            print(f"{sum(results)} of {len(results)} checks within {args.tol:g}")
+            results = [check(c, b, args.tol, args.grad_tol, dtype) for c, b in zip(args.checkpoint, args.batch)]
+            print(f"{sum(results)} of {len(results)} checks passed")
             return 0 if all(results) else 1
         return logits_command(args)
     except (FormatError, ValueError, KeyError, OSError) as e:
