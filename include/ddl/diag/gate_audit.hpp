@@ -195,6 +195,10 @@ class GateAccumulator {
     const RowX<S>& nrm = r.directionNorms();
     const MatX<S>& V = r.values();
     const Index N = beta.cols(), d = K.rows(), dv = V.rows();
+    // A forward that threw half-way can leave caches of two batches; refuse rather than misread them.
+    checkShape(fn, "directionNorms", nrm, 1, N);
+    checkShape(fn, "directions", K, -1, N);
+    checkShape(fn, "values", V, -1, N);
     const bool delta = opt.residual == ResidualKind::Delta;
     const MatX<S>& D = r.discrepancy();
     if (delta) checkShape(fn, "discrepancy", D, dv, N);
