@@ -332,6 +332,16 @@ TEST_CASE("audit errors name the function and the reason", "[diag][gate_audit][e
   msg = ddl_test::thrownMessage<ddl::ValueError>([&] { ddl::spectralSummary(fresh, 4, 1); });
   CHECK(ddl_test::contains(msg, "token 4 is outside [0, 4)"));
 
+  // a forward that threw half-way (zero direction with eps_k = 0) leaves caches of two batch sizes
+  ddl::DeltaResidualOptions noGuard;
+  noGuard.epsK = 0;
+  ddl::DeltaResidual<double> broken(3, 1, noGuard);
+  broken.init(rng);
+  forward(broken, 1, MatX<double>::Random(3, 4), MatX<double>::Random(3, 4));
+  CHECK_THROWS_AS(forward(broken, 1, MatX<double>::Random(3, 2), MatX<double>::Zero(3, 2)), ddl::MathError);
+  msg = ddl_test::thrownMessage<ddl::ShapeError>([&] { ddl::auditGate(broken); });
+  CHECK(ddl_test::contains(msg, "directionNorms has shape (1, 2), expected (1, 4)"));
+
   // an accumulator refuses to mix direction guards or histogram sizes
   ddl::DeltaResidualOptions other;
   other.epsK = 0.5;
