@@ -25,6 +25,9 @@
 #include "ddl/nn/linear.hpp"
 #include "ddl/nn/rms_norm.hpp"
 
+#include "ddl/diag/gate_audit.hpp"
+#include "ddl/diag/spectral.hpp"
+
 #include "ddl/data/cifar.hpp"
 #include "ddl/data/dataset.hpp"
 #include "ddl/data/file_bytes.hpp"
