@@ -10,6 +10,7 @@
 // State is a list in visit order, checked by name and shape on every step (never keyed by address,
 // so moving or reallocating a model is harmless and a different model is an error, not silent
 // corruption). After the first step, step() performs no heap allocation.
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -18,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "ddl/core/config.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/types.hpp"
@@ -79,11 +81,28 @@ class AdamW {
     std::size_t i = 0;
     model.visitParams("", [&](const std::string&, Param<S>& p) {
       Slot& s = m_slots[i++];
-      if (p.decay && decayOn) p.value *= decayFactor;
-      // Coefficient-wise expressions evaluate in place: no temporaries, no allocation.
-      s.expAvg.array() = b1 * s.expAvg.array() + c1 * p.grad.array();
-      s.expAvgSq.array() = b2 * s.expAvgSq.array() + c2 * p.grad.array().square();
-      p.value.array() -= stepSize * s.expAvg.array() / (s.expAvgSq.array().sqrt() / sqrtBc2 + eps);
+      const Index n = p.value.size();
+      const bool decay = p.decay && decayOn;
+      S* const pv = p.value.data();
+      const S* const pg = p.grad.data();
+      S* const pm = s.expAvg.data();
+      S* const ps = s.expAvgSq.data();
+      // One pass per L1-sized chunk instead of four passes over the tensor: the step is memory-bound
+      // (7 floats of traffic per parameter when fused), and large tensors are split over the threads.
+      // Chunks are independent, so the result does not depend on the thread count.
+      const Index chunks = (n + kChunk - 1) / kChunk;
+      const bool par = n >= kParallelMin;
+      (void)par;
+      DDL_OMP(parallel for schedule(static) if (par))
+      for (Index c = 0; c < chunks; ++c) {
+        const Index i0 = c * kChunk, len = std::min(kChunk, n - i0);
+        ArrayMap value(pv + i0, len), m(pm + i0, len), v(ps + i0, len);
+        const ConstArrayMap g(pg + i0, len);
+        if (decay) value *= decayFactor;
+        m = b1 * m + c1 * g;
+        v = b2 * v + c2 * g.square();
+        value -= stepSize * m / (v.sqrt() / sqrtBc2 + eps);
+      }
     });
   }
 
@@ -148,6 +167,11 @@ class AdamW {
   }
 
  private:
+  using ArrayMap = Eigen::Map<Eigen::Array<S, Eigen::Dynamic, 1>>;
+  using ConstArrayMap = Eigen::Map<const Eigen::Array<S, Eigen::Dynamic, 1>>;
+  static constexpr Index kChunk = 2048;              // 4 arrays x 8 KiB stay in L1 between the statements
+  static constexpr Index kParallelMin = Index(1) << 16;  // below this a fork costs more than it saves
+
   struct Slot {
     std::string name;
     MatX<S> expAvg;    // same shape as the parameter
