@@ -173,6 +173,7 @@ std::string checkCommand(const std::vector<std::pair<std::string, std::string>>&
 
 template <class S>
 void checkAllCases(const std::string& tag, double tol, double gradTol) {
+  INFO("script " << scriptPath() << " (found from __FILE__; a relative __FILE__ would need a source-dir define)");
   REQUIRE(std::ifstream(scriptPath()).good());
   std::vector<std::pair<std::string, std::string>> files;
   std::uint64_t seed = 100;
@@ -195,17 +196,19 @@ void checkAllCases(const std::string& tag, double tol, double gradTol) {
     }                                                                                                  \
   } while (0)
 
-TEST_CASE("PyTorch reproduces float DeltaNet logits (1e-5) and gradients (1e-4 rel) from a checkpoint", "[io][torch]") {
+TEST_CASE("PyTorch reproduces float DeltaNet logits (1e-5) and gradients (1e-4 rel) from a checkpoint",
+          "[io][torch]") {
   DDL_REQUIRE_TORCH();
   checkAllCases<float>("f32", 1e-5, 1e-4);
 }
 
-TEST_CASE("PyTorch reproduces double DeltaNet logits (1e-12) and gradients (1e-10 rel) from a checkpoint", "[io][torch]") {
+TEST_CASE("PyTorch reproduces double DeltaNet logits (1e-12) and gradients (1e-10 rel) from a checkpoint",
+          "[io][torch]") {
   DDL_REQUIRE_TORCH();
   checkAllCases<double>("f64", 1e-12, 1e-10);
 }
 
-TEST_CASE("ddl_torch.py fails on logits off by 1e-4, a gradient off by 1e-6 and a config that does not match",
+TEST_CASE("ddl_torch.py fails on logits off by 1e-4 or a gradient off by 1e-6 or a config that does not match",
           "[io][torch]") {
   DDL_REQUIRE_TORCH();
   const Case k{"v1", ddl::ResidualKind::Delta, 3, ""};
