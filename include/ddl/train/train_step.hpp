@@ -1,0 +1,123 @@
+#pragma once
+// ddl/train/train_step.hpp: the smallest training API, for users who write their own loop.
+//
+//   ddl::DeltaNet<float> net(cfg, seed);
+//   ddl::SoftmaxCrossEntropy<float> loss;
+//   ddl::AdamW<float> opt;
+//   ddl::StepBuffers<float> buf;                      // logits and dLogits, reused every step
+//   while (batches.next(X, y)) {
+//     opt.setLr(schedule.lrAt(opt.stepCount()));
+//     ddl::StepStats s = ddl::trainStep(net, loss, opt, X, y, buf, {/*clipNorm=*/1.0});
+//   }
+//   ddl::EvalResult r = ddl::evaluate(net, loss, test, 1000);
+//
+// trainStep = zeroGrad, forward, loss, backward, optional global-norm clipping, optimizer step.
+// Once the buffers and the model's caches have their size (the first step at a batch size), a
+// step allocates no Eigen memory (tests/test_train_loop.cpp checks with EIGEN_RUNTIME_NO_MALLOC).
+// The model is anything with forward(X, logits), backward(dLogits) and visitParams; the
+// optimizer anything with step(model) (AdamW, Sgd).
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "ddl/core/error.hpp"
+#include "ddl/core/param.hpp"
+#include "ddl/core/types.hpp"
+#include "ddl/data/dataset.hpp"
+#include "ddl/nn/cross_entropy.hpp"
+#include "ddl/train/grad_clip.hpp"
+
+namespace ddl {
+
+namespace detail {
+// Keeps S of an argument out of template deduction (S comes from the loss layer).
+template <class T>
+struct NonDeduced {
+  using type = T;
+};
+}  // namespace detail
+
+struct TrainStepOptions {
+  double clipNorm = 0.0;  // global gradient-norm clipping threshold; 0 = no clipping
+};
+
+// Caller-owned scratch of a training step: kept between steps so that steps do not allocate.
+template <class S>
+struct StepBuffers {
+  MatX<S> logits;   // (classes, B) of the last forward
+  MatX<S> dLogits;  // (classes, B)
+};
+
+// What one step measured, on the batch before the parameter update.
+struct StepStats {
+  double loss = 0.0;      // mean loss of the batch
+  Index correct = 0;      // samples whose largest logit is the label
+  Index count = 0;        // batch size B
+  double gradNorm = 0.0;  // global gradient norm before clipping (computed only when clipping)
+};
+
+// X: (inputDim, B) one column per sample, labels: B classes in [0, classes).
+// One optimizer step on the mean loss of the batch. Throws ShapeError when labels.size() != B or
+// the model rejects X's width, ValueError for a label out of range; parameters are unchanged then.
+template <class S, class Model, class Opt>
+StepStats trainStep(Model& model, SoftmaxCrossEntropy<S>& loss, Opt& optimizer,
+                    const Eigen::Ref<const MatX<typename detail::NonDeduced<S>::type>>& X,
+                    const std::vector<int>& labels, StepBuffers<S>& buf, const TrainStepOptions& options = {}) {
+  const char* fn = "ddl::trainStep";
+  if (static_cast<Index>(labels.size()) != X.cols())
+    throw ShapeError(message(fn, "got ", labels.size(), " labels for X of shape ", shapeOf(X),
+                             " (one label per column)"));
+  require(options.clipNorm >= 0.0, fn, "clipNorm must be >= 0 (0 = off), got ", options.clipNorm);
+  model.forward(X, buf.logits);
+  StepStats s;
+  s.loss = static_cast<double>(loss.forward(buf.logits, labels));  // checks the label range
+  s.correct = countCorrect(buf.logits, labels);
+  s.count = X.cols();
+  zeroGrad(model);
+  loss.backward(buf.dLogits);
+  model.backward(buf.dLogits);
+  if (options.clipNorm > 0.0) s.gradNorm = clipGradNorm(model, options.clipNorm);
+  optimizer.step(model);
+  return s;
+}
+
+struct EvalResult {
+  double loss = 0.0;      // mean loss over the data set
+  double accuracy = 0.0;  // fraction correct in [0, 1]
+  Index count = 0;        // samples evaluated
+};
+
+// Mean loss and accuracy of model on data, in batches of batchSize columns (no parameter change).
+// onBatch(), when given, is called after each batch's forward (e.g. to accumulate gate statistics).
+// logits is reused scratch: pass the same matrix to avoid reallocating it.
+template <class S, class Model, class OnBatch>
+EvalResult evaluate(Model& model, SoftmaxCrossEntropy<S>& loss, const Dataset<S>& data, Index batchSize,
+                    MatX<S>& logits, OnBatch&& onBatch) {
+  const char* fn = "ddl::evaluate";
+  require(batchSize > 0, fn, "batchSize must be > 0, got ", batchSize);
+  require(data.size() > 0, fn, "the data set is empty");
+  checkShape(fn, "data.images", data.images, -1, static_cast<Index>(data.labels.size()));
+  EvalResult r;
+  double lossSum = 0.0;
+  Index correct = 0;
+  for (Index start = 0; start < data.size(); start += batchSize) {
+    const Index b = std::min(batchSize, data.size() - start);
+    const Eigen::Map<const Eigen::VectorXi> y(data.labels.data() + start, b);
+    model.forward(data.images.middleCols(start, b), logits);
+    lossSum += static_cast<double>(loss.forward(logits, y)) * static_cast<double>(b);
+    correct += countCorrect(logits, y);
+    onBatch();
+  }
+  r.count = data.size();
+  r.loss = lossSum / static_cast<double>(r.count);
+  r.accuracy = static_cast<double>(correct) / static_cast<double>(r.count);
+  return r;
+}
+
+template <class S, class Model>
+EvalResult evaluate(Model& model, SoftmaxCrossEntropy<S>& loss, const Dataset<S>& data, Index batchSize = 1000) {
+  MatX<S> logits;
+  return evaluate(model, loss, data, batchSize, logits, [] {});
+}
+
+}  // namespace ddl
