@@ -1,26 +1,15 @@
 // Tests of ddl/ops/delta_operator.hpp: the spectral facts of SPEC §1 against Eigen's dense solvers,
 // the operator API (A*X, X*A, applyOnTheLeft/Right, evalTo), allocation-freedom and shape errors.
 //
-// Eigen's runtime malloc check and its assertions must be live even in Release builds (NDEBUG), so
-// eigen_assert is turned into an exception here, before any Eigen header. It is not a ddl::Error: a
-// shape test that expects ddl::ShapeError fails if Eigen asserts before ddl's own check.
-#define EIGEN_RUNTIME_NO_MALLOC
-#include <stdexcept>
-namespace ddl_test {
-struct EigenAssertFailure : std::logic_error {
-  using std::logic_error::logic_error;
-};
-}  // namespace ddl_test
-#define eigen_assert(x) \
-  do { \
-    if (!static_cast<bool>(x)) throw ::ddl_test::EigenAssertFailure(#x); \
-  } while (false)
+#include "eigen_guard.hpp"  // first: live allocation checks and throwing eigen_assert
 
 #include <Eigen/Eigenvalues>
 #include <Eigen/Householder>
 #include <Eigen/LU>
 #include <algorithm>
 #include <cmath>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "catch_compat.hpp"

@@ -1,6 +1,6 @@
 // Batched Delta kernels (ops/delta_write.hpp): forward against a naive dense reference, backward
 // against central differences in double, edge cases, in-place use, shape errors, no allocation.
-#define EIGEN_RUNTIME_NO_MALLOC  // must precede every Eigen include: set_is_malloc_allowed works below
+#include "eigen_guard.hpp"  // first: live allocation checks even with NDEBUG
 #include <random>
 
 #include "catch_compat.hpp"
@@ -75,7 +75,7 @@ TEST_CASE("deltaApply and deltaWrite match the dense per-token formulas", "[ops]
   CHECK(relErr(Y, expected) < 1e-14);
 }
 
-TEST_CASE("the write erases the old readout: e_post = (1 - beta rho) e_pre, exact overwrite at beta = 1",
+TEST_CASE("the write erases the old readout: e_post = (1 - beta rho) e_pre and exact overwrite at beta = 1",
           "[ops][delta_write]") {
   std::mt19937 rng(7);
   Case c = makeCase(rng, 3);
@@ -187,10 +187,16 @@ TEST_CASE("steady-state kernels allocate nothing", "[ops][alloc]") {
   SUCCEED("no Eigen allocation in steady state");
 }
 
-TEST_CASE("malloc guard is armed in this test binary", "[ops][alloc]") {
-  // Proves the no-allocation test above can fail: an allocation under the guard must trip it.
+TEST_CASE("the allocation guard trips on an allocation in this binary", "[ops][alloc]") {
+  // Proves the no-allocation test above can fail: an allocation under the guard must throw.
   Eigen::internal::set_is_malloc_allowed(false);
-  bool tripped = !Eigen::internal::is_malloc_allowed();
+  bool tripped = false;
+  try {
+    MatX<double> m(64, 64);
+    m.setZero();
+  } catch (const ddl_test::EigenAssertFailure&) {
+    tripped = true;
+  }
   Eigen::internal::set_is_malloc_allowed(true);
   CHECK(tripped);
 }

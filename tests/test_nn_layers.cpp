@@ -1,16 +1,6 @@
 // Tests for the basic layers in include/ddl/nn: Linear, RmsNorm, activations, Dropout,
 // SoftmaxCrossEntropy and the init schemes. Gradients are proven by central differences in double.
-//
-// EIGEN_RUNTIME_NO_MALLOC must come before any Eigen include; eigen_assert is made to throw so that a
-// forbidden heap allocation fails the test in Release builds too (NDEBUG would silence the default).
-#define EIGEN_RUNTIME_NO_MALLOC
-#include <stdexcept>
-namespace ddl_test {
-[[noreturn]] inline void eigenAssertFailed(const char* what) {
-  throw std::logic_error(std::string("eigen_assert failed: ") + what);
-}
-}  // namespace ddl_test
-#define eigen_assert(x) ((x) ? static_cast<void>(0) : ::ddl_test::eigenAssertFailed(#x))
+#include "eigen_guard.hpp"  // first: live allocation checks even with NDEBUG
 
 #include <cmath>
 #include <cstdint>

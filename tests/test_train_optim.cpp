@@ -1,12 +1,6 @@
 // Tests for include/ddl/train: AdamW, Sgd, clipGradNorm, LrSchedule. The optimizers see models only
 // through visitParams, so the models here are small hand-written structs.
-//
-// EIGEN_RUNTIME_NO_MALLOC must precede every Eigen include. Release builds define NDEBUG, which
-// silences eigen_assert and with it the no-malloc check, so this file makes eigen_assert throw:
-// the allocation tests can then fail in every build type.
-#define EIGEN_RUNTIME_NO_MALLOC
-#include <stdexcept>
-#define eigen_assert(x) ((x) ? (void)0 : throw std::logic_error("eigen_assert failed: " #x))
+#include "eigen_guard.hpp"  // first: live allocation checks even with NDEBUG
 
 #include <atomic>
 #include <cmath>
