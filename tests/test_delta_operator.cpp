@@ -148,7 +148,7 @@ TEST_CASE("inverse is Sherman-Morrison and a singular operator throws MathError"
   CHECK(relErr(ddl::deltaOperator(kg, 1.0).inverse().toDense(), Mg.inverse()) < 1e-10);
 }
 
-TEST_CASE("A is orthogonal exactly at beta in {0, 2}; beta = 2 is Eigen's Householder reflection",
+TEST_CASE("A is orthogonal exactly at beta 0 and 2 and beta = 2 is Eigen's Householder reflection",
           "[delta_operator][orthogonal]") {
   const Index d = GENERATE(1, 2, 5, 12);
   const Index dv = GENERATE(1, 3, 4);
@@ -181,7 +181,7 @@ TEST_CASE("A is orthogonal exactly at beta in {0, 2}; beta = 2 is Eigen's Househ
   CHECK(R.regime() == ddl::DeltaRegime::Reflection);
 }
 
-TEST_CASE("rank-1 write: e_post = (1-beta) e_pre, exact overwrite at beta = 1", "[delta_operator][write]") {
+TEST_CASE("rank-1 write gives e_post = (1-beta) e_pre and an exact overwrite at beta = 1", "[delta_operator][write]") {
   const Index d = GENERATE(1, 3, 10);
   const Index dv = GENERATE(1, 3, 4);
   const std::uint64_t seed = 5000 + static_cast<std::uint64_t>(10 * d + dv);
@@ -221,7 +221,7 @@ TEST_CASE("rank-1 write: e_post = (1-beta) e_pre, exact overwrite at beta = 1", 
   }
 }
 
-TEST_CASE("guarded k (rho < 1) reports 1 - beta*rho, not 1 - beta", "[delta_operator][guarded]") {
+TEST_CASE("guarded k (rho < 1) reports 1 - beta rho and not 1 - beta", "[delta_operator][guarded]") {
   const Index d = GENERATE(1, 5);
   const Index dv = GENERATE(1, 3);
   const std::uint64_t seed = 6000 + static_cast<std::uint64_t>(10 * d + dv);
@@ -251,7 +251,7 @@ TEST_CASE("guarded k (rho < 1) reports 1 - beta*rho, not 1 - beta", "[delta_oper
   CHECK(ddl::deltaOperator(k, 2.0 / rho).isOrthogonal(1e-12));  // the reflection moved to beta = 2/rho
 }
 
-TEST_CASE("evalTo, A*X, X*A, applyOnTheLeft/Right agree with the dense product", "[delta_operator][apply]") {
+TEST_CASE("evalTo and A X and X A and applyOnTheLeft/Right agree with the dense product", "[delta_operator][apply]") {
   const Index d = GENERATE(1, 2, 7, 33);
   const Index n = GENERATE(1, 3, 4);
   const std::uint64_t seed = 7000 + static_cast<std::uint64_t>(10 * d + n);
