@@ -12,10 +12,12 @@
 //               + 3·depth·(d·h + h·d + d·1 + d·dv)           fc1, fc2, gate (1 x d), value (dv x d)
 //               + 3·d·C ]                                    head
 // = 1.717 GFLOP for the issue-3 net (dv = 1). BM_StepGemms runs exactly those products (same shapes,
-// same transposes, Eigen, noalias) back to back; its time is the GEMM floor of the step and
-// flops / time the GEMM rate at the step's shapes. BM_NetStep reports of_floor = step time / floor
-// when BM_StepGemms ran earlier in the process. BM_NetStep_Paired alternates floor, plain step and
-// delta step inside one loop and reports ratios of medians (robust to other load on a shared machine).
+// same transposes, Eigen, noalias) back to back, each threaded by Eigen (split:0) or cut into one
+// single-threaded product per thread as ddl::Linear does (split:1); the faster of the two is the GEMM
+// floor of the step and flops / floor the GEMM rate at the step's shapes. BM_NetStep reports
+// of_floor = step time / floor when BM_StepGemms ran earlier in the process. BM_NetStep_Paired
+// alternates both floors, the plain step and the delta step inside one loop and reports ratios of
+// medians (robust to other load on a shared machine).
 #include <benchmark/benchmark.h>
 
 #include <Eigen/Core>
@@ -30,6 +32,7 @@
 #include "ddl/nn/cross_entropy.hpp"
 #include "ddl/nn/delta_net.hpp"
 #include "ddl/nn/delta_net_config.hpp"
+#include "ddl/nn/linear.hpp"
 #include "ddl/train/adamw.hpp"
 
 namespace {
@@ -109,11 +112,36 @@ class StepGemms {
       m_ops.push_back(std::move(op));
     }
   }
-  void run() {
+  // Each product threaded by Eigen itself.
+  void runEigenThreaded() {
     for (Op& o : m_ops) {
       o.Y.noalias() = o.W * o.X;
       o.dW.noalias() += o.dY * o.X.transpose();
       if (o.needDx) o.dX.noalias() = o.W.transpose() * o.dY;
+    }
+  }
+  // The split ddl::Linear uses: one single-threaded product per thread (column ranges of Y and dX,
+  // row ranges of dW), through the same helper, without Linear's copies and bias passes.
+  void runSplit() {
+    using ddl::detail::partBegin;
+    for (Op& o : m_ops) {
+      const Index in = o.W.cols(), out = o.W.rows();
+      ddl::detail::runProductTasks(in * out * kB, [](int t) { return t; }, [&](int t, int n) {
+        const Index j0 = partBegin(kB, t, n), m = partBegin(kB, t + 1, n) - j0;
+        o.Y.middleCols(j0, m).noalias() = o.W * o.X.middleCols(j0, m);
+      });
+      const int products = o.needDx ? 2 : 1;
+      ddl::detail::runProductTasks(in * out * kB * products, [products](int t) { return products * ((t + products - 1) / products); },
+                                   [&](int t, int n) {
+                                     const int per = n / products;
+                                     if (t < per) {
+                                       const Index r0 = partBegin(out, t, per), m = partBegin(out, t + 1, per) - r0;
+                                       o.dW.middleRows(r0, m).noalias() += o.dY.middleRows(r0, m) * o.X.transpose();
+                                     } else {
+                                       const Index j0 = partBegin(kB, t - per, per), m = partBegin(kB, t - per + 1, per) - j0;
+                                       o.dX.middleCols(j0, m).noalias() = o.W.transpose() * o.dY.middleCols(j0, m);
+                                     }
+                                   });
     }
   }
 
@@ -162,20 +190,22 @@ void BM_Gemm(benchmark::State& state) {  // Y (m, n) = A (m, k) B (k, n)
   state.counters["GFLOPs"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-void BM_StepGemms(benchmark::State& state) {
-  const bool delta = state.range(0) != 0;
+void BM_StepGemms(benchmark::State& state) {  // split = 0: Eigen-threaded products, 1: Linear's split
+  const bool delta = state.range(0) != 0, split = state.range(2) != 0;
   const Index dv = state.range(1);
   StepGemms g(delta, dv);
-  g.run();
+  auto run = [&] { split ? g.runSplit() : g.runEigenThreaded(); };
+  run();
   Stopwatch sw;
   for (auto _ : state) {
-    g.run();
+    run();
     benchmark::ClobberMemory();
   }
   const double perIter = sw.seconds() / static_cast<double>(state.iterations());
   state.counters["GFLOP_per_step"] = stepFlops(delta, dv) * 1e-9;
   state.counters["GFLOPs"] = benchmark::Counter(stepFlops(delta, dv) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  if (delta && dv == 1) g_floorSeconds = perIter;
+  // The floor is the faster way of running the step's products.
+  if (delta && dv == 1) g_floorSeconds = g_floorSeconds > 0 ? std::min(g_floorSeconds, perIter) : perIter;
 }
 
 void BM_NetStep(benchmark::State& state) {
@@ -198,11 +228,14 @@ void BM_NetStep(benchmark::State& state) {
 void BM_NetStep_Paired(benchmark::State& state) {
   StepGemms gemms(true, 1);
   NetFixture plain(false, 1), delta(true, 1);
-  std::vector<double> tf, tp, td;
+  std::vector<double> te, ts, tp, td;
   for (auto _ : state) {
     Stopwatch a;
-    gemms.run();
-    tf.push_back(a.seconds());
+    gemms.runEigenThreaded();
+    te.push_back(a.seconds());
+    Stopwatch s;
+    gemms.runSplit();
+    ts.push_back(s.seconds());
     Stopwatch b;
     benchmark::DoNotOptimize(plain.step());
     tp.push_back(b.seconds());
@@ -210,7 +243,9 @@ void BM_NetStep_Paired(benchmark::State& state) {
     benchmark::DoNotOptimize(delta.step());
     td.push_back(c.seconds());
   }
-  const double mf = median(tf), mp = median(tp), md = median(td);
+  const double me = median(te), ms = median(ts), mf = std::min(me, ms), mp = median(tp), md = median(td);
+  state.counters["gemm_eigen_ms"] = me * 1e3;
+  state.counters["gemm_split_ms"] = ms * 1e3;
   state.counters["floor_ms"] = mf * 1e3;
   state.counters["plain_ms"] = mp * 1e3;
   state.counters["delta_ms"] = md * 1e3;
@@ -222,7 +257,7 @@ void BM_NetStep_Paired(benchmark::State& state) {
 }  // namespace
 
 BENCHMARK(BM_Gemm)->ArgNames({"m", "n", "k"})->Args({kHidden, kB, kD})->Args({kD, kB, kHidden})->Args({kD, kB, kIn})->UseRealTime();
-BENCHMARK(BM_StepGemms)->ArgNames({"delta", "dv"})->Args({1, 1})->Args({0, 1})->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_StepGemms)->ArgNames({"delta", "dv", "split"})->ArgsProduct({{1, 0}, {1}, {0, 1}})->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_NetStep)->ArgNames({"delta", "dv"})->Args({0, 1})->Args({1, 1})->Args({0, 4})->Args({1, 4})->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_NetStep_Paired)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(3.0);
 
