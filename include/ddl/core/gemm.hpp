@@ -1,0 +1,76 @@
+#pragma once
+// ddl/core/gemm.hpp: a single-threaded matrix product whose packing buffers persist between calls.
+//
+// Eigen's product C.noalias() = A * B packs panels of A and B into scratch buffers on every call: on
+// the stack up to EIGEN_STACK_ALLOCATION_LIMIT (128 KiB), on the heap above it, and always on the
+// heap when Eigen threads the product itself. A training step runs the same shapes every time, so
+// GemmWorkspace keeps one set of buffers sized for its last shape and calls Eigen's packed kernel
+// (internal::general_matrix_matrix_product) directly: after the first call with a given shape, a
+// product allocates nothing. Callers split large products over threads themselves, one workspace per
+// thread (nn/linear.hpp does). This is the one place ddl uses Eigen's internal product kernel.
+#include <memory>
+
+#include <Eigen/Core>
+
+#include "ddl/core/error.hpp"
+#include "ddl/core/types.hpp"
+
+namespace ddl {
+
+template <class S>
+class GemmWorkspace {
+ public:
+  // Column-major operands with unit inner stride: plain matrices, their column blocks, row blocks.
+  using ConstOperand = Eigen::Ref<const MatX<S>, 0, Eigen::OuterStride<>>;
+  using Output = Eigen::Ref<MatX<S>, 0, Eigen::OuterStride<>>;
+
+  // C = alpha op(A) op(B)            (accumulate == false)
+  // C = C + alpha op(A) op(B)        (accumulate == true)
+  // op(A): (m, k), op(B): (k, n), C: (m, n); op(M) is M or M^T. C must not alias A or B.
+  void product(const ConstOperand& A, bool transA, const ConstOperand& B, bool transB, Output C, S alpha,
+               bool accumulate) {
+    const Index m = transA ? A.cols() : A.rows(), k = transA ? A.rows() : A.cols();
+    const Index kB = transB ? B.cols() : B.rows(), n = transB ? B.rows() : B.cols();
+    if (k != kB || C.rows() != m || C.cols() != n)
+      throw ShapeError(message("ddl::GemmWorkspace::product", "op(A) is ", shapeString(m, k), ", op(B) is ",
+                               shapeString(kB, n), " and C is ", shapeOf(C), ": shapes do not chain"));
+    if (!accumulate) C.setZero();
+    if (m == 0 || n == 0 || k == 0) return;
+    reserve(m, n, k);
+    const int code = (transA ? 2 : 0) + (transB ? 1 : 0);
+    switch (code) {
+      case 0: kernel<Eigen::ColMajor, Eigen::ColMajor>(m, n, k, A, B, C, alpha); break;
+      case 1: kernel<Eigen::ColMajor, Eigen::RowMajor>(m, n, k, A, B, C, alpha); break;
+      case 2: kernel<Eigen::RowMajor, Eigen::ColMajor>(m, n, k, A, B, C, alpha); break;
+      default: kernel<Eigen::RowMajor, Eigen::RowMajor>(m, n, k, A, B, C, alpha); break;
+    }
+  }
+
+ private:
+  using Blocking = Eigen::internal::gemm_blocking_space<Eigen::ColMajor, S, S, Eigen::Dynamic, Eigen::Dynamic,
+                                                        Eigen::Dynamic>;
+
+  // (Re)builds the buffers when the shape changes; the only allocation this class makes.
+  void reserve(Index m, Index n, Index k) {
+    if (m_blocking && m == m_m && n == m_n && k == m_k) return;
+    m_blocking = std::make_unique<Blocking>(m, n, k, 1, true);
+    m_blocking->allocateAll();
+    m_m = m;
+    m_n = n;
+    m_k = k;
+  }
+
+  // A transposed column-major operand is the same memory read as row-major with the same stride.
+  template <int LhsOrder, int RhsOrder>
+  void kernel(Index m, Index n, Index k, const ConstOperand& A, const ConstOperand& B, Output& C, S alpha) {
+    Eigen::internal::general_matrix_matrix_product<Index, S, LhsOrder, false, S, RhsOrder, false, Eigen::ColMajor,
+                                                   1>::run(m, n, k, A.data(), A.outerStride(), B.data(),
+                                                           B.outerStride(), C.data(), 1, C.outerStride(), alpha,
+                                                           *m_blocking, nullptr);
+  }
+
+  std::unique_ptr<Blocking> m_blocking;
+  Index m_m = -1, m_n = -1, m_k = -1;
+};
+
+}  // namespace ddl
