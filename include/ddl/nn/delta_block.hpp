@@ -69,8 +69,8 @@ class DeltaBlock {
     if (m_dv == 1) {
       dX += m_dXin;
     } else {
-      m_compress.backward(m_dXin, m_dTmp);
-      dX += m_dTmp;
+      m_compress.backward(m_dXin, m_dXc);  // its own buffer: (d, dv*N), not (d, N) like m_dTmp
+      dX += m_dXc;
     }
   }
 
@@ -110,7 +110,7 @@ class DeltaBlock {
   Linear<S> m_fc2;
   DeltaResidual<S> m_delta;
   MatX<S> m_xin, m_c, m_pre, m_hid, m_h;           // forward
-  MatX<S> m_dXin, m_dC, m_dH, m_dHid, m_dTmp;      // backward workspaces
+  MatX<S> m_dXin, m_dC, m_dH, m_dHid, m_dTmp, m_dXc;  // backward workspaces
 };
 
 }  // namespace ddl
