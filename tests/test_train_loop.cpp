@@ -20,6 +20,7 @@ inline void eigenAssertFailed(const char* what) {
 }  // namespace ddl_test
 #define eigen_assert(x) ((x) ? static_cast<void>(0) : ::ddl_test::eigenAssertFailed(#x))
 
+#include <chrono>
 #include <cstdint>
 #include <stdexcept>
 #include <cstdio>
@@ -431,10 +432,14 @@ void writeBigEndian32(std::ofstream& f, std::uint32_t v) {
   f.write(reinterpret_cast<const char*>(b), 4);
 }
 // A learnable IDX set: 8x8 images, class c is a bright 3x3 square at a class-specific place plus noise.
+// Written to temporary names and renamed into place, so a reader running at the same time (the
+// ddl-mnist smoke ctest reads this folder) sees complete files only.
 void writeTinyIdx(const std::string& dir, const std::string& prefix, std::uint32_t n, std::uint64_t seed) {
   ddl::Rng rng(seed);
-  std::ofstream img(dir + "/" + prefix + "-images-idx3-ubyte", std::ios::binary);
-  std::ofstream lbl(dir + "/" + prefix + "-labels-idx1-ubyte", std::ios::binary);
+  const std::string imgPath = dir + "/" + prefix + "-images-idx3-ubyte", lblPath = dir + "/" + prefix + "-labels-idx1-ubyte";
+  const std::string part = ".part" + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
+  std::ofstream img(imgPath + part, std::ios::binary);
+  std::ofstream lbl(lblPath + part, std::ios::binary);
   writeBigEndian32(img, 0x803);
   writeBigEndian32(img, n);
   writeBigEndian32(img, 8);
@@ -453,13 +458,19 @@ void writeTinyIdx(const std::string& dir, const std::string& prefix, std::uint32
         img.write(&px, 1);
       }
   }
+  img.close();
+  lbl.close();
+  REQUIRE(img.good());
+  REQUIRE(lbl.good());
+  std::filesystem::rename(imgPath + part, imgPath);
+  std::filesystem::rename(lblPath + part, lblPath);
 }
 }  // namespace
 
 TEST_CASE("example path: the Trainer learns a tiny IDX data set well above chance", "[train][example]") {
   const std::string dir = tmpPath("tiny_idx");
-  std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
+  std::filesystem::remove_all(dir + "/out");
   writeTinyIdx(dir, "train", 400, 61);
   writeTinyIdx(dir, "t10k", 200, 62);
 
