@@ -11,8 +11,9 @@ function(ddl_program_options target)
     if(DDL_NATIVE AND arg_NATIVE)
       target_compile_options(${target} PRIVATE -march=native)
       if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
-        # GCC 12 reports false -Wmaybe-uninitialized inside avx512fintrin.h for Eigen's AVX-512 packets.
-        target_compile_options(${target} PRIVATE -Wno-maybe-uninitialized)
+        # GCC 12 reports false (maybe-)uninitialized warnings inside avx512fintrin.h for Eigen's
+        # AVX-512 packets (fast tanh, fixed-size packet arrays).
+        target_compile_options(${target} PRIVATE -Wno-maybe-uninitialized -Wno-uninitialized)
       endif()
     endif()
     if(DDL_SANITIZE)

@@ -75,15 +75,12 @@ class DeltaNet {
       m_blocks[i].backward(m_dA, m_dB);
       m_dA.swap(m_dB);
     }
-    if (m_cfg.dv == 1) {
-      m_dx.swap(m_dA);
-    } else {
-      m_expand.backward(m_dA, m_dx);
-    }
+    if (m_cfg.dv > 1) m_expand.backward(m_dA, m_dx);
+    const MatX<S>& dx = m_cfg.dv == 1 ? m_dA : m_dx;  // no swap: every buffer keeps its shape
     if (dX)
-      m_input.backward(m_dx, *dX);
+      m_input.backward(dx, *dX);
     else
-      m_input.backwardParamsOnly(m_dx);
+      m_input.backwardParamsOnly(dx);
   }
 
   template <class F>
