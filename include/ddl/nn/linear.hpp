@@ -72,13 +72,15 @@ class Linear {
   // X: (in, B) one column per token -> Y: (out, B). Caches X for backward. Y must not alias X.
   void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) {
     checkShape("ddl::Linear::forward", "X", X, m_in, -1);
-    m_X = X;  // no allocation when B is unchanged
-    m_hasForward = true;
     const Index B = X.cols();
+    m_X.resize(m_in, B);  // no allocation when B is unchanged
+    m_hasForward = true;
     Y.resize(m_out, B);
-    // One task per thread, each a column range of Y.
+    // One task per thread, each a column range of Y; the task also caches its columns of X, so the
+    // copy is threaded and still in cache for the product.
     detail::runProductTasks(m_in * m_out * B, [](int threads) { return threads; }, [&](int t, int tasks) {
       const Index j0 = detail::partBegin(B, t, tasks), n = detail::partBegin(B, t + 1, tasks) - j0;
+      m_X.middleCols(j0, n) = X.middleCols(j0, n);
       auto Yj = Y.middleCols(j0, n);
       Yj.noalias() = m_W.value * m_X.middleCols(j0, n);
       if (m_hasBias) Yj.colwise() += m_b.value.col(0);
