@@ -514,3 +514,33 @@ TEST_CASE("example path: the Trainer learns a tiny IDX data set well above chanc
   CHECK(std::filesystem::exists(trainer.checkpointPath()));
   CHECK(std::filesystem::exists(trainer.metricsPath()));
 }
+
+TEST_CASE("a training step at the benchmark size allocates no Eigen memory on 1 and 2 threads", "[train][alloc]") {
+  // 784 -> d = 256, 4 blocks, hidden 1024, B = 128: every product is far above Eigen's 128 KiB stack
+  // limit, so this proves the persistent GEMM workspaces (core/gemm.hpp), not a lucky small shape.
+  ddl::DeltaNetConfig cfg;
+  cfg.inputDim = 784;
+  cfg.d = 256;
+  cfg.depth = 4;
+  cfg.block.hidden = 1024;
+  ddl::applyPreset(cfg, "code");
+  for (const int threads : {1, 2}) {
+    CAPTURE(threads);
+    ddl::setNumThreads(threads);
+    ddl::DeltaNet<float> net(cfg, 1);
+    ddl::SoftmaxCrossEntropy<float> loss;
+    ddl::AdamW<float> opt;
+    ddl::StepBuffers<float> buf;
+    ddl::Rng rng(3);
+    MatX<float> X(784, 128);
+    std::vector<int> y(128);
+    for (Index j = 0; j < 128; ++j) {
+      y[static_cast<std::size_t>(j)] = static_cast<int>(rng.below(10));
+      for (Index i = 0; i < 784; ++i) X(i, j) = static_cast<float>(rng.uniform());
+    }
+    ddl::trainStep(net, loss, opt, X, y, buf, {1.0});
+    const std::string failure = withoutEigenMalloc([&] { ddl::trainStep(net, loss, opt, X, y, buf, {1.0}); });
+    CHECK(failure.empty());
+  }
+  ddl::setNumThreads(1);
+}

@@ -24,6 +24,13 @@ class GemmWorkspace {
   using ConstOperand = Eigen::Ref<const MatX<S>, 0, Eigen::OuterStride<>>;
   using Output = Eigen::Ref<MatX<S>, 0, Eigen::OuterStride<>>;
 
+  // The buffers are scratch: a copy starts empty (so layers holding workspaces stay copyable).
+  GemmWorkspace() = default;
+  GemmWorkspace(const GemmWorkspace&) {}
+  GemmWorkspace& operator=(const GemmWorkspace&) { return *this; }
+  GemmWorkspace(GemmWorkspace&&) noexcept = default;
+  GemmWorkspace& operator=(GemmWorkspace&&) noexcept = default;
+
   // C = alpha op(A) op(B)            (accumulate == false)
   // C = C + alpha op(A) op(B)        (accumulate == true)
   // op(A): (m, k), op(B): (k, n), C: (m, n); op(M) is M or M^T. C must not alias A or B.

@@ -4,9 +4,9 @@
 //   X: (in, B)   W: (out, in)   b: (out, 1)   Y: (out, B)
 //   backward:  dW += dY Xᵀ,  db += dY 1,  dX = Wᵀ dY
 //
-// Steady state allocates nothing: the input cache is a member resized only when B changes, and
-// every product is written with noalias() into caller-owned outputs (Eigen's GEMM still packs
-// into a stack buffer, or the heap above EIGEN_STACK_ALLOCATION_LIMIT = 128 KiB per panel).
+// Steady state allocates nothing: the input cache is a member resized only when B changes, and every
+// product goes through a GemmWorkspace per task (core/gemm.hpp) whose packing buffers persist, where
+// Eigen's own product would heap-allocate them on every call at these sizes.
 //
 // Threads: a large product is cut into independent pieces, one single-threaded Eigen product per
 // OpenMP thread (forward: column ranges of Y; backward: row ranges of dW and column ranges of dX
@@ -15,9 +15,11 @@
 // Each output element is still one dot product computed by one thread: results depend on the
 // thread count only through Eigen's blocking of the pieces, as with Eigen's own threading.
 #include <string>
+#include <vector>
 
 #include "ddl/core/config.hpp"
 #include "ddl/core/error.hpp"
+#include "ddl/core/gemm.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/rng.hpp"
 #include "ddl/core/threading.hpp"
@@ -76,13 +78,14 @@ class Linear {
     m_X.resize(m_in, B);  // no allocation when B is unchanged
     m_hasForward = true;
     Y.resize(m_out, B);
+    reserveWorkspaces();
     // One task per thread, each a column range of Y; the task also caches its columns of X, so the
     // copy is threaded and still in cache for the product.
     detail::runProductTasks(m_in * m_out * B, [](int threads) { return threads; }, [&](int t, int tasks) {
       const Index j0 = detail::partBegin(B, t, tasks), n = detail::partBegin(B, t + 1, tasks) - j0;
       m_X.middleCols(j0, n) = X.middleCols(j0, n);
       auto Yj = Y.middleCols(j0, n);
-      Yj.noalias() = m_W.value * m_X.middleCols(j0, n);
+      m_gemmForward[t].product(m_W.value, false, m_X.middleCols(j0, n), false, Yj, S(1), false);
       if (m_hasBias) Yj.colwise() += m_b.value.col(0);
     });
   }
@@ -92,6 +95,7 @@ class Linear {
     checkBackward(dY);
     const Index B = dY.cols();
     dX.resize(m_in, B);
+    reserveWorkspaces();
     // The two products have equal work: half of the tasks are row ranges of dW, half column ranges of dX.
     detail::runProductTasks(m_in * m_out * B * 2, [](int threads) { return 2 * ((threads + 1) / 2); },
                             [&](int t, int tasks) {
@@ -101,7 +105,8 @@ class Linear {
                               } else {
                                 const Index j0 = detail::partBegin(B, t - half, half);
                                 const Index n = detail::partBegin(B, t - half + 1, half) - j0;
-                                dX.middleCols(j0, n).noalias() = m_W.value.transpose() * dY.middleCols(j0, n);
+                                m_gemmInput[t - half].product(m_W.value, true, dY.middleCols(j0, n), false,
+                                                              dX.middleCols(j0, n), S(1), false);
                               }
                             });
   }
@@ -110,6 +115,7 @@ class Linear {
   // (the first layer of a net), which saves the Wᵀ dY product.
   void backwardParamsOnly(const Eigen::Ref<const MatX<S>>& dY) {
     checkBackward(dY);
+    reserveWorkspaces();
     detail::runProductTasks(m_in * m_out * dY.cols(), [](int threads) { return threads; },
                             [&](int t, int tasks) { accumulateParamGrads(dY, t, tasks); });
   }
@@ -143,11 +149,21 @@ class Linear {
   void accumulateParamGrads(const Eigen::Ref<const MatX<S>>& dY, int part, int parts) {
     const Index r0 = detail::partBegin(m_out, part, parts), rn = detail::partBegin(m_out, part + 1, parts) - r0;
     if (rn == 0) return;
-    m_W.grad.middleRows(r0, rn).noalias() += dY.middleRows(r0, rn) * m_X.transpose();
+    m_gemmWeight[part].product(dY.middleRows(r0, rn), false, m_X, true, m_W.grad.middleRows(r0, rn), S(1), true);
     if (m_hasBias) {
       // Column sweep: contiguous, vectorised, no temporary (rowwise().sum() strides across columns).
       auto db = m_b.grad.col(0).segment(r0, rn);
       for (Index j = 0; j < dY.cols(); ++j) db += dY.col(j).segment(r0, rn);
+    }
+  }
+
+  // One workspace per task and product, made before any parallel region (tasks <= 2 ceil(threads/2)).
+  void reserveWorkspaces() {
+    const std::size_t tasks = static_cast<std::size_t>(2 * ((numThreads() + 1) / 2));
+    if (m_gemmForward.size() < tasks) {
+      m_gemmForward.resize(tasks);
+      m_gemmWeight.resize(tasks);
+      m_gemmInput.resize(tasks);
     }
   }
 
@@ -156,6 +172,7 @@ class Linear {
   bool m_hasForward = false;
   Param<S> m_W, m_b;
   MatX<S> m_X;  // (in, B) input of the last forward
+  std::vector<GemmWorkspace<S>> m_gemmForward, m_gemmWeight, m_gemmInput;  // per task: Y, dW rows, dX
 };
 
 }  // namespace ddl
