@@ -9,4 +9,6 @@ cd "$(dirname "$0")/.."
 cmake -S . -B build-main -DCMAKE_BUILD_TYPE=Release -DDDL_BUILD_TESTS=OFF -DDDL_BUILD_BENCH=OFF \
   -DDDL_BUILD_EXAMPLES=ON >/dev/null
 cmake --build build-main --target ddl-mnist -j "$(nproc)"
+# Passive OpenMP waiting: on a shared 2-core machine spinning threads steal the cores they wait for.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 exec build-main/examples/ddl-mnist "$@"
