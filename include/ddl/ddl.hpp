@@ -42,6 +42,10 @@
 #include "ddl/train/adamw.hpp"
 #include "ddl/train/grad_clip.hpp"
 #include "ddl/train/lr_schedule.hpp"
+#include "ddl/train/optimizer_state.hpp"
+#include "ddl/train/progress.hpp"
 #include "ddl/train/sgd.hpp"
+#include "ddl/train/train_step.hpp"
+#include "ddl/train/trainer.hpp"
 
 #include "ddl/testing/grad_check.hpp"

@@ -23,6 +23,7 @@
 #include "ddl/core/error.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/types.hpp"
+#include "ddl/train/optimizer_state.hpp"
 
 namespace ddl {
 
@@ -182,29 +183,10 @@ class AdamW {
   // same number of parameters, same names in the same order, same shapes (value, grad, state).
   template <class Model>
   void verify(Model& model, const char* fn) const {
-    std::size_t i = 0;
-    model.visitParams("", [&](const std::string& name, Param<S>& p) {
-      if (i >= m_slots.size())
-        throw ValueError(message(fn, "parameter '", name, "' (#", i, ") has no optimizer state: the state was built for ",
-                                 m_slots.size(), " parameters"));
-      const Slot& s = m_slots[i];
-      if (s.name != name)
-        throw ValueError(message(fn, "parameter #", i, " is '", name, "' but the optimizer state belongs to '", s.name,
-                                 "'"));
-      if (p.grad.rows() != p.value.rows() || p.grad.cols() != p.value.cols())
-        throw ShapeError(message(fn, "parameter '", name, "' has value shape ", shapeOf(p.value),
-                                 " but grad shape ", shapeOf(p.grad)));
-      if (s.expAvg.rows() != p.value.rows() || s.expAvg.cols() != p.value.cols())
-        throw ShapeError(message(fn, "parameter '", name, "' has shape ", shapeOf(p.value),
-                                 " but its optimizer state exp_avg has shape ", shapeOf(s.expAvg)));
-      if (s.expAvgSq.rows() != p.value.rows() || s.expAvgSq.cols() != p.value.cols())
-        throw ShapeError(message(fn, "parameter '", name, "' has shape ", shapeOf(p.value),
-                                 " but its optimizer state exp_avg_sq has shape ", shapeOf(s.expAvgSq)));
-      ++i;
+    detail::verifyOptimizerState<S>(model, m_slots, fn, [fn](const std::string& name, const Param<S>& p, const Slot& s) {
+      detail::checkStateShape(fn, name, p, "exp_avg", s.expAvg);
+      detail::checkStateShape(fn, name, p, "exp_avg_sq", s.expAvgSq);
     });
-    if (i != m_slots.size())
-      throw ValueError(message(fn, "the model has ", i, " parameters but the optimizer state has ", m_slots.size(),
-                               " (first missing: '", m_slots[i].name, "')"));
   }
 
   AdamWOptions m_opt;

@@ -22,6 +22,7 @@
 #include "ddl/core/error.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/types.hpp"
+#include "ddl/train/optimizer_state.hpp"
 
 namespace ddl {
 
@@ -164,26 +165,9 @@ class Sgd {
   template <class Model>
   void verify(Model& model, const char* fn) const {
     const bool useMomentum = m_opt.momentum != 0.0;
-    std::size_t i = 0;
-    model.visitParams("", [&](const std::string& name, Param<S>& p) {
-      if (i >= m_slots.size())
-        throw ValueError(message(fn, "parameter '", name, "' (#", i, ") has no optimizer state: the state was built for ",
-                                 m_slots.size(), " parameters"));
-      const Slot& s = m_slots[i];
-      if (s.name != name)
-        throw ValueError(message(fn, "parameter #", i, " is '", name, "' but the optimizer state belongs to '", s.name,
-                                 "'"));
-      if (p.grad.rows() != p.value.rows() || p.grad.cols() != p.value.cols())
-        throw ShapeError(message(fn, "parameter '", name, "' has value shape ", shapeOf(p.value),
-                                 " but grad shape ", shapeOf(p.grad)));
-      if (useMomentum && (s.buf.rows() != p.value.rows() || s.buf.cols() != p.value.cols()))
-        throw ShapeError(message(fn, "parameter '", name, "' has shape ", shapeOf(p.value),
-                                 " but its optimizer state momentum_buffer has shape ", shapeOf(s.buf)));
-      ++i;
+    detail::verifyOptimizerState<S>(model, m_slots, fn, [&](const std::string& name, const Param<S>& p, const Slot& s) {
+      if (useMomentum) detail::checkStateShape(fn, name, p, "momentum_buffer", s.buf);
     });
-    if (i != m_slots.size())
-      throw ValueError(message(fn, "the model has ", i, " parameters but the optimizer state has ", m_slots.size(),
-                               " (first missing: '", m_slots[i].name, "')"));
   }
 
   SgdOptions m_opt;
