@@ -6,20 +6,44 @@
 // with joinName(prefix, "blocks.3") and so on. Optimizers, checkpoints, the gradient checker,
 // numParams and zeroGrad all use this walk and never include a layer header.
 #include <string>
+#include <vector>
 
+#include "ddl/core/error.hpp"
 #include "ddl/core/types.hpp"
 
 namespace ddl {
 
+// A parameter is held as a (rows, cols) matrix for the math; `shape` is its logical (PyTorch) shape,
+// the one checkpoints store: {rows, cols} by default, {n} for a vector held as (n, 1), {out, in, kh, kw}
+// for a conv weight held as (out, in*kh*kw). shape[0] == rows and the product of the remaining extents
+// == cols, so the row-major order of `value` is the row-major order of `shape`.
 template <class S>
 struct Param {
   MatX<S> value;      // (rows, cols)
   MatX<S> grad;       // same shape; backward accumulates into it with +=
   bool decay = true;  // AdamW applies weight decay only to params with decay == true
+  std::vector<Index> shape;  // logical shape, see above
 
   Param() = default;
   Param(Index rows, Index cols, bool withDecay = true)
-      : value(MatX<S>::Zero(rows, cols)), grad(MatX<S>::Zero(rows, cols)), decay(withDecay) {}
+      : value(MatX<S>::Zero(rows, cols)), grad(MatX<S>::Zero(rows, cols)), decay(withDecay), shape{rows, cols} {}
+  // shape = {n} -> (n, 1); {a, b, c, ...} -> (a, b*c*...). Every extent >= 1.
+  explicit Param(const std::vector<Index>& logicalShape, bool withDecay = true)
+      : Param(rowsOf(logicalShape), colsOf(logicalShape), withDecay) {
+    shape = logicalShape;
+  }
+
+ private:
+  static Index rowsOf(const std::vector<Index>& s) {
+    require(!s.empty(), "ddl::Param", "a parameter needs a shape of rank >= 1");
+    for (Index e : s) require(e >= 1, "ddl::Param", "every extent must be >= 1, got ", e);
+    return s[0];
+  }
+  static Index colsOf(const std::vector<Index>& s) {
+    Index c = 1;
+    for (std::size_t i = 1; i < s.size(); ++i) c *= s[i];
+    return c;
+  }
 };
 
 // joinName("blocks.3", "gate.weight") == "blocks.3.gate.weight"; joinName("", "w") == "w".

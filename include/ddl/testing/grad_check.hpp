@@ -51,5 +51,24 @@ double relErr(const Eigen::MatrixBase<DA>& analytic, const Eigen::MatrixBase<DN>
   return diff / scale;
 }
 
+// Per-entry relative error: max_i |a_i - n_i| / max(|a_i|, |n_i|, floor). relErr divides by the
+// tensor's largest entry, so an error confined to small entries hides; this one does not. The
+// absolute floor keeps entries that are zero up to rounding from dominating: central differences in
+// double (h = 1e-6) carry an absolute error near 1e-10 * |loss| per entry, so pick floor with
+// 1e-10 * |loss| / floor below the tolerance (the default suits tolerance 1e-6 and |loss| <= 10).
+template <class DA, class DN>
+double entryRelErr(const Eigen::MatrixBase<DA>& analytic, const Eigen::MatrixBase<DN>& numeric,
+                   double floor = 1e-3) {
+  checkShape("ddl::testing::entryRelErr", "numeric gradient", numeric, analytic.rows(), analytic.cols());
+  double worst = 0.0;
+  for (Index j = 0; j < analytic.cols(); ++j) {
+    for (Index i = 0; i < analytic.rows(); ++i) {
+      const double a = static_cast<double>(analytic(i, j)), n = static_cast<double>(numeric(i, j));
+      worst = std::max(worst, std::abs(a - n) / std::max({std::abs(a), std::abs(n), floor}));
+    }
+  }
+  return worst;
+}
+
 }  // namespace testing
 }  // namespace ddl
