@@ -7,8 +7,8 @@
 //      .flag("resume", "continue the run saved in --out");
 //   cli.parse(argc, argv);                               // ValueError on anything unknown
 //   if (cli.has("help")) { std::cout << cli.help(); return 0; }
-//   int epochs = cli.integer<int>("epochs", 1, 1000000);  // the value given, else the default
-//   int again  = cli.integer<int>("epochs", 1, 1000000, saved);  // the value given, else `saved`
+//   int epochs = cli.integer<int>("epochs", 1, 1000000);         // the value given, else the default
+//   int again  = cli.integer<int>("epochs", 1, 1000000, saved);  // ... else `saved` (an optional)
 //
 // Options are `--name value` or `--name=value`; flags take no value. An unknown option, a missing
 // value, an option given twice and a stray positional argument are refused. Typed getters check
@@ -67,7 +67,8 @@ class CommandLine {
       } else if (eq != std::string::npos) {
         m_given[name] = arg.substr(eq + 1);
       } else {
-        if (i + 1 >= argc) throw ValueError("option --" + name + " needs a value (" + e->metavar + ")");
+        const bool nextIsOption = i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) == 0;
+        if (i + 1 >= argc || nextIsOption) throw ValueError("option --" + name + " needs a value (" + e->metavar + ")");
         m_given[name] = argv[++i];
       }
     }
@@ -79,41 +80,41 @@ class CommandLine {
     return m_given.count(name) != 0;
   }
 
-  // The text given, else the declared default. Throws ValueError when neither exists.
-  std::string text(const std::string& name) const {
+  // The text given, else whenAbsent when it holds a value, else the declared default. Throws
+  // ValueError when there is none of them.
+  std::string text(const std::string& name, const std::optional<std::string>& whenAbsent = std::nullopt) const {
     const Entry& e = declared(name);
     const auto it = m_given.find(name);
     if (it != m_given.end()) return it->second;
+    if (whenAbsent) return *whenAbsent;
     if (e.defaultValue.empty()) throw ValueError("option --" + name + " is required");
     return e.defaultValue;
   }
-  std::string text(const std::string& name, const std::string& whenAbsent) const {
-    return has(name) ? text(name) : whenAbsent;
-  }
 
-  // The text given (else the default), which must be one of `allowed`.
-  std::string choice(const std::string& name, std::initializer_list<const char*> allowed) const {
-    return checkChoice(name, text(name), allowed);
-  }
+  // The text given (else whenAbsent, else the default), which must be one of `allowed`.
   std::string choice(const std::string& name, std::initializer_list<const char*> allowed,
-                     const std::string& whenAbsent) const {
-    return has(name) ? checkChoice(name, text(name), allowed) : whenAbsent;
+                     const std::optional<std::string>& whenAbsent = std::nullopt) const {
+    const std::string value = text(name, whenAbsent);
+    std::string list;
+    for (const char* a : allowed) {
+      if (value == a) return value;
+      list += (list.empty() ? "" : ", ") + std::string(a);
+    }
+    throw ValueError("--" + name + " expects one of " + list + ", got '" + value + "'");
   }
 
-  // An integer in [lo, hi]: the value given, else the declared default (or whenAbsent).
+  // An integer in [lo, hi]: the value given, else whenAbsent when it holds a value (not checked:
+  // it comes from the program), else the declared default.
   template <class Int>
-  Int integer(const std::string& name, Int lo, Int hi) const {
+  Int integer(const std::string& name, Int lo, Int hi, std::optional<Int> whenAbsent = std::nullopt) const {
+    if (!has(name) && whenAbsent) return *whenAbsent;
     return parseInteger<Int>("--" + name, text(name), lo, hi);
   }
-  template <class Int>
-  Int integer(const std::string& name, Int lo, Int hi, Int whenAbsent) const {
-    return has(name) ? integer<Int>(name, lo, hi) : whenAbsent;
-  }
 
-  // A finite number in [lo, hi]: the value given, else the declared default (or whenAbsent).
-  double number(const std::string& name, double lo, double hi) const { return parseNumber("--" + name, text(name), lo, hi); }
-  double number(const std::string& name, double lo, double hi, double whenAbsent) const {
-    return has(name) ? number(name, lo, hi) : whenAbsent;
+  // A finite number in [lo, hi]: the value given, else whenAbsent, else the declared default.
+  double number(const std::string& name, double lo, double hi, std::optional<double> whenAbsent = std::nullopt) const {
+    if (!has(name) && whenAbsent) return *whenAbsent;
+    return parseNumber("--" + name, text(name), lo, hi);
   }
 
   const std::string& program() const { return m_program; }
@@ -129,13 +130,35 @@ class CommandLine {
       std::string left = "  --" + e.name + (e.metavar.empty() ? "" : " " + e.metavar);
       if (left.size() < kHelpColumn) left.resize(kHelpColumn, ' ');
       else left += "\n" + std::string(kHelpColumn, ' ');
-      out += left + e.help + (e.defaultValue.empty() ? "" : " (default " + e.defaultValue + ")") + "\n";
+      out += left + wrap(e.help + (e.defaultValue.empty() ? "" : " (default " + e.defaultValue + ")")) + "\n";
     }
     return out;
   }
 
  private:
-  static constexpr std::size_t kHelpColumn = 24;
+  static constexpr std::size_t kHelpColumn = 24, kHelpWidth = 100;
+
+  // Breaks text at spaces so that help lines stay within kHelpWidth columns.
+  static std::string wrap(const std::string& text) {
+    std::string out;
+    std::size_t column = kHelpColumn, start = 0;
+    while (start < text.size()) {
+      std::size_t end = text.find(' ', start);
+      if (end == std::string::npos) end = text.size();
+      const std::size_t len = end - start;
+      if (column > kHelpColumn && column + 1 + len > kHelpWidth) {
+        out += "\n" + std::string(kHelpColumn, ' ');
+        column = kHelpColumn;
+      } else if (column > kHelpColumn) {
+        out += ' ';
+        ++column;
+      }
+      out += text.substr(start, len);
+      column += len;
+      start = end + 1;
+    }
+    return out;
+  }
 
   struct Entry {
     std::string name, metavar, help, defaultValue;
@@ -159,16 +182,6 @@ class CommandLine {
     if (!e) throw std::logic_error("ddl::cli::CommandLine: option --" + name + " was never declared");
     return *e;
   }
-  static std::string checkChoice(const std::string& name, const std::string& value,
-                                 std::initializer_list<const char*> allowed) {
-    std::string list;
-    for (const char* a : allowed) {
-      if (value == a) return value;
-      list += (list.empty() ? "" : ", ") + std::string(a);
-    }
-    throw ValueError("--" + name + " expects one of " + list + ", got '" + value + "'");
-  }
-
   std::string m_program, m_summary;
   std::vector<Entry> m_entries;
   std::map<std::string, std::string> m_given;
