@@ -244,6 +244,7 @@ class Trainer {
     setNumThreads(m_opt.threads);
     m_stopped = false;
     EpochMetrics last;
+    if (stopRequested()) return last;  // before any output is created
     if (!m_opt.outDir.empty()) openOutputs();
     while (m_epoch < m_opt.epochs) {
       if (stopRequested()) break;
@@ -279,6 +280,7 @@ class Trainer {
     m_epoch = static_cast<int>(meta.epoch);
     m_step = meta.step;
     m_pos = pos;
+    if (m_adam.stepCount() > 0) m_lr = m_schedule.lrAt(m_adam.stepCount() - 1);  // an epoch may have no steps left
     m_savedStep = m_step;
     m_resumed = true;
   }
