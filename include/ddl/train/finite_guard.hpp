@@ -8,11 +8,13 @@
 // finite float gradient) and allocates nothing; only when something is not finite does it walk
 // again to name the first parameter (visit order, so the name shows the block: "blocks.2.…") and
 // entry, and throw NonFiniteError. Thrown before the update, the parameters, the optimizer state
-// and the last checkpoint are still those of the last good step.
+// and the last checkpoint are still those of the last good step. parameterReport() helps explain
+// a failure a layer detected itself (e.g. a NaN direction after weights blew up).
 // The model is anything with visitParams(prefix, f), f(const std::string&, Param<S>&); its
 // parameters must not move while the guard lives (they are members of the model).
 #include <cmath>
 #include <cstdint>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -68,6 +70,26 @@ class FiniteGuard {
                              step);
     }
     // Every entry finite, only the double sum overflowed (double gradients beyond 1e154): not an error.
+  }
+
+  // For an error message after a numeric failure elsewhere (cold path, allocates): the first
+  // parameter holding a non-finite value, else the one with the largest magnitude.
+  std::string parameterReport() const {
+    const std::pair<std::string, Param<S>*>* largest = nullptr;
+    double largestAbs = -1.0;
+    for (const auto& np : m_params) {
+      const MatX<S>& v = np.second->value;
+      if (!v.allFinite()) return "parameter '" + np.first + "' holds non-finite values";
+      const double a = v.size() > 0 ? static_cast<double>(v.cwiseAbs().maxCoeff()) : 0.0;
+      if (a > largestAbs) {
+        largestAbs = a;
+        largest = &np;
+      }
+    }
+    if (!largest) return "the model has no parameters";
+    std::ostringstream os;
+    os << "every parameter is finite; the largest entry is " << largestAbs << " in '" << largest->first << "'";
+    return os.str();
   }
 
   std::size_t numParams() const { return m_params.size(); }

@@ -439,6 +439,14 @@ class Trainer {
         throw NonFiniteError(message("ddl::Trainer", "training stopped in epoch ", m_epoch + 1, ", batch ",
                                      m_pos.batch + 1, ": ", e.what(), lastCheckpointNote()),
                              e.step());
+      } catch (const MathError& e) {
+        // A layer met a NaN/Inf itself (e.g. a direction of norm NaN after the weights blew up).
+        if (!m_opt.checkFinite) throw;
+        throw NonFiniteError(message("ddl::Trainer", "training stopped in epoch ", m_epoch + 1, ", batch ",
+                                     m_pos.batch + 1, ": step ", stepNo, " failed: ", e.what(), "; ",
+                                     m_guard.parameterReport(), " (check the learning rate and the input data)",
+                                     lastCheckpointNote()),
+                             stepNo);
       }
       ++m_step;
       ++m_pos.batch;
