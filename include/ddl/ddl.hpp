@@ -4,6 +4,7 @@
 #include "ddl/core/error.hpp"
 #include "ddl/core/gemm.hpp"
 #include "ddl/core/param.hpp"
+#include "ddl/core/parse.hpp"
 #include "ddl/core/rng.hpp"
 #include "ddl/core/threading.hpp"
 #include "ddl/core/types.hpp"
@@ -40,11 +41,13 @@
 #include "ddl/io/safetensors.hpp"
 
 #include "ddl/train/adamw.hpp"
+#include "ddl/train/finite_guard.hpp"
 #include "ddl/train/grad_clip.hpp"
 #include "ddl/train/lr_schedule.hpp"
 #include "ddl/train/optimizer_state.hpp"
 #include "ddl/train/progress.hpp"
 #include "ddl/train/sgd.hpp"
+#include "ddl/train/stop_signal.hpp"
 #include "ddl/train/train_step.hpp"
 #include "ddl/train/trainer.hpp"
 
