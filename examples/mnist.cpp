@@ -8,6 +8,7 @@
 // --resume then continues exactly where it stopped.
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
@@ -295,6 +296,9 @@ int main(int argc, char** argv) {
       return 0;
     }
     ddl::installStopSignalHandlers();
+    // A file-size limit (ulimit -f) then fails a write with EFBIG and a message, like a full disk,
+    // instead of killing the program halfway through a checkpoint.
+    std::signal(SIGXFSZ, SIG_IGN);
     return run(cli);
   } catch (const DataError& e) {
     std::cerr << "ddl-mnist: " << e.what() << "\n"

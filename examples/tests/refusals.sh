@@ -45,6 +45,23 @@ expect 1 "unknown option '--epoch'" "${small[@]}" --epoch 3
 touch "$work/a-file"
 expect 2 "cannot create output folder '$work/a-file/out'" "${small[@]}" --epochs 1 --out "$work/a-file/out"
 expect 2 "cannot write to output folder '/proc/self'" "${small[@]}" --epochs 1 --out /proc/self
+# A full disk (a 4 KiB file-size limit): the new checkpoint cannot be written, the previous one stays
+# byte-identical and no temporary file is left behind.
+"$exe" "${small[@]}" --width 16 --batch 32 --epochs 1 --out "$work/full" >/dev/null 2>&1
+cp "$work/full/checkpoint.safetensors" "$work/previous.safetensors"
+out=$( (ulimit -f 4 && "$exe" "${small[@]}" --width 16 --batch 32 --epochs 1 --seed 2 --out "$work/full") 2>&1)
+rc=$?
+if [ "$rc" -ne 2 ] || ! grep -qF "cannot write the checkpoint of step 13" <<<"$out" || ! grep -qF "File too large" <<<"$out"; then
+  echo "FAIL: full disk -> exit $rc: $out"
+  failures=$((failures + 1))
+elif ! cmp -s "$work/full/checkpoint.safetensors" "$work/previous.safetensors" ||
+  [ "$(ls "$work/full" | grep -cv -e '^checkpoint.safetensors$' -e '^metrics.csv$' -e '^curves.gp$' -e '^curves.png$')" -ne 0 ]; then
+  echo "FAIL: full disk: the previous checkpoint changed or a temporary was left: $(ls "$work/full")"
+  failures=$((failures + 1))
+else
+  echo "ok: full disk -> $rc: $(grep -F "cannot write" <<<"$out" | cut -c1-150)"
+fi
+
 # Missing data and a missing checkpoint.
 expect 2 "hint: install Fashion-MNIST" --data "$work/no-such-dir"
 expect 2 "hint: --resume and --eval-only need a checkpoint.safetensors" "${small[@]}" --resume --out "$work/none"
