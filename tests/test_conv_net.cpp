@@ -172,8 +172,11 @@ TEST_CASE("additive DeltaConvBlock is the plain pre-norm residual conv block", "
 TEST_CASE("whole ConvDeltaNet backward matches central differences per residual kind and dv", "[nn][conv][grad]") {
   const auto kind = GENERATE(ddl::ResidualKind::Delta, ddl::ResidualKind::WriteOnly, ddl::ResidualKind::Additive);
   const Index dv = GENERATE(1, 2);
-  CAPTURE(ddl::toString(kind), dv);
-  ddl::ConvDeltaNet<double> net(smallConfig(kind, dv), 7);
+  const Index stemStride = GENERATE(1, 2);
+  CAPTURE(ddl::toString(kind), dv, stemStride);
+  ddl::ConvDeltaNetConfig cfg = smallConfig(kind, dv);
+  cfg.stemStride = stemStride;
+  ddl::ConvDeltaNet<double> net(cfg, 7);
   std::srand(5);
   perturb(net, 0.2);
   MatX<double> X = MatX<double>::Random(net.inputDim(), 2), G = MatX<double>::Random(3, 2), logits;

@@ -9,13 +9,18 @@
 // vectors one after the other (row (ky*k + kx)*in + c), so building it copies contiguous columns.
 // The GEMM uses the weight permuted to that row order (Wp: (out, k*k*in), rebuilt each forward, tiny).
 //   forward:  Y = Wp P + b 1ᵀ               backward: dWp = dY Pᵀ, db = dY 1, dP = Wpᵀ dY, dX = col2im(dP)
-// P is the one cache (backward needs it for dW). Patch building and col2im are split over images on
-// the OpenMP threads (images never share pixels, so the scatter-add of col2im has no races).
+// P is the one cache (backward needs it for dW). Threads: the images are cut into one range per
+// OpenMP thread and each thread builds its patches, runs single-threaded GEMMs on its columns
+// (core/gemm.hpp workspaces, as nn/linear.hpp does: Eigen's own threaded GEMM spins at shared panels
+// and stalls when another process holds a core) and scatters its images' gradient (images never
+// share pixels, so col2im has no races); dW is summed from per-thread parts in thread order.
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "ddl/core/config.hpp"
 #include "ddl/core/error.hpp"
+#include "ddl/core/gemm.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/rng.hpp"
 #include "ddl/core/threading.hpp"
@@ -62,37 +67,24 @@ class Conv2d {
     m_inLayout = layout;
     m_outLayout = outputLayout(layout);
     permuteWeight();
-    buildPatches(X);
+    const Index B = layout.batch, per = m_outLayout.tokensPerSample();
+    m_P.resize(m_k * m_k * m_in, m_outLayout.tokens());
     Y.resize(m_out, m_outLayout.tokens());
-    Y.noalias() = m_Wp * m_P;
-    if (m_hasBias) Y.colwise() += m_b.value.col(0);
+    forImageRanges([&](int t, Index b0, Index nb) {
+      buildPatches(X, b0, nb);
+      auto Yt = Y.middleCols(b0 * per, nb * per);
+      m_gemmForward[static_cast<std::size_t>(t)].product(m_Wp, false, m_P.middleCols(b0 * per, nb * per), false, Yt,
+                                                         S(1), false);
+      if (m_hasBias) Yt.colwise() += m_b.value.col(0);
+    }, B);
     m_hasForward = true;
   }
 
   // dY: (out, N') of the last forward -> dX: (in, N) overwritten; weight and bias gradients accumulate.
-  void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) {
-    backwardParamsOnly(dY);
-    m_dP.resize(m_P.rows(), m_P.cols());
-    m_dP.noalias() = m_Wp.transpose() * dY;
-    scatterPatches(dX);
-  }
+  void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) { backwardImpl(dY, &dX); }
 
   // dY: (out, N'): weight and bias gradients only (a first layer needs no input gradient).
-  void backwardParamsOnly(const Eigen::Ref<const MatX<S>>& dY) {
-    const char* fn = "ddl::Conv2d::backward";
-    if (!m_hasForward) throw Error(message(fn, "called before forward"));
-    checkShape(fn, "dY", dY, m_out, m_P.cols());
-    m_dWp.resize(m_out, m_P.rows());
-    m_dWp.noalias() = dY * m_P.transpose();
-    // dWp column (ky*k + kx)*in + c is weight column (c*k + ky)*k + kx
-    const Index kk = m_k * m_k;
-    for (Index c = 0; c < m_in; ++c)
-      for (Index t = 0; t < kk; ++t) m_W.grad.col(c * kk + t) += m_dWp.col(t * m_in + c);
-    if (m_hasBias) {
-      auto db = m_b.grad.col(0);
-      for (Index j = 0; j < dY.cols(); ++j) db += dY.col(j);
-    }
-  }
+  void backwardParamsOnly(const Eigen::Ref<const MatX<S>>& dY) { backwardImpl(dY, nullptr); }
 
   // "weight" [out, in, k, k], then "bias" [out] when present.
   template <class F>
@@ -120,24 +112,73 @@ class Conv2d {
       for (Index t = 0; t < kk; ++t) m_Wp.col(t * m_in + c) = m_W.value.col(c * kk + t);
   }
 
-  // Calls f(b) for every image b, split over the OpenMP threads when there is enough work.
-  template <class F>
-  void forImages(Index B, F&& f) const {
-#if DDL_WITH_OPENMP
-    if (B > 1 && m_P.size() >= (Index(1) << 15) && omp_get_max_threads() > 1 && !omp_in_parallel()) {
-      DDL_OMP(parallel for schedule(static))
-      for (Index b = 0; b < B; ++b) f(b);
-      return;
+  void backwardImpl(const Eigen::Ref<const MatX<S>>& dY, MatX<S>* dX) {
+    const char* fn = "ddl::Conv2d::backward";
+    if (!m_hasForward) throw Error(message(fn, "called before forward"));
+    checkShape(fn, "dY", dY, m_out, m_P.cols());
+    const Index per = m_outLayout.tokensPerSample();
+    if (dX) {
+      dX->setZero(m_in, m_inLayout.tokens());
+      m_dP.resize(m_P.rows(), m_P.cols());
     }
-#endif
-    for (Index b = 0; b < B; ++b) f(b);
+    const int used = forImageRanges([&](int t, Index b0, Index nb) {
+      const auto cols = [&](const auto& M) { return M.middleCols(b0 * per, nb * per); };
+      MatX<S>& part = m_dWpPart[static_cast<std::size_t>(t)];
+      part.resize(m_out, m_P.rows());
+      m_gemmWeight[static_cast<std::size_t>(t)].product(cols(dY), false, cols(m_P), true, part, S(1), false);
+      if (dX) {
+        auto dPt = m_dP.middleCols(b0 * per, nb * per);
+        m_gemmInput[static_cast<std::size_t>(t)].product(m_Wp, true, cols(dY), false, dPt, S(1), false);
+        scatterPatches(*dX, b0, nb);
+      }
+    }, m_inLayout.batch);
+    // dWp column (ky*k + kx)*in + c is weight column (c*k + ky)*k + kx
+    const Index kk = m_k * m_k;
+    for (int t = 0; t < used; ++t) {
+      const MatX<S>& part = m_dWpPart[static_cast<std::size_t>(t)];
+      for (Index c = 0; c < m_in; ++c)
+        for (Index q = 0; q < kk; ++q) m_W.grad.col(c * kk + q) += part.col(q * m_in + c);
+    }
+    if (m_hasBias) {
+      auto db = m_b.grad.col(0);
+      for (Index j = 0; j < dY.cols(); ++j) db += dY.col(j);
+    }
   }
 
-  void buildPatches(const Eigen::Ref<const MatX<S>>& X) {
+  // Cuts the B images into one contiguous range per thread and calls f(thread, firstImage, count) for
+  // each non-empty range, in parallel when the product is large enough to repay a fork. Returns the
+  // number of ranges (threads used); workspaces for them exist before the parallel region starts.
+  template <class F>
+  int forImageRanges(F&& f, Index B) {
+    int threads = 1;
+#if DDL_WITH_OPENMP
+    const Index work = m_out * m_P.rows() * m_P.cols();
+    if (work >= (Index(1) << 20) && !omp_in_parallel()) threads = omp_get_max_threads();
+#endif
+    threads = static_cast<int>(std::max<Index>(1, std::min<Index>(threads, B)));
+    if (m_gemmForward.size() < static_cast<std::size_t>(threads)) {
+      m_gemmForward.resize(static_cast<std::size_t>(threads));
+      m_gemmWeight.resize(static_cast<std::size_t>(threads));
+      m_gemmInput.resize(static_cast<std::size_t>(threads));
+      m_dWpPart.resize(static_cast<std::size_t>(threads));
+    }
+    if (threads == 1) {
+      f(0, Index(0), B);
+      return 1;
+    }
+    DDL_OMP(parallel for schedule(static) num_threads(threads))
+    for (int t = 0; t < threads; ++t) {
+      const Index b0 = B * t / threads, b1 = B * (t + 1) / threads;
+      f(t, b0, b1 - b0);
+    }
+    return threads;
+  }
+
+  // Patch columns of images [b0, b0 + nb).
+  void buildPatches(const Eigen::Ref<const MatX<S>>& X, Index b0, Index nb) {
     const Index H = m_inLayout.height, W = m_inLayout.width, Ho = m_outLayout.height, Wo = m_outLayout.width;
     const Index C = m_in, k = m_k;
-    m_P.resize(k * k * C, m_outLayout.tokens());
-    forImages(m_inLayout.batch, [&](Index b) {
+    for (Index b = b0; b < b0 + nb; ++b)
       for (Index oy = 0; oy < Ho; ++oy)
         for (Index ox = 0; ox < Wo; ++ox) {
           auto col = m_P.col((b * Ho + oy) * Wo + ox);
@@ -153,14 +194,13 @@ class Conv2d {
             }
           }
         }
-    });
   }
 
-  void scatterPatches(MatX<S>& dX) {
+  // dX += col2im(dP) for images [b0, b0 + nb).
+  void scatterPatches(MatX<S>& dX, Index b0, Index nb) const {
     const Index H = m_inLayout.height, W = m_inLayout.width, Ho = m_outLayout.height, Wo = m_outLayout.width;
     const Index C = m_in, k = m_k;
-    dX.setZero(m_in, m_inLayout.tokens());
-    forImages(m_inLayout.batch, [&](Index b) {
+    for (Index b = b0; b < b0 + nb; ++b)
       for (Index oy = 0; oy < Ho; ++oy)
         for (Index ox = 0; ox < Wo; ++ox) {
           const auto col = m_dP.col((b * Ho + oy) * Wo + ox);
@@ -174,7 +214,6 @@ class Conv2d {
             }
           }
         }
-    });
   }
 
   Index m_in, m_out, m_k, m_stride, m_pad;
@@ -182,8 +221,10 @@ class Conv2d {
   bool m_hasForward = false;
   Param<S> m_W, m_b;
   TokenLayout m_inLayout, m_outLayout;
-  MatX<S> m_Wp, m_dWp;  // weight in patch row order and its gradient
-  MatX<S> m_P, m_dP;    // patches of the last forward (k*k*in, N') and their gradient
+  MatX<S> m_Wp;        // weight in patch row order (out, k*k*in)
+  MatX<S> m_P, m_dP;   // patches of the last forward (k*k*in, N') and their gradient
+  std::vector<MatX<S>> m_dWpPart;  // per thread: its images' part of dWp
+  std::vector<GemmWorkspace<S>> m_gemmForward, m_gemmWeight, m_gemmInput;  // per thread
 };
 
 }  // namespace ddl

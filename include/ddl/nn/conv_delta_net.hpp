@@ -39,7 +39,7 @@ class ConvDeltaNet {
  public:
   explicit ConvDeltaNet(const ConvDeltaNetConfig& config, std::uint64_t seed = 0)
       : m_cfg(validated(config)),
-        m_stem(config.channels, config.widths[0], config.stemKernel, 1, config.stemKernel / 2),
+        m_stem(config.channels, config.widths[0], config.stemKernel, config.stemStride, config.stemKernel / 2),
         m_expand(config.widths[0], config.dv, config.learnedExpansion),
         m_readout(config.widths.back(), config.dv, config.block.compressor, config.block.compressorKernel),
         m_norm(config.widths.back(), config.finalNormEps), m_head(config.widths.back(), config.classes) {
@@ -80,11 +80,12 @@ class ConvDeltaNet {
     const Index B = X.cols();
     TokenLayout layout = TokenLayout::image(B, m_cfg.height, m_cfg.width);
     imagesToPixels(X, m_pixels);
-    m_layouts.assign(1, layout);
+    const TokenLayout input = layout;
+    layout = m_stem.outputLayout(input);
     if (m_cfg.dv == 1) {
-      m_stem.forward(m_pixels, layout, m_states[0]);
+      m_stem.forward(m_pixels, input, m_states[0]);
     } else {
-      m_stem.forward(m_pixels, layout, m_x);
+      m_stem.forward(m_pixels, input, m_x);
       m_expand.forward(m_x, m_states[0]);
     }
     std::size_t node = 0, b = 0;
@@ -93,12 +94,10 @@ class ConvDeltaNet {
         StageTransition<S>& t = m_transitions[static_cast<std::size_t>(s - 1)];
         t.forward(m_states[node], layout, m_states[node + 1]);
         layout = t.outputLayout(layout);
-        m_layouts.push_back(layout);
         ++node;
       }
       for (Index i = 0; i < m_cfg.depths[static_cast<std::size_t>(s)]; ++i, ++b, ++node) {
         m_blocks[b].forward(m_states[node], layout, m_states[node + 1]);
-        m_layouts.push_back(layout);
       }
     }
     const MatX<S>& last = m_states.back();
@@ -208,7 +207,6 @@ class ConvDeltaNet {
   RmsNorm<S> m_norm;
   Linear<S> m_head;
   std::vector<MatX<S>> m_states;  // inputs and outputs of transitions and blocks in forward order
-  std::vector<TokenLayout> m_layouts;
   TokenLayout m_lastLayout;
   MatX<S> m_pixels, m_x, m_xin, m_z, m_pooled;
   MatX<S> m_dPooled, m_dz, m_dA, m_dB, m_dx;

@@ -8,6 +8,7 @@
 //      then depths[s] blocks -> readout CC (dv > 1) -> RMSNorm -> global average pool -> Linear head.
 // The branch of a block in stage s is conv 3x3 (widths[s] -> hidden) -> act -> conv 3x3 (-> widths[s])
 // with hidden = branchRatio * widths[s]. block.hidden must stay 0 (the width is per stage).
+// stemStride 2 makes the stem a stride-2 convolution (padding k/2), so stage 0 runs at ceil(H/2) x ceil(W/2).
 // Presets and residual kinds are those of DeltaNetConfig (applyPreset works on block.residual alike).
 #include <algorithm>
 #include <map>
@@ -31,6 +32,7 @@ struct ConvDeltaNetConfig {
   std::vector<Index> depths{1, 1, 1};     // blocks per stage
   Index branchRatio = 1;                  // branch hidden channels = branchRatio * stage width
   Index stemKernel = 3;
+  Index stemStride = 1;  // 2 halves the resolution before the first stage (4x cheaper stages)
   Index dv = 1;
   bool learnedExpansion = false;  // EC (per-channel scale) or repetition, dv > 1 only
   double finalNormEps = 1e-5;
@@ -58,6 +60,7 @@ struct ConvDeltaNetConfig {
     for (Index n : depths) require(n >= 0, fn, "every stage depth must be >= 0, got ", n);
     require(branchRatio >= 1, fn, "branchRatio must be >= 1, got ", branchRatio);
     require(stemKernel >= 1 && stemKernel % 2 == 1, fn, "stemKernel must be odd and >= 1, got ", stemKernel);
+    require(stemStride == 1 || stemStride == 2, fn, "stemStride must be 1 or 2, got ", stemStride);
     require(dv >= 1, fn, "dv must be >= 1, got ", dv);
     require(block.hidden == 0, fn, "block.hidden must be 0: the branch width is branchRatio * stage width");
     require(block.normEps >= 0 && finalNormEps >= 0, fn, "RMSNorm eps must be >= 0");
@@ -90,6 +93,7 @@ struct ConvDeltaNetConfig {
     put("depths", list(depths));
     put("branch_ratio", branchRatio);
     put("stem_kernel", stemKernel);
+    put("stem_stride", stemStride);
     put("dv", dv);
     put("learned_expansion", learnedExpansion ? 1 : 0);
     put("final_norm_eps", finalNormEps);
@@ -148,6 +152,7 @@ struct ConvDeltaNetConfig {
     c.depths = list("depths", 0);
     c.branchRatio = idx("branch_ratio", 1);
     c.stemKernel = idx("stem_kernel", 1);
+    c.stemStride = idx("stem_stride", 1);
     c.dv = idx("dv", 1);
     c.learnedExpansion = parseInteger<int>(what("learned_expansion"), get("learned_expansion"), 0, 1) != 0;
     c.finalNormEps = num("final_norm_eps");
