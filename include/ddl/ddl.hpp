@@ -6,6 +6,7 @@
 #include "ddl/core/param.hpp"
 #include "ddl/core/rng.hpp"
 #include "ddl/core/threading.hpp"
+#include "ddl/core/token_layout.hpp"
 #include "ddl/core/types.hpp"
 
 #include "ddl/ops/delta_operator.hpp"
@@ -15,6 +16,7 @@
 
 #include "ddl/nn/activation.hpp"
 #include "ddl/nn/compressor.hpp"
+#include "ddl/nn/conv2d.hpp"
 #include "ddl/nn/cross_entropy.hpp"
 #include "ddl/nn/delta_block.hpp"
 #include "ddl/nn/delta_net.hpp"
@@ -25,6 +27,7 @@
 #include "ddl/nn/init.hpp"
 #include "ddl/nn/linear.hpp"
 #include "ddl/nn/rms_norm.hpp"
+#include "ddl/nn/window2d.hpp"
 
 #include "ddl/diag/gate_audit.hpp"
 #include "ddl/diag/spectral.hpp"
