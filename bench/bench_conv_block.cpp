@@ -89,7 +89,7 @@ void BM_ConvBlockTrain_Paired(benchmark::State& state) {
   state.counters["min_delta_over_plain"] = *std::min_element(td.begin(), td.end()) / *std::min_element(tp.begin(), tp.end());
 }
 
-// ddl-cifar's default net (widths 32,64,128, one block per stage, dv = 1, 10 classes); one step =
+// ddl-cifar's default net (stem stride 2, widths 24,48,96, one block per stage, dv = 1, 10 classes); one step =
 // zero grad, forward, softmax cross-entropy, backward, AdamW.
 void BM_ConvNetStep(benchmark::State& state) {
   const bool delta = state.range(0) != 0;
@@ -97,7 +97,8 @@ void BM_ConvNetStep(benchmark::State& state) {
   ddl::ConvDeltaNetConfig cfg;
   cfg.block.residual.residual = delta ? ddl::ResidualKind::Delta : ddl::ResidualKind::Additive;
   ddl::applyPreset(cfg, "code");
-  cfg.widths = {32, 64, 128};
+  cfg.stemStride = 2;
+  cfg.widths = {24, 48, 96};
   cfg.depths = {1, 1, 1};
   ddl::ConvDeltaNet<S> net(cfg, 1);
   ddl::SoftmaxCrossEntropy<S> loss;

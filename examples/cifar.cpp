@@ -52,14 +52,14 @@ ddl::cli::CommandLine makeCommandLine() {
       .flag("cifar100", "the folder holds CIFAR-100 (train.bin, test.bin), fine labels")
       .option("cache", "DIR", "where the Fashion-MNIST copy is written", "out/fashion-mnist-as-cifar10")
       .option("limit", "N", "use only the first N training and test samples (0 = all)", "0")
-      .option("val", "N", "hold out N training samples as a validation set", "0");
+      .option("val", "N", "hold out N training samples as a validation set (0 = train on all)", "5000");
   cli.section("model")
       .option("preset", "P", "code | paper | v1", "code")
       .option("residual", "R", "delta | write_only | additive", "delta")
-      .option("widths", "LIST", "channels per stage, comma separated", "32,64,128")
+      .option("widths", "LIST", "channels per stage, comma separated", "24,48,96")
       .option("depths", "LIST", "Delta blocks per stage", "1,1,1")
       .option("dv", "V", "value channels of the expanded state", "1")
-      .option("stem-stride", "S", "1 | 2: a stride-2 stem runs every stage at half the resolution", "1");
+      .option("stem-stride", "S", "1 | 2: a stride-2 stem runs every stage at half the resolution", "2");
   cli.section("training")
       .option("epochs", "E", "training epochs", "12")
       .option("batch", "B", "batch size", "128")

@@ -4,12 +4,15 @@
 // parallel paths, configuration round trips and errors, checkpoint round trip, a Trainer smoke run.
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "catch_compat.hpp"
 #include "ddl/core/threading.hpp"
+#include "ddl/data/cifar.hpp"
 #include "ddl/io/checkpoint.hpp"
 #include "ddl/nn/conv_delta_net.hpp"
 #include "ddl/nn/delta_net.hpp"
@@ -288,4 +291,38 @@ TEST_CASE("Trainer trains a ConvDeltaNet on a separable image task", "[train][co
   const ddl::EpochMetrics m = trainer.run();
   CHECK(m.test.accuracy > 0.9);
   CHECK(m.gates.size() == 2);  // the gate audit sees both blocks
+}
+
+TEST_CASE("example path: write a tiny CIFAR-10 set", "[data][conv][example]") {
+  // 4 classes (the bright quadrant of the image), 400 training and 200 test records, written through
+  // temporary names and renamed so a concurrent reader sees complete files only.
+  const std::string dir = std::string(DDL_TEST_TMPDIR) + "/conv_net_tiny_cifar";
+  std::filesystem::create_directories(dir);
+  ddl::Rng rng(21);
+  auto write = [&](const std::string& name, int n) {
+    std::vector<char> bytes;
+    for (int i = 0; i < n; ++i) {
+      const int label = i % 4;
+      bytes.push_back(static_cast<char>(label));
+      for (int c = 0; c < 3; ++c)
+        for (int y = 0; y < 32; ++y)
+          for (int x = 0; x < 32; ++x) {
+            const bool bright = (y < 16) == (label < 2) && (x < 16) == (label % 2 == 0);
+            const double v = (bright ? 170.0 : 60.0) + 40.0 * rng.normal();
+            bytes.push_back(static_cast<char>(static_cast<unsigned char>(std::clamp(v, 0.0, 255.0))));
+          }
+    }
+    const std::string tmp = dir + "/" + name + ".tmp";
+    {
+      std::ofstream os(tmp, std::ios::binary);
+      os.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+      REQUIRE(os.good());
+    }
+    std::filesystem::rename(tmp, dir + "/" + name);
+  };
+  write("data_batch_1.bin", 400);
+  write("test_batch.bin", 200);
+  const ddl::Dataset<float> test = ddl::loadCifar10<float>(dir, ddl::DataPart::Test);
+  CHECK(test.size() == 200);
+  CHECK(test.labels[3] == 3);
 }

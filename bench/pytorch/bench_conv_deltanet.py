@@ -115,7 +115,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--batch", type=int, default=128)
-    ap.add_argument("--widths", default="16,32,64")
+    ap.add_argument("--widths", default="24,48,96")
     ap.add_argument("--depths", default="1,1,1")
     ap.add_argument("--stem-stride", type=int, default=2)
     ap.add_argument("--modes", default="eager,script")
