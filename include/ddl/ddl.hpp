@@ -7,6 +7,7 @@
 #include "ddl/core/parse.hpp"
 #include "ddl/core/rng.hpp"
 #include "ddl/core/threading.hpp"
+#include "ddl/core/token_layout.hpp"
 #include "ddl/core/types.hpp"
 
 #include "ddl/ops/delta_operator.hpp"
@@ -16,6 +17,10 @@
 
 #include "ddl/nn/activation.hpp"
 #include "ddl/nn/compressor.hpp"
+#include "ddl/nn/conv2d.hpp"
+#include "ddl/nn/conv_branch.hpp"
+#include "ddl/nn/conv_delta_net.hpp"
+#include "ddl/nn/conv_delta_net_config.hpp"
 #include "ddl/nn/cross_entropy.hpp"
 #include "ddl/nn/delta_block.hpp"
 #include "ddl/nn/delta_net.hpp"
@@ -25,7 +30,10 @@
 #include "ddl/nn/expansion.hpp"
 #include "ddl/nn/init.hpp"
 #include "ddl/nn/linear.hpp"
+#include "ddl/nn/mlp_branch.hpp"
 #include "ddl/nn/rms_norm.hpp"
+#include "ddl/nn/stage_transition.hpp"
+#include "ddl/nn/window2d.hpp"
 
 #include "ddl/diag/gate_audit.hpp"
 #include "ddl/diag/spectral.hpp"

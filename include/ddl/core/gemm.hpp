@@ -53,11 +53,9 @@ class GemmWorkspace {
     }
   }
 
- private:
-  using Blocking = Eigen::internal::gemm_blocking_space<Eigen::ColMajor, S, S, Eigen::Dynamic, Eigen::Dynamic,
-                                                        Eigen::Dynamic>;
-
-  // (Re)builds the buffers when the shape changes; the only allocation this class makes.
+  // (Re)builds the buffers for a product of op(A): (m, k) times op(B): (k, n) when the shape changes;
+  // the only allocation this class makes. product() calls it; a caller that runs products inside a
+  // parallel region calls it before, so the region allocates nothing. m, n, k >= 1.
   void reserve(Index m, Index n, Index k) {
     if (m_blocking && m == m_m && n == m_n && k == m_k) return;
     m_blocking = std::make_unique<Blocking>(m, n, k, 1, true);
@@ -66,6 +64,10 @@ class GemmWorkspace {
     m_n = n;
     m_k = k;
   }
+
+ private:
+  using Blocking = Eigen::internal::gemm_blocking_space<Eigen::ColMajor, S, S, Eigen::Dynamic, Eigen::Dynamic,
+                                                        Eigen::Dynamic>;
 
   // A transposed column-major operand is the same memory read as row-major with the same stride.
   template <int LhsOrder, int RhsOrder>

@@ -1,7 +1,11 @@
 #pragma once
-// ddl/train/trainer.hpp: a small epoch loop for a DeltaNet classifier, used by the examples.
+// ddl/train/trainer.hpp: a small epoch loop for a classifier (DeltaNet, ConvDeltaNet), used by the examples.
 //
-//   ddl::Trainer<float> trainer(net, train, opts, &validation, &test);
+//   ddl::Trainer<float> trainer(net, train, opts, &validation, &test);     // DeltaNet<float>
+//   ddl::Trainer<float, ddl::ConvDeltaNet<float>> conv(cnet, train, opts);  // images
+// The model is anything with forward(X (inputDim, B), logits), backward(dLogits), visitParams,
+// inputDim(), classes(), blocks() (each with residual(), for the gate audit) and config() whose
+// type has toKeyValues() and a `preset` member.
 //   trainer.onBatch = [&](const ddl::BatchProgress& p) { ... };   // progress display
 //   trainer.onEpoch = [&](const ddl::EpochMetrics& m) { ... };
 //   if (resume) trainer.resume(trainer.checkpointPath());
@@ -193,8 +197,10 @@ struct EpochMetrics {
   GateStats gatesAll;            // all blocks together (tokens == 0 when additive)
 };
 
-// The model configuration stored in a checkpoint by Trainer (model_config JSON).
-inline DeltaNetConfig configFromCheckpoint(const CheckpointMeta& meta, const std::string& path) {
+// The model configuration stored in a checkpoint by Trainer (model_config JSON); Config is
+// DeltaNetConfig or ConvDeltaNetConfig (anything with a static fromKeyValues).
+template <class Config = DeltaNetConfig>
+Config configFromCheckpoint(const CheckpointMeta& meta, const std::string& path) {
   const char* fn = "ddl::configFromCheckpoint";
   if (meta.modelConfig.empty()) throw IoError(message(fn, path, ": the checkpoint has no model_config metadata"));
   std::map<std::string, std::string> kv;
@@ -203,31 +209,33 @@ inline DeltaNetConfig configFromCheckpoint(const CheckpointMeta& meta, const std
   } catch (const nlohmann::json::exception& e) {
     throw IoError(message(fn, path, ": model_config is not a JSON object of strings: ", e.what()));
   }
-  return DeltaNetConfig::fromKeyValues(kv);
+  return Config::fromKeyValues(kv);
 }
 
-inline std::string configJson(const DeltaNetConfig& c) { return nlohmann::json(c.toKeyValues()).dump(); }
+template <class Config>
+std::string configJson(const Config& c) {
+  return nlohmann::json(c.toKeyValues()).dump();
+}
 
-template <class S>
+template <class S, class Model = DeltaNet<S>>
 class Trainer {
  public:
   // The model and data sets must outlive the trainer; validation and test may be null.
-  Trainer(DeltaNet<S>& model, const Dataset<S>& train, const TrainerOptions& options,
+  Trainer(Model& model, const Dataset<S>& train, const TrainerOptions& options,
           const Dataset<S>* validation = nullptr, const Dataset<S>* test = nullptr)
       : m_model(model), m_train(train), m_val(validation), m_test(test), m_opt(checked(options)),
         m_loss(options.labelSmoothing), m_adam(options.adam), m_batcher(train, batchOptions(options), options.seed),
         m_guard(model) {
     const char* fn = "ddl::Trainer";
-    const DeltaNetConfig& c = model.config();
-    require(train.features() == c.inputDim, fn, "training images have ", train.features(),
-            " features but the model expects inputDim = ", c.inputDim);
-    require(train.numClasses <= c.classes, fn, "the training set has ", train.numClasses,
-            " classes but the model has ", c.classes, " outputs");
+    require(train.features() == model.inputDim(), fn, "training images have ", train.features(),
+            " features but the model expects inputDim = ", model.inputDim());
+    require(train.numClasses <= model.classes(), fn, "the training set has ", train.numClasses,
+            " classes but the model has ", model.classes(), " outputs");
     for (const Dataset<S>* d : {validation, test})
-      if (d) checkShape(fn, "evaluation images", d->images, c.inputDim, static_cast<Index>(d->labels.size()));
+      if (d) checkShape(fn, "evaluation images", d->images, model.inputDim(), static_cast<Index>(d->labels.size()));
     m_schedule = makeSchedule();
   }
-  Trainer(DeltaNet<S>&, Dataset<S>&&, const TrainerOptions&, const Dataset<S>* = nullptr,
+  Trainer(Model&, Dataset<S>&&, const TrainerOptions&, const Dataset<S>* = nullptr,
           const Dataset<S>* = nullptr) = delete;  // keeps a reference: a temporary would dangle
 
   std::function<void(const BatchProgress&)> onBatch;  // after every training batch
@@ -514,7 +522,7 @@ class Trainer {
                      gate(g.saturatedFraction())});
   }
 
-  DeltaNet<S>& m_model;
+  Model& m_model;
   const Dataset<S>& m_train;
   const Dataset<S>* m_val;
   const Dataset<S>* m_test;

@@ -1,0 +1,474 @@
+// Tests for nn/conv2d.hpp (and the window geometry of nn/window2d.hpp): central differences in double,
+// agreement with a naive direct convolution kept here as the reference (forward and backward, on one
+// and two threads, at a size above the threading threshold), PyTorch's weight layout on hand-computed
+// cases, initialisation, no allocation in steady state, and the error messages.
+#include "eigen_guard.hpp"  // first: live allocation checks even with NDEBUG
+
+#include <cmath>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "catch_compat.hpp"
+#include "ddl/core/param.hpp"
+#include "ddl/core/rng.hpp"
+#include "ddl/core/threading.hpp"
+#include "ddl/core/token_layout.hpp"
+#include "ddl/nn/conv2d.hpp"
+#include "ddl/nn/init.hpp"
+#include "ddl/testing/grad_check.hpp"
+
+using ddl::Index;
+using ddl::MatX;
+using ddl::TokenLayout;
+using ddl::VecX;
+using ddl::Window2d;
+using ddl_test::contains;
+using ddl_test::thrownMessage;
+
+namespace {
+
+int randInt(std::mt19937& gen, int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(gen); }
+
+// The reference: a direct loop over output pixels, channels and taps, written from the definition
+//   Y(o, (b, oy, ox)) = bias(o) + Σ_{c,i,j} Wt[o, c, i, j] X(c, (b, oy*sh - ph + i, ox*sw - pw + j)),
+// with Wt[o, c, i, j] = weight(o, (c*kh + i)*kw + j) and pixels outside the image read as zero.
+// Backward by the same loop: every term contributes dY * X to dW, dY * Wt to dX and dY to db.
+struct NaiveConv {
+  Index in, out;
+  Window2d w;
+  MatX<double> weight;  // (out, in*kh*kw)
+  VecX<double> bias;    // (out) or empty
+
+  TokenLayout outLayout(const TokenLayout& l) const {
+    return TokenLayout::image(l.batch, (l.height + 2 * w.padH - w.kernelH) / w.strideH + 1,
+                              (l.width + 2 * w.padW - w.kernelW) / w.strideW + 1);
+  }
+  // Calls f(o, outColumn, c, inColumn, weightColumn) for every term with an input pixel inside the image.
+  template <class F>
+  void forEachTerm(const TokenLayout& l, F&& f) const {
+    const TokenLayout ol = outLayout(l);
+    for (Index b = 0; b < l.batch; ++b)
+      for (Index oy = 0; oy < ol.height; ++oy)
+        for (Index ox = 0; ox < ol.width; ++ox)
+          for (Index c = 0; c < in; ++c)
+            for (Index i = 0; i < w.kernelH; ++i)
+              for (Index j = 0; j < w.kernelW; ++j) {
+                const Index y = oy * w.strideH - w.padH + i, x = ox * w.strideW - w.padW + j;
+                if (y < 0 || y >= l.height || x < 0 || x >= l.width) continue;
+                const Index ocol = (b * ol.height + oy) * ol.width + ox, icol = (b * l.height + y) * l.width + x;
+                for (Index o = 0; o < out; ++o) f(o, ocol, c, icol, (c * w.kernelH + i) * w.kernelW + j);
+              }
+  }
+  MatX<double> forward(const MatX<double>& X, const TokenLayout& l) const {
+    MatX<double> Y = MatX<double>::Zero(out, outLayout(l).tokens());
+    if (bias.size() > 0) Y.colwise() += bias;
+    forEachTerm(l, [&](Index o, Index oc, Index c, Index ic, Index wc) { Y(o, oc) += weight(o, wc) * X(c, ic); });
+    return Y;
+  }
+  void backward(const MatX<double>& X, const TokenLayout& l, const MatX<double>& dY, MatX<double>& dX,
+                MatX<double>& dW, VecX<double>& db) const {
+    dX = MatX<double>::Zero(in, l.tokens());
+    dW = MatX<double>::Zero(out, weight.cols());
+    db = dY.rowwise().sum();
+    forEachTerm(l, [&](Index o, Index oc, Index c, Index ic, Index wc) {
+      dW(o, wc) += dY(o, oc) * X(c, ic);
+      dX(c, ic) += weight(o, wc) * dY(o, oc);
+    });
+  }
+};
+
+NaiveConv naiveOf(const ddl::Conv2d<double>& conv) {
+  NaiveConv n{conv.inChannels(), conv.outChannels(), conv.window(), conv.weight().value, VecX<double>()};
+  if (conv.hasBias()) n.bias = conv.bias().value.col(0);
+  return n;
+}
+
+// Random geometry whose kernel fits the padded image: kernel 1..3 per axis, stride 1..3, padding 0..2,
+// images 1..6 pixels per side (1x1 images included), batch 1..3, channels 1..4.
+struct RandomCase {
+  Index in, out;
+  Window2d w;
+  TokenLayout layout;
+  bool bias;
+};
+RandomCase randomCase(std::mt19937& gen) {
+  RandomCase rc{randInt(gen, 1, 4), randInt(gen, 1, 4), Window2d(), TokenLayout(), randInt(gen, 0, 1) == 1};
+  const Index kh = randInt(gen, 1, 3), kw = randInt(gen, 1, 3);
+  const Index ph = randInt(gen, 0, 2), pw = randInt(gen, 0, 2);
+  rc.w = Window2d::make(kh, kw, randInt(gen, 1, 3), randInt(gen, 1, 3), ph, pw);
+  const Index H = std::max<Index>(randInt(gen, 1, 6), kh - 2 * ph), W = std::max<Index>(randInt(gen, 1, 6), kw - 2 * pw);
+  rc.layout = TokenLayout::image(randInt(gen, 1, 3), std::max<Index>(H, 1), std::max<Index>(W, 1));
+  return rc;
+}
+
+// Central-difference check of dX, weight and bias for loss = <R, Y> (so dY = R), relErr and entryRelErr.
+void checkConvGrads(ddl::Conv2d<double>& conv, const TokenLayout& layout) {
+  MatX<double> X = MatX<double>::Random(conv.inChannels(), layout.tokens()), Y, dX;
+  conv.forward(X, layout, Y);
+  const MatX<double> R = MatX<double>::Random(Y.rows(), Y.cols());
+  auto loss = [&] {
+    MatX<double> Yl;
+    conv.forward(X, layout, Yl);
+    return (R.array() * Yl.array()).sum();
+  };
+  ddl::zeroGrad(conv);
+  conv.backward(R, dX);
+  const MatX<double> numX = ddl::testing::numericGrad(X, loss);
+  CHECK(ddl::testing::relErr(dX, numX) < 1e-6);
+  CHECK(ddl::testing::entryRelErr(dX, numX) < 1e-6);
+  conv.visitParams("", [&](const std::string& name, ddl::Param<double>& p) {
+    CAPTURE(name);
+    const MatX<double> num = ddl::testing::numericGrad(p.value, loss);
+    CHECK(ddl::testing::relErr(p.grad, num) < 1e-6);
+    CHECK(ddl::testing::entryRelErr(p.grad, num) < 1e-6);
+  });
+}
+
+// Restores the thread count a test changed.
+struct ThreadGuard {
+  int saved = ddl::numThreads();
+  ~ThreadGuard() { ddl::setNumThreads(saved); }
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------- gradients
+
+TEST_CASE("Conv2d backward matches central differences on random geometries", "[grad][conv2d]") {
+  const auto seed = GENERATE(take(16, random(1u, 1000000u)));
+  std::mt19937 gen(seed);
+  std::srand(seed);
+  const RandomCase rc = randomCase(gen);
+  CAPTURE(seed, rc.in, rc.out, rc.bias, ddl::toString(rc.w), ddl::toString(rc.layout));
+  ddl::Conv2d<double> conv(rc.in, rc.out, rc.w, rc.bias);
+  ddl::Rng rng(seed);
+  conv.init(rng);
+  checkConvGrads(conv, rc.layout);
+}
+
+TEST_CASE("Conv2d backward matches central differences on edge shapes", "[grad][conv2d]") {
+  struct Case {
+    Index in, out, kh, kw, sh, sw, ph, pw, B, H, W;
+  };
+  const Case c = GENERATE(Case{1, 1, 3, 3, 1, 1, 1, 1, 1, 1, 1},   // 1x1 image, C = 1, batch 1, all padding
+                          Case{1, 2, 1, 1, 1, 1, 0, 0, 1, 1, 1},   // 1x1 kernel on a 1x1 image
+                          Case{3, 1, 3, 3, 1, 1, 1, 1, 1, 5, 7},   // one output channel, odd sizes
+                          Case{2, 3, 2, 3, 2, 1, 0, 1, 2, 5, 4},   // rectangular kernel, unequal strides
+                          Case{2, 2, 3, 1, 3, 2, 2, 0, 3, 7, 3},   // stride larger than padding
+                          Case{1, 1, 5, 5, 1, 1, 2, 2, 1, 3, 3},   // kernel larger than the image
+                          Case{4, 2, 3, 3, 2, 2, 1, 1, 2, 8, 8});  // stride-2 transition shape
+  CAPTURE(c.in, c.out, c.kh, c.kw, c.sh, c.sw, c.ph, c.pw, c.B, c.H, c.W);
+  for (bool bias : {true, false}) {
+    CAPTURE(bias);
+    std::srand(static_cast<unsigned>(c.in * 7 + c.kh * 5 + c.H));
+    ddl::Conv2d<double> conv(c.in, c.out, Window2d::make(c.kh, c.kw, c.sh, c.sw, c.ph, c.pw), bias);
+    ddl::Rng rng(17);
+    conv.init(rng);
+    checkConvGrads(conv, TokenLayout::image(c.B, c.H, c.W));
+  }
+}
+
+// ---------------------------------------------------------------- naive reference
+
+TEST_CASE("Conv2d forward and backward equal the naive direct convolution", "[conv2d]") {
+  const auto seed = GENERATE(take(8, random(1u, 1000000u)));
+  std::mt19937 gen(seed);
+  std::srand(seed);
+  // Sizes where patch chunks end inside rows and images: K = kh*kw*in up to 9*24 (chunk ~ 110 columns).
+  const Index in = randInt(gen, 1, 24), out = randInt(gen, 1, 12);
+  const Index k = randInt(gen, 1, 3) * 2 - 1, s = randInt(gen, 1, 2), p = randInt(gen, 0, k / 2 + 1);
+  const TokenLayout layout = TokenLayout::image(randInt(gen, 1, 4), randInt(gen, k, 15), randInt(gen, k, 15));
+  const bool bias = seed % 2 == 0;
+  CAPTURE(seed, in, out, k, s, p, bias, ddl::toString(layout));
+  ddl::Conv2d<double> conv(in, out, k, s, p, bias);
+  ddl::Rng rng(seed);
+  conv.init(rng);
+  const NaiveConv ref = naiveOf(conv);
+  const MatX<double> X = MatX<double>::Random(in, layout.tokens());
+  MatX<double> Y, dX;
+  const TokenLayout outL = conv.forward(X, layout, Y);
+  CHECK(outL == ref.outLayout(layout));
+  CHECK(outL == conv.lastOutputLayout());
+  CHECK(ddl::testing::relErr(Y, ref.forward(X, layout)) < 1e-13);
+
+  const MatX<double> dY = MatX<double>::Random(out, outL.tokens());
+  MatX<double> dXref, dWref;
+  VecX<double> dbref;
+  ref.backward(X, layout, dY, dXref, dWref, dbref);
+  ddl::zeroGrad(conv);
+  conv.backward(dY, dX);
+  CHECK(ddl::testing::relErr(dX, dXref) < 1e-13);
+  CHECK(ddl::testing::relErr(conv.weight().grad, dWref) < 1e-13);
+  if (bias) CHECK(ddl::testing::relErr(conv.bias().grad.col(0), dbref) < 1e-13);
+}
+
+TEST_CASE("Conv2d on two threads above the threading threshold equals the naive reference and one thread",
+          "[conv2d][threads]") {
+  ThreadGuard guard;
+  std::srand(2024);
+  // 8 -> 8 channels, 3x3: 576 multiply-adds per output pixel, 4 x 24 x 24 pixels: 1.3e6 > kConvParallelMin.
+  const Index in = 8, out = 8;
+  const TokenLayout layout = TokenLayout::image(4, 24, 24);
+  REQUIRE(out * 9 * in * layout.tokens() >= ddl::detail::kConvParallelMin);
+  ddl::Conv2d<double> conv(in, out, 3, 1, 1);
+  ddl::Rng rng(5);
+  conv.init(rng);
+  const NaiveConv ref = naiveOf(conv);
+  const MatX<double> X = MatX<double>::Random(in, layout.tokens());
+  const MatX<double> dY = MatX<double>::Random(out, layout.tokens());
+  MatX<double> dXref, dWref;
+  VecX<double> dbref;
+  ref.backward(X, layout, dY, dXref, dWref, dbref);
+  const MatX<double> Yref = ref.forward(X, layout);
+
+  for (int threads : {1, 2}) {
+    CAPTURE(threads);
+    ddl::setNumThreads(threads);
+    MatX<double> Y, dX;
+    conv.forward(X, layout, Y);
+    ddl::zeroGrad(conv);
+    conv.backward(dY, dX);
+    CHECK(ddl::testing::relErr(Y, Yref) < 1e-13);
+    CHECK(ddl::testing::relErr(dX, dXref) < 1e-13);
+    CHECK(ddl::testing::relErr(conv.weight().grad, dWref) < 1e-13);
+    CHECK(ddl::testing::relErr(conv.bias().grad.col(0), dbref) < 1e-13);
+  }
+}
+
+TEST_CASE("Conv2d in float agrees with double", "[conv2d]") {
+  std::srand(99);
+  ddl::Conv2d<double> convD(3, 5, Window2d::make(3, 2, 1, 2, 1, 0));
+  ddl::Conv2d<float> convF(3, 5, Window2d::make(3, 2, 1, 2, 1, 0));
+  ddl::Rng rngD(3), rngF(3);
+  convD.init(rngD);
+  convF.init(rngF);
+  const TokenLayout layout = TokenLayout::image(2, 9, 6);
+  const MatX<double> X = MatX<double>::Random(3, layout.tokens());
+  MatX<double> Yd;
+  MatX<float> Yf;
+  convD.forward(X, layout, Yd);
+  convF.forward(X.cast<float>(), layout, Yf);
+  CHECK(ddl::testing::relErr(Yf.cast<double>(), Yd) < 1e-5);
+  MatX<float> dXf;
+  convF.backward(MatX<float>::Ones(5, Yf.cols()), dXf);
+  CHECK(dXf.allFinite());
+  CHECK(dXf.cols() == layout.tokens());
+}
+
+// ---------------------------------------------------------------- PyTorch layout
+
+TEST_CASE("Conv2d weight is PyTorch's [out, in, kh, kw] in row-major order", "[conv2d][torch]") {
+  // weight = arange(1, 13).view(1, 2, 2, 3); input one-hot at channel 1, pixel (y=1, x=0) of a 2x3 image:
+  // the single output equals weight[0, 1, 1, 0] = flat index ((0*2 + 1)*2 + 1)*3 + 0 = 9, value 10.
+  ddl::Conv2d<double> conv(2, 1, Window2d::make(2, 3, 1, 1, 0, 0), /*bias=*/false);
+  REQUIRE(conv.weight().shape == std::vector<Index>{1, 2, 2, 3});
+  for (Index f = 0; f < 12; ++f) conv.weight().value(0, f) = static_cast<double>(f + 1);
+  const TokenLayout layout = TokenLayout::image(1, 2, 3);
+  MatX<double> X = MatX<double>::Zero(2, 6), Y;
+  X(1, 1 * 3 + 0) = 1.0;
+  conv.forward(X, layout, Y);
+  REQUIRE(Y.rows() == 1);
+  REQUIRE(Y.cols() == 1);
+  CHECK(Y(0, 0) == 10.0);
+  // With an all-ones input the output is the sum of all weights: 78.
+  X.setOnes();
+  conv.forward(X, layout, Y);
+  CHECK(Y(0, 0) == 78.0);
+}
+
+TEST_CASE("Conv2d stride 2, padding 1 matches a hand-computed case", "[conv2d][torch]") {
+  // F.conv2d(arange(1, 10).view(1, 1, 3, 3), tensor([[1, 2], [3, 4]]).view(1, 1, 2, 2), bias=[0.5],
+  //          stride=2, padding=1): windows start at (-1, -1), (-1, 1), (1, -1), (1, 1):
+  //   (0,0): 4*1 = 4;  (0,1): 3*2 + 4*3 = 18;  (1,0): 2*4 + 4*7 = 36;  (1,1): 1*5 + 2*6 + 3*8 + 4*9 = 77
+  ddl::Conv2d<double> conv(1, 1, 2, 2, 1);
+  conv.weight().value << 1, 2, 3, 4;
+  conv.bias().value(0, 0) = 0.5;
+  MatX<double> X(1, 9), Y;
+  for (Index p = 0; p < 9; ++p) X(0, p) = static_cast<double>(p + 1);
+  const TokenLayout outL = conv.forward(X, TokenLayout::image(1, 3, 3), Y);
+  CHECK(outL == TokenLayout::image(1, 2, 2));
+  MatX<double> expected(1, 4);
+  expected << 4.5, 18.5, 36.5, 77.5;
+  CHECK(Y == expected);
+  // dX = col2im(Wᵀ 1): pixel p gets the sum of the weights that touch it.
+  MatX<double> dX;
+  conv.backward(MatX<double>::Ones(1, 4), dX);
+  MatX<double> dXexpected(1, 9);
+  dXexpected << 4, 3, 4,
+                2, 1, 2,
+                4, 3, 4;
+  CHECK(dX == dXexpected);
+  CHECK(conv.bias().grad(0, 0) == 4.0);
+}
+
+TEST_CASE("Conv2d channels are rows and pixels are columns in (b*H + y)*W + x order", "[conv2d]") {
+  // A 1x1 convolution with weight I is the identity on any layout; a 1x2 kernel [0, 1] with padding
+  // (0, 0) shifts each row left by one pixel, never across rows or images.
+  ddl::Conv2d<double> shift(1, 1, Window2d::make(1, 2, 1, 1, 0, 0), false);
+  shift.weight().value << 0, 1;
+  const TokenLayout layout = TokenLayout::image(2, 2, 3);
+  MatX<double> X(1, 12), Y;
+  for (Index p = 0; p < 12; ++p) X(0, p) = static_cast<double>(p);
+  const TokenLayout outL = shift.forward(X, layout, Y);
+  CHECK(outL == TokenLayout::image(2, 2, 2));
+  MatX<double> expected(1, 8);
+  expected << 1, 2, 4, 5, 7, 8, 10, 11;
+  CHECK(Y == expected);
+}
+
+// ---------------------------------------------------------------- parameters and init
+
+TEST_CASE("Conv2d parameters: names, PyTorch shapes, decay, default init bounds and draw order", "[conv2d][init]") {
+  ddl::Conv2d<double> conv(3, 4, Window2d::make(3, 2, 1, 1, 1, 0));
+  std::vector<std::string> names;
+  std::vector<std::vector<Index>> shapes;
+  conv.visitParams("stem", [&](const std::string& name, ddl::Param<double>& p) {
+    names.push_back(name);
+    shapes.push_back(p.shape);
+  });
+  CHECK(names == std::vector<std::string>{"stem.weight", "stem.bias"});
+  CHECK(shapes == std::vector<std::vector<Index>>{{4, 3, 3, 2}, {4}});
+  CHECK(conv.weight().value.rows() == 4);
+  CHECK(conv.weight().value.cols() == 18);
+  CHECK(conv.weight().decay);
+  CHECK_FALSE(conv.bias().decay);
+  CHECK(ddl::numParams(conv) == 4 * 18 + 4);
+
+  ddl::Rng rng(42);
+  conv.init(rng);
+  const double bound = 1.0 / std::sqrt(18.0);
+  CHECK(conv.weight().value.cwiseAbs().maxCoeff() <= bound);
+  CHECK(conv.bias().value.cwiseAbs().maxCoeff() <= bound);
+  CHECK(conv.weight().value.cwiseAbs().maxCoeff() > 0.5 * bound);
+  // Draw order: the (out, in*kh*kw) weight column by column, then the bias, as initLinearParams.
+  MatX<double> W(4, 18), b(4, 1);
+  ddl::Rng same(42);
+  ddl::initLinearParams(W, &b, same, ddl::InitScheme::pytorchDefault());
+  CHECK(conv.weight().value == W);
+  CHECK(conv.bias().value == b);
+}
+
+TEST_CASE("Conv2d: gradients accumulate, dX is overwritten, backwardParamsOnly and forwardInference agree",
+          "[conv2d]") {
+  std::srand(5);
+  ddl::Conv2d<double> conv(3, 4, 3, 1, 1);
+  ddl::Rng rng(5);
+  conv.init(rng);
+  const TokenLayout layout = TokenLayout::image(2, 5, 4);
+  const MatX<double> X = MatX<double>::Random(3, layout.tokens()), dY = MatX<double>::Random(4, layout.tokens());
+  MatX<double> Y, Yinf, dX1, dX2;
+  conv.forward(X, layout, Y);
+  conv.backward(dY, dX1);
+  const MatX<double> gW = conv.weight().grad, gb = conv.bias().grad;
+  conv.backward(dY, dX2);
+  CHECK(conv.weight().grad.isApprox(2 * gW, 1e-14));
+  CHECK(conv.bias().grad.isApprox(2 * gb, 1e-14));
+  CHECK(dX2 == dX1);
+
+  // An inference forward on other data changes neither the output of forward nor what backward uses.
+  const MatX<double> other = MatX<double>::Random(3, TokenLayout::image(1, 6, 6).tokens());
+  MatX<double> Yother;
+  CHECK(conv.forwardInference(other, TokenLayout::image(1, 6, 6), Yother) == TokenLayout::image(1, 6, 6));
+  conv.forwardInference(X, layout, Yinf);
+  CHECK(Yinf == Y);
+  ddl::zeroGrad(conv);
+  conv.backwardParamsOnly(dY);
+  CHECK(conv.weight().grad.isApprox(gW, 1e-14));
+  CHECK(conv.bias().grad.isApprox(gb, 1e-14));
+  CHECK(conv.lastInputLayout() == layout);
+}
+
+TEST_CASE("Conv2d with batch 0 gives empty outputs", "[conv2d]") {
+  ddl::Conv2d<double> conv(2, 3, 3, 1, 1);
+  MatX<double> X(2, 0), Y, dX;
+  const TokenLayout outL = conv.forward(X, TokenLayout::image(0, 4, 4), Y);
+  CHECK(outL.tokens() == 0);
+  CHECK(Y.rows() == 3);
+  CHECK(Y.cols() == 0);
+  conv.backward(MatX<double>(3, 0), dX);
+  CHECK(dX.rows() == 2);
+  CHECK(dX.cols() == 0);
+  CHECK(conv.weight().grad.isZero());
+}
+
+// ---------------------------------------------------------------- allocation
+
+TEST_CASE("Conv2d steady-state forward and backward allocate nothing on one and two threads", "[conv2d][alloc]") {
+  ThreadGuard guard;
+  std::srand(8);
+  const TokenLayout layout = TokenLayout::image(4, 24, 24);  // above the threading threshold
+  for (int threads : {1, 2}) {
+    CAPTURE(threads);
+    ddl::setNumThreads(threads);
+    ddl::Conv2d<float> conv(8, 8, 3, 1, 1);
+    ddl::Rng rng(8);
+    conv.init(rng);
+    const MatX<float> X = MatX<float>::Random(8, layout.tokens()), dY = MatX<float>::Random(8, layout.tokens());
+    MatX<float> Y, dX;
+    conv.forward(X, layout, Y);
+    conv.backward(dY, dX);
+    Eigen::internal::set_is_malloc_allowed(false);
+    conv.forward(X, layout, Y);
+    conv.backward(dY, dX);
+    conv.backwardParamsOnly(dY);
+    Eigen::internal::set_is_malloc_allowed(true);
+    CHECK(dX.allFinite());
+  }
+}
+
+TEST_CASE("the allocation guard of this file fires", "[conv2d][alloc]") {
+  Eigen::internal::set_is_malloc_allowed(false);
+  bool threw = false;
+  try {
+    MatX<float> M(64, 64);
+    CHECK(M.size() == 4096);
+  } catch (const ddl_test::EigenAssertFailure&) {
+    threw = true;
+  }
+  Eigen::internal::set_is_malloc_allowed(true);
+  CHECK(threw);
+}
+
+// ---------------------------------------------------------------- errors
+
+TEST_CASE("Conv2d rejects bad construction, shapes and layouts with clear messages", "[conv2d][errors]") {
+  CHECK(contains(thrownMessage<ddl::ValueError>([] { ddl::Conv2d<double>(0, 2, 3); }), "ddl::Conv2d"));
+  CHECK(contains(thrownMessage<ddl::ValueError>([] { ddl::Conv2d<double>(2, 2, 0); }), "kernel >= 1"));
+  CHECK(contains(thrownMessage<ddl::ValueError>([] { ddl::Conv2d<double>(2, 2, 3, 0); }), "stride >= 1"));
+  CHECK(contains(thrownMessage<ddl::ValueError>([] { ddl::Conv2d<double>(2, 2, 3, 1, -1); }), "padding >= 0"));
+
+  ddl::Conv2d<double> conv(2, 3, 3, 1, 0);
+  MatX<double> Y, dX;
+  const std::string rows =
+      thrownMessage<ddl::ShapeError>([&] { conv.forward(MatX<double>::Zero(3, 16), TokenLayout::image(1, 4, 4), Y); });
+  CHECK(contains(rows, "ddl::Conv2d::forward"));
+  CHECK(contains(rows, "(3, 16)"));
+  CHECK(contains(rows, "expected (2, 16)"));
+  const std::string cols =
+      thrownMessage<ddl::ShapeError>([&] { conv.forward(MatX<double>::Zero(2, 15), TokenLayout::image(1, 4, 4), Y); });
+  CHECK(contains(cols, "(B=1, H=4, W=4, T=1)"));
+  const std::string seq =
+      thrownMessage<ddl::ShapeError>([&] { conv.forward(MatX<double>::Zero(2, 8), TokenLayout::sequence(2, 4), Y); });
+  CHECK(contains(seq, "image layout"));
+  const std::string small =
+      thrownMessage<ddl::ShapeError>([&] { conv.forward(MatX<double>::Zero(2, 4), TokenLayout::image(1, 2, 2), Y); });
+  CHECK(contains(small, "does not fit"));
+  CHECK(contains(thrownMessage<ddl::Error>([&] { conv.backward(MatX<double>::Zero(3, 4), dX); }), "before forward"));
+
+  conv.forward(MatX<double>::Zero(2, 16), TokenLayout::image(1, 4, 4), Y);  // output 2x2
+  const std::string dy = thrownMessage<ddl::ShapeError>([&] { conv.backward(MatX<double>::Zero(3, 16), dX); });
+  CHECK(contains(dy, "ddl::Conv2d::backward"));
+  CHECK(contains(dy, "expected (3, 4)"));
+  CHECK(contains(thrownMessage<ddl::ShapeError>([&] { conv.backwardParamsOnly(MatX<double>::Zero(2, 4)); }),
+                 "dY has shape (2, 4)"));
+
+  ddl::Conv2d<double> noBias(2, 3, 3, 1, 0, false);
+  CHECK(contains(thrownMessage<ddl::Error>([&] { noBias.bias(); }), "without a bias"));
+  ddl::Conv2d<double> rect(2, 3, Window2d::make(3, 1, 1, 1, 1, 0));
+  CHECK(contains(thrownMessage<ddl::Error>([&] { (void)rect.kernel(); }), "square window"));
+  CHECK(conv.kernel() == 3);
+  CHECK(conv.stride() == 1);
+  CHECK(conv.padding() == 0);
+}
