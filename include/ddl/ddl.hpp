@@ -24,8 +24,10 @@
 #include "ddl/nn/delta_residual.hpp"
 #include "ddl/nn/dropout.hpp"
 #include "ddl/nn/expansion.hpp"
+#include "ddl/nn/global_avg_pool.hpp"
 #include "ddl/nn/init.hpp"
 #include "ddl/nn/linear.hpp"
+#include "ddl/nn/pool2d.hpp"
 #include "ddl/nn/rms_norm.hpp"
 #include "ddl/nn/window2d.hpp"
 
