@@ -299,8 +299,9 @@ GateStats auditGate(const DeltaResidual<S>& r, const Eigen::MatrixBase<DY>& Y, I
 }
 
 namespace detail {
-template <class S>
-bool netHasGates(const DeltaNet<S>& net) {
+// Net: DeltaNet, ConvDeltaNet or any net whose config().block.residual names the residual kind.
+template <class Net>
+bool netHasGates(const Net& net) {
   return net.config().block.residual.residual != ResidualKind::Additive && !net.blocks().empty();
 }
 // states: depth + 1 entries, states[i] the input of block i and states[i + 1] its output.
@@ -340,8 +341,9 @@ class NetGateAccumulator {
     require(bins >= 1, "ddl::NetGateAccumulator", "bins must be >= 1, got ", bins);
   }
 
-  template <class S>
-  void add(const DeltaNet<S>& net) {
+  // Net: DeltaNet<S>, ConvDeltaNet<S> (blocks() in order, each with residual()).
+  template <class Net>
+  void add(const Net& net) {
     if (!detail::netHasGates(net)) return;
     resizeFor("ddl::NetGateAccumulator::add", net.blocks().size());
     for (std::size_t i = 0; i < net.blocks().size(); ++i) m_blocks[i].add(net.blocks()[i].residual());

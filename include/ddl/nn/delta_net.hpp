@@ -95,6 +95,8 @@ class DeltaNet {
   }
 
   const DeltaNetConfig& config() const { return m_cfg; }
+  Index inputDim() const { return m_cfg.inputDim; }  // features per sample
+  Index classes() const { return m_cfg.classes; }
   const std::vector<DeltaBlock<S>>& blocks() const { return m_blocks; }
   // States of the last forward: states()[i] is the input of block i, back() the last block's output.
   const std::vector<MatX<S>>& states() const { return m_states; }

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "ddl/core/error.hpp"
+#include "ddl/core/parse.hpp"
 #include "ddl/core/types.hpp"
 #include "ddl/nn/activation.hpp"
 #include "ddl/nn/compressor.hpp"
@@ -21,6 +22,8 @@
 namespace ddl {
 
 struct DeltaNetConfig {
+  static constexpr Index kMaxSize = Index(1) << 24;  // upper bound of every size read from text
+
   Index inputDim = 784;
   Index classes = 10;
   Index d = 256;
@@ -90,41 +93,39 @@ struct DeltaNetConfig {
       if (it == kv.end()) throw ValueError(message(fn, "missing key '", k, "'"));
       return it->second;
     };
-    auto num = [&](const std::string& k) {
-      const std::string& s = get(k);
-      std::istringstream is(s);
-      double v;
-      is >> v;
-      if (!is || !is.eof()) throw ValueError(message(fn, "key '", k, "' is not a number: '", s, "'"));
-      return v;
+    // Every number is checked completely (ddl/core/parse.hpp): "1e300", "nan" or "2.5" for a size
+    // is refused instead of being cast. Sizes are capped at 2^24, far above any MLP's, so that
+    // products of two of them cannot overflow.
+    auto num = [&](const std::string& k) { return parseNumber(std::string(fn) + ": key '" + k + "'", get(k)); };
+    auto idx = [&](const std::string& k, Index lo) {
+      return parseInteger<Index>(std::string(fn) + ": key '" + k + "'", get(k), lo, kMaxSize);
     };
-    auto idx = [&](const std::string& k) { return static_cast<Index>(num(k)); };
     DeltaNetConfig c;
-    c.inputDim = idx("input_dim");
-    c.classes = idx("classes");
-    c.d = idx("d");
-    c.depth = idx("depth");
-    c.dv = idx("dv");
-    c.learnedExpansion = num("learned_expansion") != 0;
+    c.inputDim = idx("input_dim", 1);
+    c.classes = idx("classes", 2);
+    c.d = idx("d", 1);
+    c.depth = idx("depth", 0);
+    c.dv = idx("dv", 1);
+    c.learnedExpansion = parseInteger<int>(std::string(fn) + ": key 'learned_expansion'", get("learned_expansion"), 0, 1) != 0;
     c.finalNormEps = num("final_norm_eps");
     c.preset = get("preset");
-    c.block.hidden = idx("hidden");
+    c.block.hidden = idx("hidden", 0);
     c.block.activation = parseActivation(get("activation"));
     c.block.normEps = num("norm_eps");
     c.block.compressor = parseCompressorKind(get("compressor"));
-    c.block.compressorKernel = idx("compressor_kernel");
+    c.block.compressorKernel = idx("compressor_kernel", 1);
     DeltaResidualOptions& r = c.block.residual;
     r.residual = parseResidualKind(get("residual"));
     r.direction = parseDirectionSource(get("direction"));
     r.norm = parseDirectionNorm(get("direction_norm"));
     r.epsK = num("eps_k");
     r.gate = parseGateKind(get("gate"));
-    r.gateHidden = idx("gate_hidden");
+    r.gateHidden = idx("gate_hidden", 1);
     r.beta0 = num("beta0");
     r.value = parseValueKind(get("value"));
     r.valueScale = num("value_scale");
     r.valueConstant = num("value_constant");
-    r.auxHidden = idx("aux_hidden");
+    r.auxHidden = idx("aux_hidden", 0);
     r.auxActivation = parseActivation(get("aux_activation"));
     c.validate();
     return c;

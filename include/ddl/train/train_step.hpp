@@ -59,10 +59,13 @@ struct StepStats {
 // X: (inputDim, B) one column per sample, labels: B classes in [0, classes).
 // One optimizer step on the mean loss of the batch. Throws ShapeError when labels.size() != B or
 // the model rejects X's width, ValueError for a label out of range; parameters are unchanged then.
-template <class S, class Model, class Opt>
+// beforeUpdate(const StepStats&) runs after backward, before clipping and the optimizer step (the
+// gradients are complete, nothing is updated yet); if it throws, the parameters are unchanged too.
+template <class S, class Model, class Opt, class BeforeUpdate>
 StepStats trainStep(Model& model, SoftmaxCrossEntropy<S>& loss, Opt& optimizer,
                     const Eigen::Ref<const MatX<typename detail::NonDeduced<S>::type>>& X,
-                    const std::vector<int>& labels, StepBuffers<S>& buf, const TrainStepOptions& options = {}) {
+                    const std::vector<int>& labels, StepBuffers<S>& buf, const TrainStepOptions& options,
+                    BeforeUpdate&& beforeUpdate) {
   const char* fn = "ddl::trainStep";
   if (static_cast<Index>(labels.size()) != X.cols())
     throw ShapeError(message(fn, "got ", labels.size(), " labels for X of shape ", shapeOf(X),
@@ -76,9 +79,17 @@ StepStats trainStep(Model& model, SoftmaxCrossEntropy<S>& loss, Opt& optimizer,
   zeroGrad(model);
   loss.backward(buf.dLogits);
   model.backward(buf.dLogits);
+  beforeUpdate(static_cast<const StepStats&>(s));
   if (options.clipNorm > 0.0) s.gradNorm = clipGradNorm(model, options.clipNorm);
   optimizer.step(model);
   return s;
+}
+
+template <class S, class Model, class Opt>
+StepStats trainStep(Model& model, SoftmaxCrossEntropy<S>& loss, Opt& optimizer,
+                    const Eigen::Ref<const MatX<typename detail::NonDeduced<S>::type>>& X,
+                    const std::vector<int>& labels, StepBuffers<S>& buf, const TrainStepOptions& options = {}) {
+  return trainStep(model, loss, optimizer, X, labels, buf, options, [](const StepStats&) {});
 }
 
 struct EvalResult {

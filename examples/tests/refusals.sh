@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# ddl-mnist refuses bad numbers, unusable output folders and NaN training with a clear message and
+# its documented exit status, and never hands a path to a shell (gnuplot gets it as an argument).
+#   refusals.sh DDL_MNIST TINY_IDX_DIR WORK_DIR
+set -uo pipefail
+exe=$1 data=$2 work=$3
+rm -rf "$work"
+mkdir -p "$work"
+small=(--data "$data" --depth 2 --hidden 32 --threads 1)  # plus --width 16 --batch 32 --lr 0.005 unless tested
+runEnv=()  # extra environment of the program under test (PATH for gnuplot)
+failures=0
+
+# expect STATUS 'TEXT' ARGS...: ddl-mnist ARGS exits with STATUS and prints TEXT (fixed string).
+expect() {
+  local status=$1 text=$2
+  shift 2
+  local out rc
+  out=$(env "${runEnv[@]}" "$exe" "$@" 2>&1)
+  rc=$?
+  if [ "$rc" -ne "$status" ] || ! grep -qF -- "$text" <<<"$out"; then
+    echo "FAIL: ddl-mnist $* -> exit $rc (expected $status), output:"
+    echo "$out" | tail -5
+    echo "  expected to contain: $text"
+    failures=$((failures + 1))
+  else
+    echo "ok: $* -> $rc: $(grep -F -- "$text" <<<"$out" | head -1)"
+  fi
+}
+
+# Numbers: checked for syntax, integrality and range before anything runs.
+expect 1 "--epochs expects an integer in [1, 1000000], got '2.7'" "${small[@]}" --epochs 2.7
+expect 1 "--epochs expects an integer in [1, 1000000], got '4294967297'" "${small[@]}" --epochs 4294967297
+expect 1 "--epochs expects an integer in [1, 1000000], got '1e300'" "${small[@]}" --epochs 1e300
+expect 1 "--warmup expects an integer in [0, 9223372036854775807], got '-5'" "${small[@]}" --warmup -5
+expect 1 "--val expects an integer in [0, 9223372036854775807], got '-1'" "${small[@]}" --val -1
+expect 1 "--batch expects an integer in [1, 1048576], got '0'" "${small[@]}" --batch 0
+expect 1 "--width expects an integer in [1, 65536], got 'nan'" "${small[@]}" --width nan
+expect 1 "--lr expects a finite number in [0, 1.7976931348623157e+308], got 'nan'" "${small[@]}" --lr nan
+expect 1 "--seed expects an integer in [0, 18446744073709551615], got '-1'" "${small[@]}" --seed -1
+expect 1 "--val 400 leaves no training samples (the training set has 400)" "${small[@]}" --val 400
+expect 1 "option --epochs needs a value" "${small[@]}" --epochs
+expect 1 "unknown option '--epoch'" "${small[@]}" --epoch 3
+
+# Outputs that cannot be written (these work for root too: chmod would not stop root).
+touch "$work/a-file"
+expect 2 "cannot create output folder '$work/a-file/out'" "${small[@]}" --epochs 1 --out "$work/a-file/out"
+expect 2 "cannot write to output folder '/proc/self'" "${small[@]}" --epochs 1 --out /proc/self
+# A full disk (a 4 KiB file-size limit): the new checkpoint cannot be written, the previous one stays
+# byte-identical and no temporary file is left behind.
+"$exe" "${small[@]}" --width 16 --batch 32 --epochs 1 --out "$work/full" >/dev/null 2>&1
+cp "$work/full/checkpoint.safetensors" "$work/previous.safetensors"
+out=$( (ulimit -f 4 && "$exe" "${small[@]}" --width 16 --batch 32 --epochs 1 --seed 2 --out "$work/full") 2>&1)
+rc=$?
+if [ "$rc" -ne 2 ] || ! grep -qF "cannot write the checkpoint of step 13" <<<"$out" || ! grep -qF "File too large" <<<"$out"; then
+  echo "FAIL: full disk -> exit $rc: $out"
+  failures=$((failures + 1))
+elif ! cmp -s "$work/full/checkpoint.safetensors" "$work/previous.safetensors" ||
+  [ "$(ls "$work/full" | grep -cv -e '^checkpoint.safetensors$' -e '^metrics.csv$' -e '^curves.gp$' -e '^curves.png$')" -ne 0 ]; then
+  echo "FAIL: full disk: the previous checkpoint changed or a temporary was left: $(ls "$work/full")"
+  failures=$((failures + 1))
+else
+  echo "ok: full disk -> $rc: $(grep -F "cannot write" <<<"$out" | cut -c1-150)"
+fi
+
+# Missing data and a missing checkpoint.
+expect 2 "hint: install Fashion-MNIST" --data "$work/no-such-dir"
+expect 2 "hint: --resume and --eval-only need a checkpoint.safetensors" "${small[@]}" --resume --out "$work/none"
+small+=(--width 16 --batch 32)
+
+# NaN/Inf: a learning rate of 1e30 blows the weights up; training stops with exit status 3.
+expect 3 "ddl::Trainer: training stopped in epoch 1, batch 2: step 2 failed" "${small[@]}" --epochs 2 --lr 1e30 --out "$work/nan"
+small+=(--lr 0.005)
+
+# gnuplot gets the paths as arguments, never through a shell: a stand-in gnuplot records its
+# arguments, and a quote-laden output folder must not run the command hidden in it.
+mkdir -p "$work/bin"
+cat >"$work/bin/gnuplot" <<'GP'
+#!/bin/sh
+printf '%s\n' "$@" >"$(dirname "$0")/gnuplot-args"
+GP
+chmod +x "$work/bin/gnuplot"
+odd="$work/it's \$(touch $work/PWNED-1) \`touch $work/PWNED-2\`';touch $work/PWNED-3;'"
+runEnv=("PATH=$work/bin:$PATH")
+expect 0 "curves: $odd/curves.png" "${small[@]}" --epochs 1 --out "$odd"
+if ls "$work" | grep -q PWNED; then
+  echo "FAIL: a command hidden in --out ran"
+  failures=$((failures + 1))
+fi
+if [ "$(cat "$work/bin/gnuplot-args" 2>/dev/null)" != "$(printf '%s\n' -c "$odd/curves.gp" "$odd/metrics.csv" "$odd/curves.png")" ]; then
+  echo "FAIL: gnuplot got other arguments:"
+  cat "$work/bin/gnuplot-args"
+  failures=$((failures + 1))
+fi
+# Without gnuplot: one quiet line, success.
+runEnv=(PATH=/nonexistent)
+expect 0 "gnuplot not found: no curves.png" "${small[@]}" --epochs 1 --out "$work/no-gnuplot"
+
+[ "$failures" -eq 0 ] && echo "PASS" || { echo "$failures failure(s)"; exit 1; }

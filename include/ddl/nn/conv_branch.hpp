@@ -1,0 +1,66 @@
+#pragma once
+// ddl/nn/conv_branch.hpp: the branch F of an image DeltaBlock (SPEC §4): conv 3x3 -> act -> conv 3x3,
+// "same" padding, stride 1, so h has c's layout.
+//   c: (d, N) pixels as columns, N = layout.tokens() (column (b*H + y)*W + x) -> hidden (hidden, N)
+//   -> h: (d, N). Parameter names under the block: conv.conv1.{weight,bias}, conv.conv2.{weight,bias}
+//   (weights [out, in, 3, 3] as PyTorch's Conv2d). Satisfies the branch contract of mlp_branch.hpp.
+#include <string>
+
+#include "ddl/core/error.hpp"
+#include "ddl/core/param.hpp"
+#include "ddl/core/rng.hpp"
+#include "ddl/core/token_layout.hpp"
+#include "ddl/core/types.hpp"
+#include "ddl/nn/activation.hpp"
+#include "ddl/nn/conv2d.hpp"
+#include "ddl/nn/mlp_branch.hpp"
+
+namespace ddl {
+
+template <class S>
+class ConvBranch {
+ public:
+  // hidden 0 means d (an image block's branch keeps the width; 4 d would quadruple its cost).
+  ConvBranch(Index d, const DeltaBlockBranchOptions& opt)
+      : m_d(d), m_hidden(opt.hidden > 0 ? opt.hidden : d), m_conv1(d, m_hidden, 3, 1, 1), m_act(opt.activation),
+        m_conv2(m_hidden, d, 3, 1, 1) {}
+
+  static const char* name() { return "conv"; }
+
+  // Draw order: conv1, conv2 (torch.nn.Conv2d default).
+  void init(Rng& rng) {
+    m_conv1.init(rng);
+    m_conv2.init(rng);
+  }
+
+  // C: (d, N) -> H: (d, N), N = layout.tokens().
+  void forward(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H) {
+    m_conv1.forward(C, layout, m_pre);
+    m_act.forward(m_pre, m_hid);
+    m_conv2.forward(m_hid, layout, H);
+  }
+
+  // dH: (d, N) -> dC: (d, N) overwritten; parameter gradients accumulate.
+  void backward(const Eigen::Ref<const MatX<S>>& dH, MatX<S>& dC) {
+    m_conv2.backward(dH, m_dHid);
+    m_act.backward(m_dHid, m_dHid);
+    m_conv1.backward(m_dHid, dC);
+  }
+
+  template <class F>
+  void visitParams(const std::string& prefix, F&& f) {
+    m_conv1.visitParams(joinName(prefix, "conv1"), f);
+    m_conv2.visitParams(joinName(prefix, "conv2"), f);
+  }
+
+  Index hidden() const { return m_hidden; }
+
+ private:
+  Index m_d, m_hidden;
+  Conv2d<S> m_conv1;
+  ActivationLayer<S> m_act;
+  Conv2d<S> m_conv2;
+  MatX<S> m_pre, m_hid, m_dHid;
+};
+
+}  // namespace ddl

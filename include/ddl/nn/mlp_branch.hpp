@@ -1,0 +1,77 @@
+#pragma once
+// ddl/nn/mlp_branch.hpp: the branch F of a vector DeltaBlock (SPEC §2): h = fc2(act(fc1(c))).
+//   c: (d, N) -> hidden (hidden, N) -> h: (d, N); tokens are independent, so the layout is only checked.
+// Parameter names under the block: mlp.fc1.{weight,bias}, mlp.fc2.{weight,bias}.
+//
+// The branch contract (what DeltaBlock<S, Branch> calls; a conv or attention branch has the same):
+//   Branch(d, const DeltaBlockBranchOptions&);   static const char* name();   void init(Rng&);
+//   void forward(const Ref<const MatX>& C, const TokenLayout&, MatX& H);   C, H: (d, N)
+//   void backward(const Ref<const MatX>& dH, MatX& dC);                    dC overwritten
+//   template <class F> void visitParams(prefix, f);   Index hidden() const;
+#include <string>
+
+#include "ddl/core/error.hpp"
+#include "ddl/core/param.hpp"
+#include "ddl/core/rng.hpp"
+#include "ddl/core/token_layout.hpp"
+#include "ddl/core/types.hpp"
+#include "ddl/nn/activation.hpp"
+#include "ddl/nn/linear.hpp"
+
+namespace ddl {
+
+// What every branch is built from: its hidden width (0 means 4 d) and activation.
+struct DeltaBlockBranchOptions {
+  Index hidden = 0;
+  Activation activation = Activation::GELU;
+};
+
+template <class S>
+class MlpBranch {
+ public:
+  MlpBranch(Index d, const DeltaBlockBranchOptions& opt)
+      : m_d(d), m_hidden(opt.hidden > 0 ? opt.hidden : 4 * d), m_fc1(d, m_hidden), m_act(opt.activation),
+        m_fc2(m_hidden, d) {}
+
+  static const char* name() { return "mlp"; }
+
+  // Draw order: fc1, fc2 (torch.nn.Linear default).
+  void init(Rng& rng) {
+    m_fc1.init(rng);
+    m_fc2.init(rng);
+  }
+
+  // C: (d, N) -> H: (d, N); N == layout.tokens().
+  void forward(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H) {
+    if (C.cols() != layout.tokens())
+      throw ShapeError(message("ddl::MlpBranch::forward", "C has ", C.cols(), " columns but the layout ",
+                               toString(layout), " has ", layout.tokens(), " tokens"));
+    m_fc1.forward(C, m_pre);
+    m_act.forward(m_pre, m_hid);
+    m_fc2.forward(m_hid, H);
+  }
+
+  // dH: (d, N) -> dC: (d, N) overwritten; parameter gradients accumulate.
+  void backward(const Eigen::Ref<const MatX<S>>& dH, MatX<S>& dC) {
+    m_fc2.backward(dH, m_dHid);
+    m_act.backward(m_dHid, m_dHid);
+    m_fc1.backward(m_dHid, dC);
+  }
+
+  template <class F>
+  void visitParams(const std::string& prefix, F&& f) {
+    m_fc1.visitParams(joinName(prefix, "fc1"), f);
+    m_fc2.visitParams(joinName(prefix, "fc2"), f);
+  }
+
+  Index hidden() const { return m_hidden; }
+
+ private:
+  Index m_d, m_hidden;
+  Linear<S> m_fc1;
+  ActivationLayer<S> m_act;
+  Linear<S> m_fc2;
+  MatX<S> m_pre, m_hid, m_dHid;
+};
+
+}  // namespace ddl

@@ -1,0 +1,81 @@
+#pragma once
+// ddl/nn/stage_transition.hpp: the step between two stages of an image net (SPEC §4): it acts on the
+// compressed state and re-expands.
+//   X: (cin, dv*N) -> x_in = CC(X) (dv > 1; X itself for dv = 1) -> c = RMSNorm(x_in)
+//   -> y = conv 3x3 stride 2, padding 1 (cin -> cout): (cout, N') with N' the tokens of
+//   outputLayout(layout) (H' = ceil(H/2), W' = ceil(W/2)) -> Y = expand(y): (cout, dv*N').
+// Parameter names: compress.* (dv > 1), norm.weight, conv.{weight,bias}, expand.weight (EC, dv > 1).
+#include <string>
+
+#include "ddl/core/error.hpp"
+#include "ddl/core/param.hpp"
+#include "ddl/core/rng.hpp"
+#include "ddl/core/token_layout.hpp"
+#include "ddl/core/types.hpp"
+#include "ddl/nn/compressor.hpp"
+#include "ddl/nn/conv2d.hpp"
+#include "ddl/nn/expansion.hpp"
+#include "ddl/nn/rms_norm.hpp"
+
+namespace ddl {
+
+template <class S>
+class StageTransition {
+ public:
+  StageTransition(Index cin, Index cout, Index dv, CompressorKind compressor, Index compressorKernel,
+                  bool learnedExpansion, double normEps)
+      : m_cin(cin), m_cout(cout), m_dv(dv), m_compress(cin, dv, compressor, compressorKernel), m_norm(cin, normEps),
+        m_conv(cin, cout, 3, 2, 1), m_expand(cout, dv, learnedExpansion) {}
+
+  void init(Rng& rng) { m_conv.init(rng); }
+
+  TokenLayout outputLayout(const TokenLayout& in) const { return m_conv.outputLayout(in); }
+
+  // X: (cin, dv*N), N = layout.tokens() -> Y: (cout, dv*N'), N' = outputLayout(layout).tokens().
+  void forward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
+    const char* fn = "ddl::StageTransition::forward";
+    if (X.rows() != m_cin || X.cols() != m_dv * layout.tokens())
+      throw ShapeError(message(fn, "X has shape ", shapeOf(X), ", expected (", m_cin, ", ", m_dv, "*", layout.tokens(),
+                               ") for the layout ", toString(layout)));
+    if (m_dv == 1) {
+      m_norm.forward(X, m_c);
+      m_conv.forward(m_c, layout, Y);
+    } else {
+      m_compress.forward(X, m_xin);
+      m_norm.forward(m_xin, m_c);
+      m_conv.forward(m_c, layout, m_y);
+      m_expand.forward(m_y, Y);
+    }
+  }
+
+  // dY: (cout, dv*N') -> dX: (cin, dv*N) overwritten; parameter gradients accumulate.
+  void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) {
+    if (m_dv == 1) {
+      m_conv.backward(dY, m_dC);
+      m_norm.backward(m_dC, dX);
+    } else {
+      m_expand.backward(dY, m_dy);
+      m_conv.backward(m_dy, m_dC);
+      m_norm.backward(m_dC, m_dC);
+      m_compress.backward(m_dC, dX);
+    }
+  }
+
+  template <class F>
+  void visitParams(const std::string& prefix, F&& f) {
+    if (m_dv > 1) m_compress.visitParams(joinName(prefix, "compress"), f);
+    m_norm.visitParams(joinName(prefix, "norm"), f);
+    m_conv.visitParams(joinName(prefix, "conv"), f);
+    if (m_dv > 1) m_expand.visitParams(joinName(prefix, "expand"), f);
+  }
+
+ private:
+  Index m_cin, m_cout, m_dv;
+  Compressor<S> m_compress;
+  RmsNorm<S> m_norm;
+  Conv2d<S> m_conv;
+  Expansion<S> m_expand;
+  MatX<S> m_xin, m_c, m_y, m_dy, m_dC;
+};
+
+}  // namespace ddl

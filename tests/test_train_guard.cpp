@@ -1,0 +1,416 @@
+// Tests for the Trainer's guards (include/ddl/train/{finite_guard,trainer,stop_signal}.hpp): a NaN/Inf
+// loss or gradient stops training before the update and names the step and the parameter; a stop
+// request mid-epoch writes a checkpoint from which a resume is bit-identical (parameters, checkpoint
+// bytes, metrics rows); an output folder that cannot be written, and a full disk (RLIMIT_FSIZE), give
+// clear errors and leave the previous checkpoint byte-identical with no temporary files.
+#include <atomic>
+#include <cerrno>
+#include <cmath>
+#include <csignal>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <new>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "catch_compat.hpp"
+#include "ddl/core/rng.hpp"
+#include "ddl/train/finite_guard.hpp"
+#include "ddl/train/stop_signal.hpp"
+#include "ddl/train/trainer.hpp"
+
+// Counts global operator new calls, so a test can prove that a code path allocates nothing at all
+// (std::string included, which EIGEN_RUNTIME_NO_MALLOC cannot see). Every plain and nothrow form is
+// replaced so that allocation and release pair up (ASan checks that); noinline keeps g++ 12 from
+// pairing the inlined malloc()/free() with new/delete (-Wmismatched-new-delete).
+static std::atomic<long> g_news{0};
+[[gnu::noinline]] static void* countedMalloc(std::size_t n) noexcept {
+  ++g_news;
+  return std::malloc(n == 0 ? 1 : n);
+}
+[[gnu::noinline]] void* operator new(std::size_t n) {
+  if (void* p = countedMalloc(n)) return p;
+  throw std::bad_alloc();
+}
+[[gnu::noinline]] void* operator new[](std::size_t n) {
+  if (void* p = countedMalloc(n)) return p;
+  throw std::bad_alloc();
+}
+[[gnu::noinline]] void* operator new(std::size_t n, const std::nothrow_t&) noexcept { return countedMalloc(n); }
+[[gnu::noinline]] void* operator new[](std::size_t n, const std::nothrow_t&) noexcept { return countedMalloc(n); }
+[[gnu::noinline]] void operator delete(void* p) noexcept { std::free(p); }
+[[gnu::noinline]] void operator delete[](void* p) noexcept { std::free(p); }
+[[gnu::noinline]] void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+[[gnu::noinline]] void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+[[gnu::noinline]] void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+[[gnu::noinline]] void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
+
+using ddl::Index;
+using ddl::MatX;
+using ddl_test::contains;
+using ddl_test::thrownMessage;
+
+namespace {
+
+ddl::DeltaNetConfig smallConfig(Index inputDim, Index classes) {
+  ddl::DeltaNetConfig c;
+  ddl::applyPreset(c, "code");
+  c.inputDim = inputDim;
+  c.classes = classes;
+  c.d = 16;
+  c.depth = 2;
+  c.block.hidden = 32;
+  return c;
+}
+
+// Gaussian blobs: class c has its mean at +3 on feature c. (features, n)
+ddl::Dataset<float> blobs(Index features, int classes, Index n, std::uint64_t seed) {
+  ddl::Rng rng(seed);
+  ddl::Dataset<float> d;
+  d.numClasses = classes;
+  d.shape = ddl::ImageShape{1, 1, features};
+  d.images.resize(features, n);
+  d.labels.resize(static_cast<std::size_t>(n));
+  for (Index j = 0; j < n; ++j) {
+    const int y = static_cast<int>(rng.below(static_cast<std::uint64_t>(classes)));
+    d.labels[static_cast<std::size_t>(j)] = y;
+    for (Index i = 0; i < features; ++i) d.images(i, j) = static_cast<float>(rng.normal() + (i == y ? 3.0 : 0.0));
+  }
+  return d;
+}
+
+std::vector<MatX<float>> paramValues(ddl::DeltaNet<float>& net) {
+  std::vector<MatX<float>> v;
+  net.visitParams("", [&](const std::string&, ddl::Param<float>& p) { v.push_back(p.value); });
+  return v;
+}
+bool bitIdentical(const std::vector<MatX<float>>& a, const std::vector<MatX<float>>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (a[i].rows() != b[i].rows() || a[i].cols() != b[i].cols() ||
+        std::memcmp(a[i].data(), b[i].data(), sizeof(float) * static_cast<std::size_t>(a[i].size())) != 0)
+      return false;
+  return true;
+}
+
+std::string readFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+std::vector<std::string> lines(const std::string& path) {
+  std::istringstream in(readFile(path));
+  std::vector<std::string> out;
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
+}
+// A metrics row without its wall-clock columns (seconds, samples_per_s: the 10th and 11th).
+std::string withoutTimes(const std::string& row) {
+  std::vector<std::string> f;
+  std::stringstream ss(row);
+  for (std::string x; std::getline(ss, x, ',');) f.push_back(x);
+  std::string out;
+  for (std::size_t i = 0; i < f.size(); ++i)
+    if (i != 9 && i != 10) out += f[i] + ",";
+  return out;
+}
+// Names in dir that are not the two outputs (temporaries left behind, probes).
+std::vector<std::string> strayFiles(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    const std::string n = e.path().filename().string();
+    if (n != "checkpoint.safetensors" && n != "metrics.csv") out.push_back(n);
+  }
+  return out;
+}
+
+std::string freshDir(const std::string& name) {
+  const std::string dir = std::string(DDL_TEST_TMPDIR) + "/train_guard_" + name;
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+ddl::TrainerOptions smallOptions(const std::string& outDir) {
+  ddl::TrainerOptions opt;
+  opt.epochs = 3;
+  opt.batchSize = 32;  // 120 samples: 4 batches per epoch, the last one partial
+  opt.warmupSteps = 2;
+  opt.threads = 1;
+  opt.outDir = outDir;
+  return opt;
+}
+
+// Lowers the file-size limit (soft only, so it can be raised again) and ignores SIGXFSZ, so that
+// writes past the limit fail with EFBIG as on a full disk; restores both on destruction.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    getrlimit(RLIMIT_FSIZE, &m_saved);
+    m_oldHandler = std::signal(SIGXFSZ, SIG_IGN);
+    rlimit r = m_saved;
+    r.rlim_cur = bytes;
+    m_ok = setrlimit(RLIMIT_FSIZE, &r) == 0;
+  }
+  ~FileSizeLimit() {
+    setrlimit(RLIMIT_FSIZE, &m_saved);
+    std::signal(SIGXFSZ, m_oldHandler);
+  }
+  bool ok() const { return m_ok; }
+
+ private:
+  rlimit m_saved{};
+  void (*m_oldHandler)(int) = nullptr;
+  bool m_ok = false;
+};
+
+}  // namespace
+
+TEST_CASE("FiniteGuard names the step and the first parameter whose gradient is not finite", "[train][guard]") {
+  ddl::DeltaNet<float> net(smallConfig(6, 3), 1);
+  ddl::zeroGrad(net);
+  const ddl::FiniteGuard<float> guard(net);
+  CHECK_NOTHROW(guard.check(0.7, 1));
+
+  std::string victim;
+  int i = 0;
+  net.visitParams("", [&](const std::string& name, ddl::Param<float>& p) {
+    if (i++ == 5) {  // a parameter inside a block, so the name shows which block went bad
+      victim = name;
+      p.grad(0, p.grad.cols() - 1) = std::numeric_limits<float>::infinity();
+      p.grad(p.grad.rows() - 1, 0) = std::nanf("");
+    }
+  });
+  REQUIRE(contains(victim, "blocks."));
+  const std::string msg = thrownMessage<ddl::NonFiniteError>([&] { guard.check(0.7, 42); });
+  CHECK(contains(msg, "ddl::FiniteGuard: the gradient of parameter '" + victim + "' is not finite at step 42"));
+  CHECK(contains(msg, "2 of "));
+  try {
+    guard.check(0.7, 42);
+  } catch (const ddl::NonFiniteError& e) {
+    CHECK(e.step() == 42);
+  }
+  CHECK(contains(thrownMessage<ddl::NonFiniteError>([&] { guard.check(std::nan(""), 9); }), "the loss is nan at step 9"));
+  CHECK(contains(thrownMessage<ddl::NonFiniteError>([&] { guard.check(HUGE_VAL, 9); }), "the loss is inf at step 9"));
+}
+
+TEST_CASE("FiniteGuard::check allocates nothing (counting operator new)", "[train][guard][alloc]") {
+  ddl::DeltaNet<float> net(smallConfig(6, 3), 1);
+  ddl::zeroGrad(net);
+  const ddl::FiniteGuard<float> guard(net);
+  const long before = g_news.load();
+  for (int step = 1; step <= 10; ++step) guard.check(0.5, step);
+  CHECK(g_news.load() - before == 0);
+  const long probe = g_news.load();
+  std::string s(100, 'x');  // the counter sees allocations at all
+  CHECK(g_news.load() - probe >= 1);
+}
+
+TEST_CASE("Trainer stops at a NaN before the update; the last checkpoint stays byte-identical", "[train][guard][trainer]") {
+  const ddl::Dataset<float> train = blobs(16, 3, 120, 51), test = blobs(16, 3, 60, 52);
+  const ddl::TrainerOptions opt = smallOptions(freshDir("nan"));
+  ddl::DeltaNet<float> net(smallConfig(16, 3), 2);
+  ddl::Trainer<float> t(net, train, opt, nullptr, &test);
+  std::string afterEpoch1;
+  std::vector<MatX<float>> lastGood;
+  t.onEpoch = [&](const ddl::EpochMetrics& m) {
+    if (m.epoch != 1) return;
+    afterEpoch1 = readFile(t.checkpointPath());
+    // A poisoned weight of the classifier head (the last weight with one row per class). (A NaN
+    // pixel is refused earlier, by the direction normalisation of the first block.)
+    ddl::Param<float>* head = nullptr;
+    net.visitParams("", [&](const std::string& name, ddl::Param<float>& p) {
+      if (p.value.rows() == 3 && name.size() > 6 && name.compare(name.size() - 6, 6, "weight") == 0) head = &p;
+    });
+    REQUIRE(head != nullptr);
+    head->value(1, 2) = std::nanf("");
+    lastGood = paramValues(net);
+  };
+  const std::string msg = thrownMessage<ddl::NonFiniteError>([&] { t.run(); });
+  CAPTURE(msg);
+  CHECK(contains(msg, "ddl::Trainer: training stopped in epoch 2, batch 1: "));
+  CHECK(contains(msg, "the loss is nan at step 5"));
+  CHECK(contains(msg, "the last checkpoint (" + t.checkpointPath() + ", step 4) is unchanged"));
+  REQUIRE_FALSE(afterEpoch1.empty());
+  CHECK(readFile(t.checkpointPath()) == afterEpoch1);
+  CHECK(bitIdentical(paramValues(net), lastGood));  // the bad step updated nothing
+  CHECK(t.step() == 4);
+  CHECK(t.optimizer().stepCount() == 4);
+  CHECK(lines(t.metricsPath()).size() == 2);  // header + epoch 1
+  CHECK(strayFiles(opt.outDir).empty());
+}
+
+TEST_CASE("Trainer: a stop request mid-epoch checkpoints; resume is bit-identical to never stopping", "[train][stop][trainer]") {
+  const ddl::Dataset<float> train = blobs(16, 3, 120, 51), test = blobs(16, 3, 60, 52);
+  const ddl::DeltaNetConfig cfg = smallConfig(16, 3);
+  ddl::TrainerOptions opt = smallOptions(freshDir("stop_full"));
+  opt.augment.enabled = true;  // the per-batch augmentation stream must continue too
+  opt.augment.pad = 1;
+  opt.augment.flip = false;
+  ddl::Dataset<float> imgTrain = train, imgTest = test;
+  imgTrain.shape = imgTest.shape = ddl::ImageShape{1, 4, 4};
+  ddl::DeltaNet<float> full(cfg, 2);
+  ddl::Trainer<float> fullTrainer(full, imgTrain, opt, nullptr, &imgTest);
+  fullTrainer.run();
+
+  for (const std::int64_t stopAt : {6, 4, 1}) {  // mid-epoch 2, at the end of epoch 1, after the first step
+    CAPTURE(stopAt);
+    ddl::TrainerOptions split = opt;
+    split.outDir = freshDir("stop_split");
+    {
+      ddl::DeltaNet<float> net(cfg, 2);
+      ddl::Trainer<float> t(net, imgTrain, split, nullptr, &imgTest);
+      t.shouldStop = [&] { return t.step() >= stopAt; };
+      t.run();
+      CHECK(t.stopped());
+      CHECK(t.step() == stopAt);
+      const ddl::CheckpointMeta meta = ddl::readCheckpointMetadata(t.checkpointPath());
+      CHECK(meta.step == stopAt);
+      const nlohmann::json pos = nlohmann::json::parse(meta.extra.at("train_position"));
+      CHECK(pos.at("batch").get<Index>() == (stopAt - 1) % 4 + 1);
+      CHECK(strayFiles(split.outDir).empty());
+    }
+    ddl::DeltaNet<float> net(cfg, 77);
+    ddl::Trainer<float> t(net, imgTrain, split, nullptr, &imgTest);
+    t.resume(t.checkpointPath());
+    CHECK(t.step() == stopAt);
+    t.run();
+    CHECK_FALSE(t.stopped());
+    CHECK(bitIdentical(paramValues(full), paramValues(net)));
+    CHECK(readFile(t.checkpointPath()) == readFile(fullTrainer.checkpointPath()));
+    const auto a = lines(fullTrainer.metricsPath()), b = lines(t.metricsPath());
+    REQUIRE(a.size() == 4);
+    REQUIRE(b.size() == 4);
+    for (std::size_t i = 0; i < a.size(); ++i) CHECK(withoutTimes(a[i]) == withoutTimes(b[i]));
+  }
+}
+
+TEST_CASE("Trainer: a stop requested before training returns at once and writes nothing", "[train][stop][trainer]") {
+  const ddl::Dataset<float> train = blobs(16, 3, 120, 51);
+  const ddl::TrainerOptions opt = smallOptions(freshDir("stop_early"));
+  ddl::DeltaNet<float> net(smallConfig(16, 3), 2);
+  const auto before = paramValues(net);
+  ddl::Trainer<float> t(net, train, opt);
+  t.shouldStop = [] { return true; };
+  const ddl::EpochMetrics m = t.run();
+  CHECK(t.stopped());
+  CHECK(t.step() == 0);
+  CHECK(m.test.count == 0);
+  CHECK_FALSE(std::filesystem::exists(opt.outDir));
+  CHECK(bitIdentical(before, paramValues(net)));
+}
+
+TEST_CASE("Trainer::resume refuses a train_position that does not fit and changes nothing", "[train][stop][trainer]") {
+  const ddl::Dataset<float> train = blobs(16, 3, 120, 51);
+  const ddl::TrainerOptions opt = smallOptions(freshDir("bad_position"));
+  ddl::DeltaNet<float> net(smallConfig(16, 3), 2);
+  ddl::Trainer<float> t(net, train, opt);
+  t.shouldStop = [&] { return t.step() >= 2; };
+  t.run();
+  const ddl::CheckpointMeta good = ddl::readCheckpointMetadata(t.checkpointPath());
+  const std::vector<std::string> bad = {R"({"batch":5,"loss_sum":1.0,"correct":0,"seen":160})",
+                                        R"({"batch":2,"loss_sum":1.0,"correct":0,"seen":63})",
+                                        R"({"batch":2,"loss_sum":1.0,"correct":65,"seen":64})",
+                                        R"({"batch":2.5,"loss_sum":1.0,"correct":0,"seen":64})",
+                                        R"({"batch":2,"loss_sum":-1.0,"correct":0,"seen":64})",
+                                        R"({"batch":2,"correct":0,"seen":64})", R"([1,2])", R"(not json)"};
+  for (const std::string& position : bad) {
+    CAPTURE(position);
+    ddl::CheckpointMeta meta = good;
+    meta.extra["train_position"] = position;
+    const std::string path = opt.outDir + "/edited.safetensors";
+    ddl::saveCheckpoint(path, net, t.optimizer(), meta);
+    ddl::DeltaNet<float> other(smallConfig(16, 3), 9);
+    const auto before = paramValues(other);
+    ddl::Trainer<float> r(other, train, opt);
+    const std::string msg = thrownMessage<ddl::IoError>([&] { r.resume(path); });
+    CHECK(contains(msg, "ddl::Trainer::resume"));
+    CHECK(contains(msg, "bad train_position metadata"));
+    CHECK(r.step() == 0);
+    CHECK(bitIdentical(before, paramValues(other)));
+  }
+}
+
+TEST_CASE("Trainer: an output folder that cannot be written fails before the first step", "[train][output][trainer]") {
+  const ddl::Dataset<float> train = blobs(16, 3, 120, 51);
+  const std::string base = freshDir("unwritable");
+  std::filesystem::create_directories(base);
+  std::ofstream(base + "/a-file") << "x";
+  struct Case {
+    std::string dir, expect;
+  };
+  std::vector<Case> cases = {{base + "/a-file/out", "cannot create output folder '" + base + "/a-file/out'"},
+                             {"/proc/self", "cannot write to output folder '/proc/self'"}};
+  // chmod stops writes only for unprivileged users (tests may run as root).
+  const std::string readOnly = base + "/read-only";
+  std::filesystem::create_directories(readOnly);
+  chmod(readOnly.c_str(), 0555);
+  if (geteuid() != 0) cases.push_back({readOnly, "cannot write to output folder '" + readOnly + "': Permission denied"});
+  for (const Case& c : cases) {
+    CAPTURE(c.dir);
+    ddl::TrainerOptions opt = smallOptions(c.dir);
+    ddl::DeltaNet<float> net(smallConfig(16, 3), 2);
+    ddl::Trainer<float> t(net, train, opt);
+    int batches = 0;
+    t.onBatch = [&](const ddl::BatchProgress&) { ++batches; };
+    const std::string msg = thrownMessage<ddl::IoError>([&] { t.run(); });
+    CHECK(contains(msg, "ddl::Trainer: " + c.expect));
+    CHECK(batches == 0);
+  }
+  chmod(readOnly.c_str(), 0755);
+  CHECK(std::filesystem::is_empty(readOnly));
+}
+
+TEST_CASE("Trainer: a full disk fails the checkpoint write; the previous one stays byte-identical", "[train][output][trainer]") {
+  const ddl::Dataset<float> train = blobs(16, 3, 120, 51), test = blobs(16, 3, 60, 52);
+  const ddl::TrainerOptions opt = smallOptions(freshDir("full_disk"));
+  ddl::DeltaNet<float> net(smallConfig(16, 3), 2);
+  ddl::Trainer<float> t(net, train, opt, nullptr, &test);
+  std::string afterEpoch1;
+  std::unique_ptr<FileSizeLimit> limit;
+  t.onEpoch = [&](const ddl::EpochMetrics& m) {
+    if (m.epoch != 1) return;
+    afterEpoch1 = readFile(t.checkpointPath());
+    limit = std::make_unique<FileSizeLimit>(afterEpoch1.size() / 2);  // the next checkpoint does not fit
+    REQUIRE(limit->ok());
+  };
+  std::string msg;
+  try {
+    t.run();
+  } catch (const ddl::IoError& e) {
+    msg = e.what();
+  }
+  limit.reset();
+  CAPTURE(msg);
+  CHECK(contains(msg, "ddl::Trainer: cannot write the checkpoint of step 8"));
+  CHECK(contains(msg, std::strerror(EFBIG)));
+  CHECK(contains(msg, "the previous checkpoint, if any, is unchanged"));
+  CHECK(readFile(t.checkpointPath()) == afterEpoch1);
+  CHECK(lines(t.metricsPath()).size() == 2);  // no row for the epoch whose checkpoint failed
+  CHECK(strayFiles(opt.outDir).empty());      // the temporary is gone
+  // The run can continue from the intact checkpoint.
+  ddl::DeltaNet<float> again(smallConfig(16, 3), 5);
+  ddl::Trainer<float> r(again, train, opt, nullptr, &test);
+  r.resume(r.checkpointPath());
+  CHECK(r.step() == 4);
+}
+
+TEST_CASE("stop signals: SIGINT and SIGTERM are recorded, not fatal, until the first one", "[train][stop][signal]") {
+  ddl::installStopSignalHandlers();
+  CHECK(ddl::stopSignal() == 0);
+  std::raise(SIGTERM);
+  CHECK(ddl::stopSignal() == SIGTERM);
+  CHECK(ddl::signalName(SIGTERM) == "SIGTERM");
+  CHECK(ddl::signalName(SIGINT) == "SIGINT");
+  ddl::detail::g_stopSignal = 0;
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+}
