@@ -220,7 +220,7 @@ class DeltaResidual {
     else
       writeOnlyBackward(m_K, m_beta, m_V, dY, dX, m_dK, m_dBeta, m_dV);
     // gate -> dC
-    gateFromLogitsBackward(m_beta, m_dBeta, m_dZ);
+    gateFromLogitsBackward(m_Z, m_dBeta, m_dZ);
     if (m_opt.gate == GateKind::Linear)
       linearGateLogitsBackward(m_gateW.value, m_cCache, m_dZ, dC, m_gateW.grad, m_gateB.grad);
     else
