@@ -130,11 +130,13 @@ struct CheckpointMeta {
         if (toInt(key) < 0) throw bad(key, "a count >= 0");
       } else if (key == "rng_state") {
         const nlohmann::json a = nlohmann::json::parse(kv.second, nullptr, /*allow_exceptions=*/false);
-        const bool ok = a.is_array() && a.size() == 4 &&
+        // 6 words (Rng::State incl. the Box-Muller spare); 4 words from older files mean no spare.
+        const bool ok = a.is_array() && (a.size() == 4 || a.size() == std::tuple_size<Rng::State>::value) &&
                         std::all_of(a.begin(), a.end(), [](const nlohmann::json& e) { return e.is_number_unsigned(); });
-        if (!ok) throw bad(key, "a JSON array of 4 unsigned 64-bit integers");
+        if (!ok) throw bad(key, "a JSON array of 6 (or legacy 4) unsigned 64-bit integers");
         Rng::State s{};
-        for (std::size_t i = 0; i < 4; ++i) s[i] = a[i].get<std::uint64_t>();
+        for (std::size_t i = 0; i < a.size(); ++i) s[i] = a[i].get<std::uint64_t>();
+        if (s[4] > 1) throw bad(key, "a spare flag (word 4) of 0 or 1");
         c.rngState = s;
       }
     }
