@@ -23,6 +23,7 @@
 // gate bias = logit(beta0/2) (SPEC §2), so every token starts near beta0; aux MLP as torch.nn.Linear.
 #include <string>
 
+#include "ddl/core/alias.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/rng.hpp"
@@ -155,6 +156,7 @@ class DeltaResidual {
   void forward(const Eigen::Ref<const MatX<S>>& X, const Eigen::Ref<const MatX<S>>& Xin,
                const Eigen::Ref<const MatX<S>>& C, const Eigen::Ref<const MatX<S>>& H, MatX<S>& Y) {
     const char* fn = "ddl::DeltaResidual::forward";
+    requireNoAlias(fn, "X", X, "Y", Y);
     const Index N = H.cols();
     checkShape(fn, "H", H, m_d, -1);
     checkShape(fn, "X", X, m_d, m_dv * N);

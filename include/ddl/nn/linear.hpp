@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "ddl/core/alias.hpp"
 #include "ddl/core/config.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/gemm.hpp"
@@ -74,6 +75,7 @@ class Linear {
   // X: (in, B) one column per token -> Y: (out, B). Caches X for backward. Y must not alias X.
   void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) {
     checkShape("ddl::Linear::forward", "X", X, m_in, -1);
+    requireNoAlias("ddl::Linear::forward", "X", X, "Y", Y);
     const Index B = X.cols();
     m_X.resize(m_in, B);  // no allocation when B is unchanged
     m_hasForward = true;
@@ -91,8 +93,10 @@ class Linear {
   }
 
   // dY: (out, B) of the last forward -> dX: (in, B) overwritten; dW, db accumulate (+=).
+  // dX must not alias dY.
   void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) {
     checkBackward(dY);
+    requireNoAlias("ddl::Linear::backward", "dY", dY, "dX", dX);
     const Index B = dY.cols();
     dX.resize(m_in, B);
     reserveWorkspaces();
