@@ -87,7 +87,7 @@ struct TrainerOptions {
   double labelSmoothing = 0.0;
   AugmentOptions augment;                             // random crop / flip of training batches
   std::uint64_t seed = 1;                             // batch order and augmentation
-  int threads = 0;                                    // 0 = all hardware threads
+  int threads = 0;                                    // 0 = OMP_NUM_THREADS if set, else the usable CPUs
   Index evalBatch = 1000;
   std::string outDir;                                 // metrics.csv + checkpoint.safetensors; empty = none
   bool checkFinite = true;                            // stop at a NaN/Inf loss or gradient (one pass per step)
@@ -103,7 +103,7 @@ struct TrainerOptions {
     require(stepEvery >= 0, fn, "stepEvery must be >= 0, got ", stepEvery);
     require(clipNorm >= 0, fn, "clipNorm must be >= 0 (0 = off), got ", clipNorm);
     require(labelSmoothing >= 0 && labelSmoothing < 1, fn, "labelSmoothing must be in [0, 1), got ", labelSmoothing);
-    require(threads >= 0, fn, "threads must be >= 0 (0 = all cores), got ", threads);
+    require(threads >= 0, fn, "threads must be >= 0 (0 = automatic), got ", threads);
     require(evalBatch >= 1, fn, "evalBatch must be >= 1, got ", evalBatch);
     require(augment.pad >= 0 && augment.pad <= (1 << 16), fn, "augment.pad must be in [0, 65536], got ", augment.pad);
     validateAdamWOptions(adam);
