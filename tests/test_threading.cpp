@@ -1,9 +1,13 @@
 // Thread-count defaults (core/threading.hpp): 0 honours OMP_NUM_THREADS, else the CPUs this
 // process may use (its affinity mask), never simply every core of the machine.
+#include <algorithm>
 #include <cstdlib>
+#include <stdexcept>
 
 #include "catch_compat.hpp"
 #include "ddl/core/threading.hpp"
+#include "ddl/nn/activation.hpp"
+#include "ddl/nn/linear.hpp"
 #if defined(__linux__)
 #include <sched.h>
 #endif
@@ -40,3 +44,18 @@ TEST_CASE("hardwareThreads follows the affinity mask", "[core][threading]") {
   CHECK(ddl::hardwareThreads() <= CPU_COUNT(&saved));
 }
 #endif
+
+TEST_CASE("an exception inside a threaded region reaches the caller instead of terminating", "[core][threading]") {
+  ddl::setNumThreads(2);
+  auto throwOnSecond = [](int t, int) {
+    if (t == 1) throw std::runtime_error("task 1 failed");
+  };
+  CHECK_THROWS_WITH(ddl::detail::runProductTasks(ddl::detail::kLinearParallelMin, [](int threads) { return std::max(2, threads); },
+                                                 throwOnSecond),
+                    "task 1 failed");
+  CHECK_THROWS_WITH(ddl::detail::forColumnRanges(256, 256, [](ddl::Index j0, ddl::Index) {
+                      if (j0 > 0 || ddl::numThreads() == 1) throw std::runtime_error("range failed");
+                    }),
+                    "range failed");
+  ddl::setNumThreads(0);
+}

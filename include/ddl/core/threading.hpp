@@ -2,6 +2,7 @@
 // ddl/core/threading.hpp: one setting for the number of threads, shared by Eigen and OpenMP.
 #include <algorithm>
 #include <cstdlib>
+#include <exception>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -61,6 +62,28 @@ inline void setNumThreads(int n) {
   omp_set_num_threads(t);
 #endif
 }
+
+// An exception escaping an OpenMP region terminates the process, so code that may throw inside
+// one (a workspace growing, bad_alloc) runs through guard(): the first exception is kept and
+// rethrown by rethrow() after the region has joined.
+class ParallelErrors {
+ public:
+  template <class F>
+  void guard(F&& f) noexcept {
+    try {
+      f();
+    } catch (...) {
+      DDL_OMP(critical(ddl_parallel_errors))
+      if (!m_first) m_first = std::current_exception();
+    }
+  }
+  void rethrow() const {
+    if (m_first) std::rethrow_exception(m_first);
+  }
+
+ private:
+  std::exception_ptr m_first;
+};
 
 // Threads actually in use (1 without OpenMP).
 inline int numThreads() {

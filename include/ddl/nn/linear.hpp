@@ -48,8 +48,10 @@ void runProductTasks(Index work, T&& tasksPerThread, F&& f) {
     for (int t = 0; t < tasks; ++t) f(t, tasks);
     return;
   }
+  ParallelErrors errors;  // a throwing task must not terminate the process
   DDL_OMP(parallel for schedule(static) num_threads(threads))
-  for (int t = 0; t < tasks; ++t) f(t, tasks);
+  for (int t = 0; t < tasks; ++t) errors.guard([&] { f(t, tasks); });
+  errors.rethrow();
 }
 
 // Start of part p when n items are cut into parts nearly equal parts.
