@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "catch_compat.hpp"
+#include "fd_check.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/nn/activation.hpp"
 #include "ddl/nn/cross_entropy.hpp"
@@ -43,14 +44,14 @@ std::vector<std::string> checkLayerGrads(Layer& layer, MatX<double>& X) {
   ddl::zeroGrad(layer);
   MatX<double> dX;
   layer.backward(W, dX);
-  CHECK(ddl::testing::relErr(dX, ddl::testing::numericGrad(X, loss)) < 1e-6);
+  FD_CHECK(dX, ddl::testing::numericGrad(X, loss));
   std::vector<std::string> names;
   layer.visitParams("", [&](const std::string& name, ddl::Param<double>& p) {
     CAPTURE(name);
     names.push_back(name);
     CHECK(p.grad.rows() == p.value.rows());
     CHECK(p.grad.cols() == p.value.cols());
-    CHECK(ddl::testing::relErr(p.grad, ddl::testing::numericGrad(p.value, loss)) < 1e-6);
+    FD_CHECK(p.grad, ddl::testing::numericGrad(p.value, loss));
   });
   return names;
 }
@@ -433,7 +434,7 @@ TEST_CASE("Dropout backward matches central differences for a fixed mask", "[gra
   };
   loss();
   drop.backward(W, dX);
-  CHECK(ddl::testing::relErr(dX, ddl::testing::numericGrad(X, loss)) < 1e-6);
+  FD_CHECK(dX, ddl::testing::numericGrad(X, loss));
 }
 
 TEST_CASE("Dropout rejects p outside 0 to 1 and misuse", "[dropout][errors]") {
@@ -463,7 +464,7 @@ TEST_CASE("SoftmaxCrossEntropy backward matches central differences", "[grad][cr
   auto loss = [&] { return ce.forward(Z, labels); };
   loss();
   ce.backward(dZ);
-  CHECK(ddl::testing::relErr(dZ, ddl::testing::numericGrad(Z, loss)) < 1e-6);
+  FD_CHECK(dZ, ddl::testing::numericGrad(Z, loss));
   MatX<double> dZ2;
   ce.forward(Z, labels);
   ce.backward(dZ2, 2.5);  // upstream scale
