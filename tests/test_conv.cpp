@@ -1,5 +1,5 @@
-// Tests for nn/conv2d.hpp (and the window geometry of nn/window2d.hpp): central differences in double,
-// agreement with a naive direct convolution kept here as the reference (forward and backward, on one
+// Tests for nn/conv2d.hpp (and the window geometry of nn/window2d.hpp), and RmsNorm as the per-pixel
+// channel norm of an image activation: central differences in double, agreement with a naive direct convolution kept here as the reference (forward and backward, on one
 // and two threads, at a size above the threading threshold), PyTorch's weight layout on hand-computed
 // cases, initialisation, no allocation in steady state, and the error messages.
 #include "eigen_guard.hpp"  // first: live allocation checks even with NDEBUG
@@ -17,6 +17,7 @@
 #include "ddl/core/token_layout.hpp"
 #include "ddl/nn/conv2d.hpp"
 #include "ddl/nn/init.hpp"
+#include "ddl/nn/rms_norm.hpp"
 #include "ddl/testing/grad_check.hpp"
 
 using ddl::Index;
@@ -471,4 +472,47 @@ TEST_CASE("Conv2d rejects bad construction, shapes and layouts with clear messag
   CHECK(conv.kernel() == 3);
   CHECK(conv.stride() == 1);
   CHECK(conv.padding() == 0);
+}
+
+// ---------------------------------------------------------------- channel RMSNorm per pixel
+
+TEST_CASE("RmsNorm on an image activation is the per-pixel RMSNorm over channels", "[rms_norm][image]") {
+  const auto seed = GENERATE(take(4, random(1u, 1000000u)));
+  std::mt19937 gen(seed);
+  std::srand(seed);
+  const Index C = randInt(gen, 1, 6);
+  const TokenLayout layout = TokenLayout::image(randInt(gen, 1, 3), randInt(gen, 1, 5), randInt(gen, 1, 5));
+  CAPTURE(seed, C, ddl::toString(layout));
+  ddl::RmsNorm<double> norm(C, 1e-5);
+  norm.weight().value = MatX<double>::Random(C, 1);
+  MatX<double> X = MatX<double>::Random(C, layout.tokens()), Y;
+  REQUIRE(X.cols() == layout.tokens());
+  norm.forward(X, Y);
+  // Naive: for every image b and pixel (y, x), normalise the channel vector of that pixel.
+  for (Index b = 0; b < layout.batch; ++b)
+    for (Index y = 0; y < layout.height; ++y)
+      for (Index x = 0; x < layout.width; ++x) {
+        const Index p = (b * layout.height + y) * layout.width + x;
+        double ms = 0;
+        for (Index c = 0; c < C; ++c) ms += X(c, p) * X(c, p);
+        const double r = 1.0 / std::sqrt(ms / static_cast<double>(C) + 1e-5);
+        for (Index c = 0; c < C; ++c) CHECK(std::abs(Y(c, p) - norm.weight().value(c, 0) * X(c, p) * r) < 1e-14);
+      }
+  // and its backward on that layout matches central differences
+  const MatX<double> R = MatX<double>::Random(C, layout.tokens());
+  auto loss = [&] {
+    MatX<double> Yl;
+    norm.forward(X, Yl);
+    return (R.array() * Yl.array()).sum();
+  };
+  norm.forward(X, Y);
+  ddl::zeroGrad(norm);
+  MatX<double> dX;
+  norm.backward(R, dX);
+  const MatX<double> numX = ddl::testing::numericGrad(X, loss);
+  CHECK(ddl::testing::relErr(dX, numX) < 1e-6);
+  CHECK(ddl::testing::entryRelErr(dX, numX) < 1e-6);
+  const MatX<double> numG = ddl::testing::numericGrad(norm.weight().value, loss);
+  CHECK(ddl::testing::relErr(norm.weight().grad, numG) < 1e-6);
+  CHECK(ddl::testing::entryRelErr(norm.weight().grad, numG) < 1e-6);
 }

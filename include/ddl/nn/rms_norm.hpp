@@ -3,6 +3,8 @@
 //
 //   r_b = 1 / sqrt(mean_i X(i,b)^2 + eps),   x̂ = X r,   Y = g ⊙ x̂          X, Y: (d, B), g: (d, 1)
 //   backward (exact for eps > 0):  t = g ⊙ dY,   dX = r ⊙ (t − x̂ · mean_i(t ⊙ x̂)),   dg += Σ_b dY ⊙ x̂
+// On an image activation (C, B*H*W) (core/token_layout.hpp) each column is one pixel, so this is the
+// per-pixel RMSNorm over channels of a conv net; no separate image layer (tests/test_conv.cpp proves it).
 #include <cmath>
 #include <string>
 
