@@ -1,7 +1,8 @@
 // Tests for nn/conv2d.hpp (and the window geometry of nn/window2d.hpp), and RmsNorm as the per-pixel
-// channel norm of an image activation: central differences in double, agreement with a naive direct convolution kept here as the reference (forward and backward, on one
-// and two threads, at a size above the threading threshold), PyTorch's weight layout on hand-computed
-// cases, initialisation, no allocation in steady state, and the error messages.
+// channel norm of an image activation: central differences in double, agreement with a naive direct
+// convolution kept here as the reference (forward and backward, on one and two threads, at a size above
+// the threading threshold), PyTorch's weight layout on hand-computed cases, initialisation, no
+// allocation in steady state, and the error messages.
 #include "eigen_guard.hpp"  // first: live allocation checks even with NDEBUG
 
 #include <cmath>
