@@ -276,8 +276,12 @@ class Trainer {
                                head.modelConfig, "\n  model: ", mine));
     const auto it = head.extra.find("train_options");
     if (it == head.extra.end()) throw IoError(message(fn, path, ": no train_options metadata (not a Trainer checkpoint)"));
+    // A malformed text parses to "discarded", which has no keys: it must not pass as "same options".
+    const nlohmann::json savedJson = nlohmann::json::parse(it->second, nullptr, false);
+    if (!savedJson.is_object())
+      throw IoError(message(fn, path, ": the train_options metadata is not a JSON object: ", it->second.substr(0, 200)));
     TrainerOptions saved = m_opt;
-    saved.updateFromJson(nlohmann::json::parse(it->second, nullptr, false));
+    saved.updateFromJson(savedJson);
     if (saved.toJson() != m_opt.toJson())
       throw ValueError(message(fn, path, ": the training options differ from the saved run\n  saved: ",
                                saved.toJson().dump(), "\n  now:   ", m_opt.toJson().dump()));
