@@ -107,7 +107,7 @@ struct CheckpointMeta {
   static CheckpointMeta fromMetadata(const std::map<std::string, std::string>& m, const std::string& source) {
     const auto bad = [&](const std::string& key, const std::string& expected) {
       return IoError("ddl::CheckpointMeta::fromMetadata: " + source + ": metadata \"" + key + "\" must be " +
-                     expected + ", found \"" + m.at(key) + "\"");
+                     expected + ", found \"" + m.at(key).substr(0, 200) + (m.at(key).size() > 200 ? "...\"" : "\""));
     };
     const auto toInt = [&](const std::string& key) {
       const std::string& s = m.at(key);
