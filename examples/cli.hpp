@@ -14,7 +14,6 @@
 // value, an option given twice and a stray positional argument are refused. Typed getters check
 // the text completely (ddl/core/parse.hpp): "--epochs 2.7" and "--batch 0" fail with a message that
 // names the option and the accepted range instead of being truncated or crashing later.
-#include <algorithm>
 #include <cstddef>
 #include <initializer_list>
 #include <map>
@@ -31,7 +30,7 @@ namespace ddl::cli {
 
 class CommandLine {
  public:
-  // program: the name in messages and usage; summary: one line under the usage line.
+  // program: the name in the usage line; summary: text printed under it (may span lines).
   CommandLine(std::string program, std::string summary) : m_program(std::move(program)), m_summary(std::move(summary)) {
     flag("help", "print this help and exit");
   }
