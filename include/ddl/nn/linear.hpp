@@ -66,7 +66,7 @@ class Linear {
   Linear(Index in, Index out, bool bias = true) : m_in(in), m_out(out), m_hasBias(bias) {
     require(in >= 1 && out >= 1, "ddl::Linear", "in and out must be >= 1, got in = ", in, ", out = ", out);
     m_W = Param<S>(out, in, /*withDecay=*/true);
-    if (bias) m_b = Param<S>(out, 1, /*withDecay=*/false);
+    if (bias) m_b = Param<S>(std::vector<Index>{out}, /*withDecay=*/false);
   }
 
   // Seeded initialisation by scheme (see init.hpp). Draw order: weight (column-major), then bias.
@@ -126,7 +126,7 @@ class Linear {
                             [&](int t, int tasks) { accumulateParamGrads(dY, t, tasks); });
   }
 
-  // Parameters in a fixed order: "weight" (out, in), then "bias" (out, 1) when present.
+  // Parameters in a fixed order: "weight" (out, in), then "bias" [out] (held as (out, 1)) when present.
   template <class F>
   void visitParams(const std::string& prefix, F&& f) {
     f(joinName(prefix, "weight"), m_W);
