@@ -47,7 +47,8 @@ namespace ddl {
 
 // Everything besides tensors that a checkpoint records. Metadata keys (all values are strings):
 //   format "ddl-checkpoint", format_version "2" ("1" is read too), ddl_version, preset, model_config (JSON text),
-//   epoch, step, rng_state (JSON array of 4 unsigned integers), optimizer_step, optimizer_tensors,
+//   epoch, step, rng_state (JSON array of the 6 Rng::State integers; 4 in older files),
+//   optimizer_step, optimizer_tensors,
 //   plus any caller keys in `extra`.
 struct CheckpointMeta {
   std::string ddlVersion;                      // filled in by saveCheckpoint
