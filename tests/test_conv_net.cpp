@@ -222,6 +222,23 @@ TEST_CASE("ConvDeltaNet gives the same gradients on 2 threads as on 1 (parallel 
   }
 }
 
+TEST_CASE("ConvDeltaNet::init(seed) after training equals a new net of that seed, every parameter", "[nn][conv][init]") {
+  ddl::ConvDeltaNetConfig cfg = smallConfig(ddl::ResidualKind::Delta, 2);
+  cfg.learnedExpansion = true;
+  ddl::ConvDeltaNet<float> net(cfg, 5);
+  net.visitParams("", [](const std::string&, ddl::Param<float>& p) { p.value.array() += 0.25f; });
+  net.init(5);
+  ddl::ConvDeltaNet<float> fresh(cfg, 5);
+  std::vector<MatX<float>> a, b;
+  net.visitParams("", [&](const std::string&, ddl::Param<float>& p) { a.push_back(p.value); });
+  fresh.visitParams("", [&](const std::string&, ddl::Param<float>& p) { b.push_back(p.value); });
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    CAPTURE(i);
+    CHECK(a[i] == b[i]);
+  }
+}
+
 TEST_CASE("ConvDeltaNetConfig round-trips through key/values and refuses bad values", "[nn][conv][config]") {
   ddl::ConvDeltaNetConfig c = smallConfig(ddl::ResidualKind::WriteOnly, 2, "paper");
   c.widths = {8, 16, 24};

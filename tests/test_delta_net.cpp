@@ -190,6 +190,36 @@ TEST_CASE("whole DeltaNet backward matches central differences per preset and re
   checkParams(net, loss);
 }
 
+TEST_CASE("DeltaNet::init(seed) after training equals a new net of that seed, every parameter", "[nn][delta_net][init]") {
+  // Before: init re-drew only Linear, gate and value parameters; RMSNorm gains, compressor and expansion
+  // weights kept their trained values.
+  ddl::DeltaNetConfig cfg;
+  cfg.inputDim = 5;
+  cfg.d = 4;
+  cfg.depth = 2;
+  cfg.dv = 3;
+  cfg.learnedExpansion = true;
+  ddl::DeltaNet<float> net(cfg, 7);
+  net.visitParams("", [](const std::string&, ddl::Param<float>& p) {  // "training" moved every entry
+    p.value.array() += 0.25f;
+    p.grad.setConstant(1.0f);
+  });
+  net.init(7);
+  ddl::DeltaNet<float> fresh(cfg, 7);
+  std::vector<ddl::MatX<float>> a, b, ga;
+  net.visitParams("", [&](const std::string&, ddl::Param<float>& p) {
+    a.push_back(p.value);
+    ga.push_back(p.grad);
+  });
+  fresh.visitParams("", [&](const std::string&, ddl::Param<float>& p) { b.push_back(p.value); });
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    CAPTURE(i);
+    CHECK(a[i] == b[i]);
+    CHECK(ga[i].isZero(0));
+  }
+}
+
 TEST_CASE("DeltaNet parameter names are stable and dotted", "[nn][delta_net]") {
   ddl::DeltaNetConfig cfg;
   cfg.inputDim = 4;

@@ -60,11 +60,19 @@ class ConvDeltaNet {
       }
     }
     m_states.resize(m_blocks.size() + m_transitions.size() + 1);
-    init(seed);
+    drawParams(seed);
   }
 
-  // Re-initialises every parameter from the seed (same seed -> bit-identical parameters).
+  // Re-initialises every parameter exactly as a new net of this configuration and seed has it (RMSNorm
+  // gains, compressor and expansion weights included, which are not drawn) and clears the gradients.
   void init(std::uint64_t seed) {
+    ConvDeltaNet fresh(m_cfg, seed);
+    assignParams(*this, fresh);
+  }
+
+ private:
+  // The seeded draws of a freshly constructed net.
+  void drawParams(std::uint64_t seed) {
     Rng rng(seed);
     m_stem.init(rng);
     std::size_t b = 0;
@@ -74,6 +82,8 @@ class ConvDeltaNet {
     }
     m_head.init(rng);
   }
+
+ public:
 
   // X: (channels*height*width, B), one CHW image per column -> logits: (classes, B)
   void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& logits) {
