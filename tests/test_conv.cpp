@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "catch_compat.hpp"
+#include "fd_check.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/rng.hpp"
 #include "ddl/core/threading.hpp"
@@ -118,12 +119,12 @@ void checkConvGrads(ddl::Conv2d<double>& conv, const TokenLayout& layout) {
   ddl::zeroGrad(conv);
   conv.backward(R, dX);
   const MatX<double> numX = ddl::testing::numericGrad(X, loss);
-  CHECK(ddl::testing::relErr(dX, numX) < 1e-6);
+  FD_CHECK(dX, numX);
   CHECK(ddl::testing::entryRelErr(dX, numX) < 1e-6);
   conv.visitParams("", [&](const std::string& name, ddl::Param<double>& p) {
     CAPTURE(name);
     const MatX<double> num = ddl::testing::numericGrad(p.value, loss);
-    CHECK(ddl::testing::relErr(p.grad, num) < 1e-6);
+    FD_CHECK(p.grad, num);
     CHECK(ddl::testing::entryRelErr(p.grad, num) < 1e-6);
   });
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "catch_compat.hpp"
+#include "fd_check.hpp"
 #include "ddl/core/threading.hpp"
 #include "ddl/data/cifar.hpp"
 #include "ddl/io/checkpoint.hpp"
@@ -30,7 +31,7 @@ template <class Module, class Loss>
 void checkParams(Module& m, Loss&& loss) {
   m.visitParams("", [&](const std::string& name, ddl::Param<double>& p) {
     CAPTURE(name);
-    CHECK(relErr(p.grad, numericGrad(p.value, loss)) < 1e-6);
+    FD_CHECK(p.grad, numericGrad(p.value, loss));
   });
 }
 
@@ -82,7 +83,7 @@ TEST_CASE("Conv2d backward matches central differences (kernel, stride, padding,
   REQUIRE(Y.cols() == lo.tokens());
   ddl::zeroGrad(conv);
   conv.backward(G, dX);
-  CHECK(relErr(dX, numericGrad(X, loss)) < 1e-6);
+  FD_CHECK(dX, numericGrad(X, loss));
   checkParams(conv, loss);
 }
 
@@ -140,7 +141,7 @@ TEST_CASE("DeltaConvBlock backward matches central differences per preset, resid
   blk.forward(X, l, Y);
   ddl::zeroGrad(blk);
   blk.backward(G, dX);
-  CHECK(relErr(dX, numericGrad(X, loss)) < 1e-6);
+  FD_CHECK(dX, numericGrad(X, loss));
   checkParams(blk, loss);
 }
 
@@ -218,6 +219,23 @@ TEST_CASE("ConvDeltaNet gives the same gradients on 2 threads as on 1 (parallel 
   for (std::size_t i = 0; i < one.size(); ++i) {
     CAPTURE(i);
     CHECK(relErr(one[i], two[i]) < 1e-12);
+  }
+}
+
+TEST_CASE("ConvDeltaNet::init(seed) after training equals a new net of that seed, every parameter", "[nn][conv][init]") {
+  ddl::ConvDeltaNetConfig cfg = smallConfig(ddl::ResidualKind::Delta, 2);
+  cfg.learnedExpansion = true;
+  ddl::ConvDeltaNet<float> net(cfg, 5);
+  net.visitParams("", [](const std::string&, ddl::Param<float>& p) { p.value.array() += 0.25f; });
+  net.init(5);
+  ddl::ConvDeltaNet<float> fresh(cfg, 5);
+  std::vector<MatX<float>> a, b;
+  net.visitParams("", [&](const std::string&, ddl::Param<float>& p) { a.push_back(p.value); });
+  fresh.visitParams("", [&](const std::string&, ddl::Param<float>& p) { b.push_back(p.value); });
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    CAPTURE(i);
+    CHECK(a[i] == b[i]);
   }
 }
 

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
+
+#include <sys/stat.h>
 #include <fstream>
 #include <functional>
 #include <numeric>
@@ -186,10 +188,31 @@ TEST_CASE("IDX gzip with huge declared dimensions throws without allocating them
   const double before = peakRssMiB();
   const std::string m = idxError(dir + "/img.gz", dir + "/lbl.gz");
   CHECK(contains(m, "img.gz"));
-  CHECK(contains(m, "byte offset 16"));
-  CHECK(contains(m, "expected 100000000000000 bytes"));
-  CHECK(contains(m, "found 100"));
+  CHECK(contains(m, "byte offset 4"));
+  CHECK(contains(m, "declares 100000000000000 bytes of images"));
   CHECK(peakRssMiB() - before < 64.0);
+}
+
+TEST_CASE("IDX gzip bomb: a declared size beyond what deflate can expand to is refused before decompressing",
+          "[data][idx][gz]") {
+  const std::string dir = freshDir("idx_gz_bomb");
+  // 2^30 images of 1 x 1 declared (1 GiB), 16 MiB of zeros present: about 16 KiB of gzip.
+  Bytes img = {0, 0, 8, 3};
+  be32(img, 1u << 30);
+  be32(img, 1);
+  be32(img, 1);
+  img.resize(img.size() + (std::size_t(16) << 20), 0);
+  writeGz(dir + "/bomb.gz", img);
+  img = Bytes();
+  const auto compressed = std::filesystem::file_size(dir + "/bomb.gz");
+  CAPTURE(compressed);
+  REQUIRE(compressed * ddl::kMaxDeflateRatio < (std::uint64_t(1) << 30));
+  writeGz(dir + "/lbl.gz", idxLabels({0}));
+  const double before = peakRssMiB();
+  const std::string m = idxError(dir + "/bomb.gz", dir + "/lbl.gz");
+  CHECK(contains(m, "declares 1073741824 bytes of images"));
+  CHECK(contains(m, "can hold at most " + std::to_string(compressed * ddl::kMaxDeflateRatio)));
+  CHECK(peakRssMiB() - before < 8.0);  // nothing of the 16 MiB was decompressed into memory
 }
 #else
 TEST_CASE("a gzip file without zlib is refused with a clear message", "[data][gz]") {
@@ -710,4 +733,14 @@ TEST_CASE("augmentation: flip twice is identity, crop keeps shape, deterministic
   REQUIRE(plain.next(P, y2));
   CHECK(y1 == y2);
   CHECK(B1 != P);
+}
+
+TEST_CASE("a FIFO or a directory given as a data file is refused without blocking", "[data][hostile]") {
+  const std::string dir = freshDir("fifo");
+  const std::string fifo = dir + "/train-images-idx3-ubyte";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  writeFile(dir + "/lbl", idxLabels({1}));
+  CHECK(contains(idxError(fifo, dir + "/lbl"), "not a regular file"));
+  CHECK(contains(thrownMessage<ddl::IoError>([&] { ddl::loadCifar10Files<float>({fifo}); }), "not a regular file"));
+  CHECK(contains(thrownMessage<ddl::IoError>([&] { ddl::loadCifar10Files<float>({dir}); }), "not a regular file"));
 }

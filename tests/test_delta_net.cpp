@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "catch_compat.hpp"
+#include "fd_check.hpp"
 #include "ddl/nn/delta_net.hpp"
 #include "ddl/testing/grad_check.hpp"
 
@@ -52,7 +53,7 @@ template <class Module, class Loss>
 void checkParams(Module& m, Loss&& loss) {
   m.visitParams("", [&](const std::string& name, ddl::Param<double>& p) {
     CAPTURE(name);
-    CHECK(relErr(p.grad, numericGrad(p.value, loss)) < 1e-6);
+    FD_CHECK(p.grad, numericGrad(p.value, loss));
   });
 }
 
@@ -85,10 +86,10 @@ TEST_CASE("DeltaResidual backward matches central differences under every option
   res.forward(X, Xin, C, H, Y);
   ddl::zeroGrad(res);
   res.backward(W, dX, dXin, dC, dH);
-  CHECK(relErr(dX, numericGrad(X, loss)) < 1e-6);
-  CHECK(relErr(dXin, numericGrad(Xin, loss)) < 1e-6);
-  CHECK(relErr(dC, numericGrad(C, loss)) < 1e-6);
-  CHECK(relErr(dH, numericGrad(H, loss)) < 1e-6);
+  FD_CHECK(dX, numericGrad(X, loss));
+  FD_CHECK(dXin, numericGrad(Xin, loss));
+  FD_CHECK(dC, numericGrad(C, loss));
+  FD_CHECK(dH, numericGrad(H, loss));
   res.forward(X, Xin, C, H, Y);
   checkParams(res, loss);
 }
@@ -105,7 +106,7 @@ TEST_CASE("Compressor and Expansion backward match central differences", "[nn][c
   auto loss = [&] { MatX<double> Yl; cc.forward(X, Yl); return (W.array() * Yl.array()).sum(); };
   cc.forward(X, Y);
   cc.backward(W, dX);
-  CHECK(relErr(dX, numericGrad(X, loss)) < 1e-6);
+  FD_CHECK(dX, numericGrad(X, loss));
   checkParams(cc, loss);
 
   ddl::Expansion<double> ec(d, dv, true);
@@ -114,7 +115,7 @@ TEST_CASE("Compressor and Expansion backward match central differences", "[nn][c
   auto lossE = [&] { MatX<double> Yl; ec.forward(x, Yl); return (We.array() * Yl.array()).sum(); };
   ec.forward(x, Xe);
   ec.backward(We, dx);
-  CHECK(relErr(dx, numericGrad(x, lossE)) < 1e-6);
+  FD_CHECK(dx, numericGrad(x, lossE));
   checkParams(ec, lossE);
 }
 
@@ -153,7 +154,7 @@ TEST_CASE("DeltaBlock backward matches central differences", "[nn][delta_block][
   blk.forward(X, Y);
   ddl::zeroGrad(blk);
   blk.backward(W, dX);
-  CHECK(relErr(dX, numericGrad(X, loss)) < 1e-6);
+  FD_CHECK(dX, numericGrad(X, loss));
   checkParams(blk, loss);
 }
 
@@ -185,8 +186,38 @@ TEST_CASE("whole DeltaNet backward matches central differences per preset and re
   net.forward(X, logits);
   ddl::zeroGrad(net);
   net.backward(W, &dX);
-  CHECK(relErr(dX, numericGrad(X, loss)) < 1e-6);
+  FD_CHECK(dX, numericGrad(X, loss));
   checkParams(net, loss);
+}
+
+TEST_CASE("DeltaNet::init(seed) after training equals a new net of that seed, every parameter", "[nn][delta_net][init]") {
+  // Before: init re-drew only Linear, gate and value parameters; RMSNorm gains, compressor and expansion
+  // weights kept their trained values.
+  ddl::DeltaNetConfig cfg;
+  cfg.inputDim = 5;
+  cfg.d = 4;
+  cfg.depth = 2;
+  cfg.dv = 3;
+  cfg.learnedExpansion = true;
+  ddl::DeltaNet<float> net(cfg, 7);
+  net.visitParams("", [](const std::string&, ddl::Param<float>& p) {  // "training" moved every entry
+    p.value.array() += 0.25f;
+    p.grad.setConstant(1.0f);
+  });
+  net.init(7);
+  ddl::DeltaNet<float> fresh(cfg, 7);
+  std::vector<ddl::MatX<float>> a, b, ga;
+  net.visitParams("", [&](const std::string&, ddl::Param<float>& p) {
+    a.push_back(p.value);
+    ga.push_back(p.grad);
+  });
+  fresh.visitParams("", [&](const std::string&, ddl::Param<float>& p) { b.push_back(p.value); });
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    CAPTURE(i);
+    CHECK(a[i] == b[i]);
+    CHECK(ga[i].isZero(0));
+  }
 }
 
 TEST_CASE("DeltaNet parameter names are stable and dotted", "[nn][delta_net]") {

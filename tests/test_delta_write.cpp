@@ -4,6 +4,7 @@
 #include <random>
 
 #include "catch_compat.hpp"
+#include "fd_check.hpp"
 #include "ddl/ops/delta_write.hpp"
 #include "ddl/testing/grad_check.hpp"
 
@@ -122,32 +123,32 @@ TEST_CASE("batched backward passes match central differences", "[ops][delta_writ
     auto loss = [&] { MatX<double> Yl, Dl; ddl::deltaWrite(c.K, c.beta, c.V, c.X, Yl, Dl); return (c.W.array() * Yl.array()).sum(); };
     ddl::deltaWrite(c.K, c.beta, c.V, c.X, Y, Delta);
     ddl::deltaWriteBackward(c.K, c.beta, c.X, Delta, c.W, dX, dK, dBeta, dV);
-    CHECK(relErr(dX, numericGrad(c.X, loss)) < 1e-6);
-    CHECK(relErr(dK, numericGrad(c.K, loss)) < 1e-6);
-    CHECK(relErr(dBeta, numericGrad(c.beta, loss)) < 1e-6);
-    CHECK(relErr(dV, numericGrad(c.V, loss)) < 1e-6);
+    FD_CHECK(dX, numericGrad(c.X, loss));
+    FD_CHECK(dK, numericGrad(c.K, loss));
+    FD_CHECK(dBeta, numericGrad(c.beta, loss));
+    FD_CHECK(dV, numericGrad(c.V, loss));
   }
   SECTION("Delta Operator apply") {
     auto loss = [&] { MatX<double> Yl; ddl::deltaApply(c.K, c.beta, c.X, Yl); return (c.W.array() * Yl.array()).sum(); };
     ddl::deltaApplyBackward(c.K, c.beta, c.X, c.W, dX, dK, dBeta);
-    CHECK(relErr(dX, numericGrad(c.X, loss)) < 1e-6);
-    CHECK(relErr(dK, numericGrad(c.K, loss)) < 1e-6);
-    CHECK(relErr(dBeta, numericGrad(c.beta, loss)) < 1e-6);
+    FD_CHECK(dX, numericGrad(c.X, loss));
+    FD_CHECK(dK, numericGrad(c.K, loss));
+    FD_CHECK(dBeta, numericGrad(c.beta, loss));
   }
   SECTION("write-only control") {
     auto loss = [&] { MatX<double> Yl; ddl::writeOnly(c.K, c.beta, c.V, c.X, Yl); return (c.W.array() * Yl.array()).sum(); };
     ddl::writeOnlyBackward(c.K, c.beta, c.V, c.W, dX, dK, dBeta, dV);
-    CHECK(relErr(dX, numericGrad(c.X, loss)) < 1e-6);
-    CHECK(relErr(dK, numericGrad(c.K, loss)) < 1e-6);
-    CHECK(relErr(dBeta, numericGrad(c.beta, loss)) < 1e-6);
-    CHECK(relErr(dV, numericGrad(c.V, loss)) < 1e-6);
+    FD_CHECK(dX, numericGrad(c.X, loss));
+    FD_CHECK(dK, numericGrad(c.K, loss));
+    FD_CHECK(dBeta, numericGrad(c.beta, loss));
+    FD_CHECK(dV, numericGrad(c.V, loss));
   }
   SECTION("additive baseline, broadcast branch output") {
     MatX<double> H = MatX<double>::Random(c.d, c.N);
     auto loss = [&] { MatX<double> Yl; ddl::additiveResidual(H, c.X, Yl); return (c.W.array() * Yl.array()).sum(); };
     ddl::additiveResidualBackward(c.W, c.N, dX, dH);
-    CHECK(relErr(dX, numericGrad(c.X, loss)) < 1e-6);
-    CHECK(relErr(dH, numericGrad(H, loss)) < 1e-6);
+    FD_CHECK(dX, numericGrad(c.X, loss));
+    FD_CHECK(dH, numericGrad(H, loss));
   }
 }
 

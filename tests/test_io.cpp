@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <csignal>
 #include <unistd.h>
 
@@ -122,8 +123,8 @@ TEST_CASE("safetensors: model round trip is bit-identical", "[io][safetensors]")
   TinyModel a(7);
   a.w.value(0, 0) = -0.0;
   a.w.value(1, 1) = std::numeric_limits<double>::denorm_min();
-  a.w.value(2, 0) = std::numeric_limits<double>::infinity();
-  a.b.value(1) = std::numeric_limits<float>::quiet_NaN();
+  a.w.value(2, 0) = std::numeric_limits<double>::max();
+  a.b.value(1) = -std::numeric_limits<float>::denorm_min();
   ddl::saveCheckpoint(path, a);
   TinyModel b(99);
   REQUIRE_FALSE(sameBits(a, b));
@@ -359,7 +360,7 @@ struct ShiftingModel {
   int walks = 0;
   template <class F>
   void visitParams(const std::string& prefix, F&& f) {
-    if (++walks == 2) w.value.resize(3, 2);
+    if (++walks == 2) w = ddl::Param<double>(3, 2);
     f(ddl::joinName(prefix, "w"), w);
   }
 };
@@ -423,6 +424,7 @@ TEST_CASE("checkpoint: metadata round trip and header-only read", "[io][checkpoi
   meta.step = 1234;
   ddl::Rng rng(42);
   rng.next();
+  rng.normal();  // leaves a Box-Muller spare pending: it must travel through the checkpoint
   meta.rngState = rng.state();
   meta.extra["note"] = "with \"quotes\", commas";
   ddl::saveCheckpoint(path, a, meta);
@@ -435,6 +437,9 @@ TEST_CASE("checkpoint: metadata round trip and header-only read", "[io][checkpoi
   CHECK(r.step == 1234);
   REQUIRE(r.rngState.has_value());
   CHECK(*r.rngState == rng.state());
+  ddl::Rng resumed;
+  resumed.setState(*r.rngState);
+  CHECK(resumed.normal() == rng.normal());
   CHECK(r.extra == meta.extra);
   CHECK_FALSE(r.optimizerStep.has_value());
 
@@ -578,4 +583,276 @@ TEST_CASE("metrics csv: header once, quoting, append", "[io][csv]") {
     ddl::MetricsCsv csv(path, {"epoch", "acc"});  // no append: starts over
   }
   CHECK(readBytes(path) == "epoch,acc\n");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hostile files (issue 8) and tensors of any rank (issue 7).
+
+namespace {
+// Rewrites the header of a safetensors file: edit(json) changes it, the data bytes stay.
+template <class Edit>
+void rewriteHeader(const std::string& path, Edit edit) {
+  const std::string bytes = readBytes(path);
+  std::uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[static_cast<std::size_t>(i)]);
+  nlohmann::json j = nlohmann::json::parse(bytes.substr(8, n));
+  edit(j);
+  std::string text = j.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  writeBytes(path, makeFile(text, bytes.substr(8 + n)));
+}
+
+std::string nested(const std::string& open, const std::string& close, int depth) {
+  std::string s;
+  for (int i = 0; i < depth; ++i) s += open;
+  for (int i = 0; i < depth; ++i) s += close;
+  return s;
+}
+
+std::string genericLoadFails(const std::string& name, const std::string& bytes) {
+  const std::string path = tmpPath(name);
+  writeBytes(path, bytes);
+  return thrownMessage<ddl::IoError>([&] { ddl::loadSafetensors<double>(path, true); });
+}
+}  // namespace
+
+TEST_CASE("safetensors: deeply nested JSON is refused, not recursed into", "[io][safetensors][hostile]") {
+  const std::string deep = nested("[", "]", 50000);
+  for (const std::string& hdr :
+       {R"({"w":{"dtype":"F64","shape":)" + deep + R"(,"data_offsets":[0,48]}})",
+        R"({"w":{"dtype":)" + deep + R"(,"shape":[3,2],"data_offsets":[0,48]}})",
+        R"({"w":{"dtype":"F64","shape":[3,2],"data_offsets":)" + deep + "}}",
+        R"({"__metadata__":{"a":)" + nested("{\"k\":", "}", 50000) + "}}"}) {
+    std::string padded = hdr;
+    padded.append((8 - padded.size() % 8) % 8, ' ');
+    const std::string msg = genericLoadFails("deep.safetensors", makeFile(padded, std::string(48, '\0')));
+    CHECK(contains(msg, "nested more than 8 levels deep"));
+  }
+}
+
+TEST_CASE("safetensors: NUL bytes and padding other than spaces are refused", "[io][safetensors][hostile]") {
+  const std::string good = kGoodHeader;
+  // NUL padding after the JSON (the old reader accepted it).
+  const std::string nulPad = loadFails("nulpad.safetensors", makeFile(good + std::string(8, '\0'), goodData()));
+  CHECK(contains(nulPad, "NUL byte in the header at byte offset " + std::to_string(8 + good.size())));
+  // A NUL inside the JSON would hide what follows it from some parsers.
+  std::string inner = good;
+  inner.insert(inner.size() - 1, std::string("\0,\"x\":1", 7));
+  CHECK(contains(loadFails("nulin.safetensors", makeFile(inner, goodData())), "NUL byte in the header"));
+  // Tabs and newlines are JSON whitespace, but the format pads with spaces only.
+  const std::string tab = loadFails("tabpad.safetensors", makeFile(good + "\t\n", goodData()));
+  CHECK(contains(tab, "header padding at byte offset " + std::to_string(8 + good.size()) + " is byte 9"));
+  // Spaces are fine.
+  const std::string path = tmpPath("spacepad.safetensors");
+  writeBytes(path, makeFile(good + std::string(13, ' '), goodData()));
+  TinyModel m(5);
+  ddl::loadCheckpoint(path, m);
+  CHECK(m.w.value.isZero(0));
+}
+
+TEST_CASE("safetensors: zero-element tensors with huge other extents answer at once", "[io][safetensors][hostile]") {
+  const std::string path = tmpPath("zero.safetensors");
+  writeBytes(path, makeFile(R"({"a":{"dtype":"F32","shape":[0,4611686018427387904],"data_offsets":[0,0]},)"
+                            R"("b":{"dtype":"F32","shape":[4611686018427387904,0],"data_offsets":[0,0]},)"
+                            R"("c":{"dtype":"F64","shape":[2,0,4611686018427387904,4611686018427387904],"data_offsets":[0,0]}})",
+                            ""));
+  CHECK(ddl::readSafetensorsHeader(path).find("a")->numel() == 0);
+  CHECK(ddl::readSafetensorsHeader(path).find("c")->numel() == 0);
+  const auto t = ddl::loadSafetensors<float>(path, true);
+  CHECK(t.at("a").rows() == 0);
+  CHECK(t.at("a").cols() == std::int64_t(1) << 62);
+  CHECK(t.at("b").rows() == std::int64_t(1) << 62);
+  CHECK(t.at("b").cols() == 0);
+  CHECK(t.at("c").size() == 0);
+  // A zero-element tensor whose other extents overflow Index is refused instead of wrapping.
+  const std::string over = genericLoadFails(
+      "zero_over.safetensors",
+      makeFile(R"({"c":{"dtype":"F64","shape":[0,4611686018427387904,4611686018427387904],"data_offsets":[0,0]}})", ""));
+  CHECK(contains(over, "does not fit a matrix"));
+}
+
+TEST_CASE("safetensors: a FIFO, a directory or a missing file is refused without blocking", "[io][safetensors][hostile]") {
+  const std::string fifo = tmpPath("fifo.safetensors");
+  std::filesystem::remove(fifo);
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  TinyModel m(5);
+  const std::string msg = thrownMessage<ddl::IoError>([&] { ddl::loadCheckpoint(m.w.value.size() ? fifo : fifo, m); });
+  CHECK(contains(msg, "not a regular file (a FIFO)"));
+  CHECK(contains(thrownMessage<ddl::IoError>([&] { ddl::readCheckpointMetadata(fifo); }), "a FIFO"));
+  std::filesystem::remove(fifo);
+  const std::string dir = tmpPath("dir.safetensors");
+  std::filesystem::create_directories(dir);
+  CHECK(contains(thrownMessage<ddl::IoError>([&] { ddl::loadCheckpoint(dir, m); }), "not a regular file (a directory)"));
+  CHECK(contains(thrownMessage<ddl::IoError>([&] { ddl::loadCheckpoint("/dev/null", m); }), "a device or special file"));
+  CHECK(contains(thrownMessage<ddl::IoError>([&] { ddl::loadCheckpoint(tmpPath("nope.safetensors"), m); }),
+                 "no such file"));
+}
+
+TEST_CASE("safetensors: tensors of rank 0, 1 and 4 are read (PyTorch biases, scalars, conv weights)", "[io][safetensors]") {
+  const std::string path = tmpPath("ranks.safetensors");
+  std::string data;
+  auto put = [&data](double v) {
+    std::uint64_t bits = 0;
+    std::memcpy(&bits, &v, 8);
+    for (int k = 0; k < 8; ++k) data += static_cast<char>((bits >> (8 * k)) & 0xFF);
+  };
+  for (int i = 0; i < 3; ++i) put(i + 1);     // bias [3]
+  put(42);                                     // scalar []
+  for (int i = 0; i < 12; ++i) put(100 + i);  // conv [2, 3, 1, 2]
+  writeBytes(path, makeFile(R"({"bias":{"dtype":"F64","shape":[3],"data_offsets":[0,24]},)"
+                            R"("s":{"dtype":"F64","shape":[],"data_offsets":[24,32]},)"
+                            R"("conv":{"dtype":"F64","shape":[2,3,1,2],"data_offsets":[32,128]}})",
+                            data));
+  const auto t = ddl::loadSafetensors<double>(path);
+  REQUIRE(t.at("bias").rows() == 3);
+  REQUIRE(t.at("bias").cols() == 1);
+  CHECK(t.at("bias")(2, 0) == 3);
+  REQUIRE(t.at("s").size() == 1);
+  CHECK(t.at("s")(0, 0) == 42);
+  REQUIRE(t.at("conv").rows() == 2);
+  REQUIRE(t.at("conv").cols() == 6);
+  CHECK(t.at("conv")(0, 5) == 105);  // row-major order of [2, 3*1*2]
+  CHECK(t.at("conv")(1, 0) == 106);
+  ddl::SafetensorsReader r(path);
+  CHECK(r.readTensor<double>("conv", {2, 3, 1, 2})(1, 5) == 111);
+  CHECK(contains(thrownMessage<ddl::IoError>([&] { r.readTensor<double>("conv", {2, 3, 2, 1}); }),
+                 "expected shape [2, 3, 2, 1], found [2, 3, 1, 2]"));
+  CHECK(contains(thrownMessage<ddl::IoError>([&] { r.readMatrix<double>("bias"); }), "expected shape [any, any], found [3]"));
+}
+
+namespace {
+// Parameters of PyTorch shapes: a bias [3] held as (3, 1), a conv weight [2, 3, 2, 2] as (2, 12).
+struct ShapedModel {
+  ddl::Param<float> bias{std::vector<ddl::Index>{3}, false};
+  ddl::Param<float> conv{std::vector<ddl::Index>{2, 3, 2, 2}};
+  explicit ShapedModel(std::uint64_t seed) {
+    ddl::Rng rng(seed);
+    for (auto* p : {&bias, &conv})
+      for (ddl::Index i = 0; i < p->value.size(); ++i) p->value(i) = static_cast<float>(rng.normal());
+  }
+  template <class F>
+  void visitParams(const std::string& prefix, F&& f) {
+    f(ddl::joinName(prefix, "bias"), bias);
+    f(ddl::joinName(prefix, "conv.weight"), conv);
+  }
+};
+}  // namespace
+
+TEST_CASE("checkpoint: parameters are stored with their logical shape; version 1 files still load", "[io][checkpoint]") {
+  const std::string path = tmpPath("shaped.safetensors");
+  ShapedModel a(1);
+  ddl::saveCheckpoint(path, a);
+  const ddl::SafetensorsHeader h = ddl::readSafetensorsHeader(path);
+  CHECK(h.find("bias")->shape == std::vector<std::int64_t>{3});
+  CHECK(h.find("conv.weight")->shape == std::vector<std::int64_t>{2, 3, 2, 2});
+  CHECK(h.metadata.at("format_version") == "2");
+  ShapedModel b(2);
+  ddl::loadCheckpoint(path, b);
+  CHECK(b.bias.value == a.bias.value);
+  CHECK(b.conv.value == a.conv.value);
+
+  // Version 1 stored the bias as [3, 1] and the matrix as [2, 12]: read into the same matrices.
+  const std::string old = tmpPath("shaped_v1.safetensors");
+  std::filesystem::copy_file(path, old, std::filesystem::copy_options::overwrite_existing);
+  rewriteHeader(old, [](nlohmann::json& j) {
+    j["__metadata__"]["format_version"] = "1";
+    j["bias"]["shape"] = {3, 1};
+    j["conv.weight"]["shape"] = {2, 12};
+  });
+  ShapedModel c(3);
+  ddl::loadCheckpoint(old, c);
+  CHECK(c.bias.value == a.bias.value);
+  CHECK(c.conv.value == a.conv.value);
+  // The same [3, 1] bias in a version 2 file is a shape mismatch.
+  rewriteHeader(old, [](nlohmann::json& j) { j["__metadata__"]["format_version"] = "2"; });
+  ShapedModel d(4);
+  const ShapedModel dBefore(4);
+  CHECK(contains(thrownMessage<ddl::IoError>([&] { ddl::loadCheckpoint(old, d); }), "expected shape [3], found [3, 1]"));
+  CHECK(d.bias.value == dBefore.bias.value);
+  // A version from the future is refused by name.
+  rewriteHeader(old, [](nlohmann::json& j) { j["__metadata__"]["format_version"] = "3"; });
+  CHECK(contains(thrownMessage<ddl::IoError>([&] { ddl::loadCheckpoint(old, d); }), "format_version\" must be \"1\" or \"2\""));
+  // A parameter whose shape does not describe its matrix cannot be saved.
+  ShapedModel e(5);
+  e.conv.shape = {2, 3, 2, 3};
+  CHECK(contains(thrownMessage<ddl::ValueError>([&] { ddl::saveCheckpoint(tmpPath("bad_shape.safetensors"), e); }),
+                 "does not describe its value (2, 12)"));
+}
+
+TEST_CASE("checkpoint: an out-of-range optimizer_step is refused before anything is touched", "[io][checkpoint][hostile]") {
+  const std::string path = tmpPath("optim_step.safetensors");
+  TinyModel a(4);
+  FakeOptimizer opt;
+  opt.initState(a);
+  opt.t = 5;
+  for (auto& m : opt.m1) m.setConstant(0.25);
+  for (const char* step : {"-1", "9223372036854775807", "9007199254740993"}) {
+    CAPTURE(step);
+    ddl::saveCheckpoint(path, a, opt);
+    rewriteHeader(path, [&](nlohmann::json& j) { j["__metadata__"]["optimizer_step"] = step; });
+    TinyModel b(9);
+    const TinyModel bBefore(9);
+    FakeOptimizer live;
+    live.initState(b);
+    live.m1[0].setConstant(3.0);
+    live.t = 2;
+    const std::string msg = thrownMessage<ddl::IoError>([&] { ddl::loadCheckpoint(path, b, live); });
+    CHECK(contains(msg, "optimizer_step\" must be a step count in [0, 2^53]"));
+    CHECK(sameBits(b, bBefore));
+    CHECK(live.t == 2);
+    CHECK(live.m1[0](0, 0) == 3.0);
+  }
+  ddl::saveCheckpoint(path, a, opt);
+  rewriteHeader(path, [&](nlohmann::json& j) { j["__metadata__"]["epoch"] = "-3"; });
+  TinyModel c(9);
+  CHECK(contains(thrownMessage<ddl::IoError>([&] { ddl::loadCheckpoint(path, c); }), "\"epoch\" must be a count >= 0"));
+}
+
+TEST_CASE("checkpoint: NaN/Inf parameters or optimizer moments are refused with the tensor name", "[io][checkpoint][hostile]") {
+  const std::string path = tmpPath("nonfinite.safetensors");
+  TinyModel a(4);
+  a.b.value(1) = std::numeric_limits<float>::quiet_NaN();
+  ddl::saveCheckpoint(path, a);
+  TinyModel b(9);
+  const TinyModel bBefore(9);
+  CHECK(contains(thrownMessage<ddl::IoError>([&] { ddl::loadCheckpoint(path, b); }),
+                 "tensor \"b\" holds a non-finite value at (1, 0) = nan"));
+  CHECK(sameBits(b, bBefore));
+
+  TinyModel good(4);
+  FakeOptimizer opt;
+  opt.initState(good);
+  opt.t = 3;
+  opt.m2[0](2, 1) = std::numeric_limits<float>::infinity();
+  ddl::saveCheckpoint(path, good, opt);
+  FakeOptimizer live;
+  live.initState(b);
+  live.t = 1;
+  CHECK(contains(thrownMessage<ddl::IoError>([&] { ddl::loadCheckpoint(path, b, live); }),
+                 "optimizer tensor \"optim.v.w\" holds a non-finite value at (2, 1) = inf"));
+  CHECK(sameBits(b, bBefore));
+  CHECK(live.t == 1);
+}
+
+TEST_CASE("checkpoint: stripped optimizer tensors are refused, not restarted from zero", "[io][checkpoint][hostile]") {
+  const std::string path = tmpPath("stripped.safetensors");
+  TinyModel a(4);
+  ddl::saveCheckpoint(path, a);  // the tensors of a model-only file: as if every "optim." tensor was removed
+  TinyModel b(9);
+  const TinyModel bBefore(9);
+  FakeOptimizer live;
+  live.initState(b);
+  live.t = 1;
+  for (const bool withCount : {false, true}) {
+    CAPTURE(withCount);
+    rewriteHeader(path, [&](nlohmann::json& j) {
+      j["__metadata__"]["optimizer_step"] = "12";
+      if (withCount) j["__metadata__"]["optimizer_tensors"] = "4";
+    });
+    const std::string msg = thrownMessage<ddl::IoError>([&] { ddl::loadCheckpoint(path, b, live); });
+    CHECK(contains(msg, "the file holds 0 optimizer tensors"));
+    CHECK(contains(msg, "stripped"));
+    CHECK(sameBits(b, bBefore));
+    CHECK(live.t == 1);
+  }
 }

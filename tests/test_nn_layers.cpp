@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "catch_compat.hpp"
+#include "fd_check.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/nn/activation.hpp"
 #include "ddl/nn/cross_entropy.hpp"
@@ -43,14 +44,14 @@ std::vector<std::string> checkLayerGrads(Layer& layer, MatX<double>& X) {
   ddl::zeroGrad(layer);
   MatX<double> dX;
   layer.backward(W, dX);
-  CHECK(ddl::testing::relErr(dX, ddl::testing::numericGrad(X, loss)) < 1e-6);
+  FD_CHECK(dX, ddl::testing::numericGrad(X, loss));
   std::vector<std::string> names;
   layer.visitParams("", [&](const std::string& name, ddl::Param<double>& p) {
     CAPTURE(name);
     names.push_back(name);
     CHECK(p.grad.rows() == p.value.rows());
     CHECK(p.grad.cols() == p.value.cols());
-    CHECK(ddl::testing::relErr(p.grad, ddl::testing::numericGrad(p.value, loss)) < 1e-6);
+    FD_CHECK(p.grad, ddl::testing::numericGrad(p.value, loss));
   });
   return names;
 }
@@ -433,7 +434,7 @@ TEST_CASE("Dropout backward matches central differences for a fixed mask", "[gra
   };
   loss();
   drop.backward(W, dX);
-  CHECK(ddl::testing::relErr(dX, ddl::testing::numericGrad(X, loss)) < 1e-6);
+  FD_CHECK(dX, ddl::testing::numericGrad(X, loss));
 }
 
 TEST_CASE("Dropout rejects p outside 0 to 1 and misuse", "[dropout][errors]") {
@@ -463,7 +464,7 @@ TEST_CASE("SoftmaxCrossEntropy backward matches central differences", "[grad][cr
   auto loss = [&] { return ce.forward(Z, labels); };
   loss();
   ce.backward(dZ);
-  CHECK(ddl::testing::relErr(dZ, ddl::testing::numericGrad(Z, loss)) < 1e-6);
+  FD_CHECK(dZ, ddl::testing::numericGrad(Z, loss));
   MatX<double> dZ2;
   ce.forward(Z, labels);
   ce.backward(dZ2, 2.5);  // upstream scale
@@ -494,6 +495,34 @@ TEST_CASE("SoftmaxCrossEntropy matches hand-computed losses and is stable for hu
   CHECK(std::isfinite(l));
   CHECK(l == Approx(500.0f).epsilon(1e-6));
   CHECK(ce.probabilities().allFinite());
+}
+
+TEST_CASE("SoftmaxCrossEntropy in float keeps the tiny loss of a confident correct column", "[cross_entropy]") {
+  // lse − z_y computed in float cancels to 0 here; the reference is log(1 + e^-20 + e^-16) in double.
+  const double ref = std::log1p(std::exp(-20.0) + std::exp(-16.0));
+  MatX<float> Z(3, 2);
+  Z << 120.f, 100.f,
+       100.f, 120.f,
+       104.f, 104.f;
+  Eigen::VectorXi labels(2);
+  labels << 0, 1;
+  ddl::SoftmaxCrossEntropy<float> ce;
+  const float l = ce.forward(Z, labels);
+  CAPTURE(l, ref);
+  CHECK(std::abs(l - ref) <= 1e-5 * ref);
+  // Label smoothing adds eps (z_y − mean z) exactly, in double, against the definition −Σ q_i log p_i.
+  const double eps = 0.1;
+  ddl::SoftmaxCrossEntropy<float> smooth(eps);
+  const float ls = smooth.forward(Z, labels);
+  const double zc[3] = {120.0, 100.0, 104.0};
+  const double lse = 120.0 + std::log1p(std::exp(-20.0) + std::exp(-16.0));
+  double want = 0.0;
+  for (int i = 0; i < 3; ++i) want -= ((i == 0 ? 1.0 - eps : 0.0) + eps / 3.0) * (zc[i] - lse);
+  CHECK(ls == Approx(want).epsilon(1e-6));
+  // Wrong labels: both columns have z_y = 100 under a max of 120, loss = 20 + log1p(e^-20 + e^-16).
+  Eigen::VectorXi wrong(2);
+  wrong << 1, 0;
+  CHECK(ce.forward(Z, wrong) == Approx(20.0 + ref).epsilon(1e-6));
 }
 
 TEST_CASE("argmax and countCorrect and accuracy", "[cross_entropy]") {

@@ -350,7 +350,7 @@ TEST_CASE("Trainer: resume from the epoch checkpoint continues bit-identically",
   CHECK(meta.step == 12);
   CHECK(meta.preset == "code");
   CHECK(meta.extra.at("note") == "resume test");
-  CHECK(ddl::configJson(ddl::configFromCheckpoint(meta, "x")) == ddl::configJson(cfg));
+  CHECK(ddl::configJson(ddl::configFromCheckpoint(meta, t.checkpointPath())) == ddl::configJson(cfg));
 
   // A resume under other options or another model is refused, naming what differs.
   ddl::TrainerOptions other = opt;

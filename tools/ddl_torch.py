@@ -8,8 +8,11 @@ pass mirrors include/ddl/nn/*.hpp and include/ddl/ops/*.hpp one module per ddl c
 
 Layout. ddl keeps tokens as columns: a state of dv value channels is (d, dv*N) with channel j in
 columns j*N .. j*N+N-1. Here tokens are rows, as usual in PyTorch: x is (N, d) and the expanded
-state X is (N, dv, d), so X[:, j, :] is ddl's channel j transposed. Parameters keep ddl's shapes
-exactly (a Linear bias is (out, 1), an RMSNorm gain (d, 1)), so loading needs no reshaping.
+state X is (N, dv, d), so X[:, j, :] is ddl's channel j transposed. Parameters have PyTorch's shapes,
+which ddl checkpoints (format version 2) store: a Linear is torch.nn.Linear (weight [out, in], bias
+[out]), an RMSNorm gain is [d], a gate bias [1]. So `DeltaNet(cfg).load_state_dict(tensors)` takes a
+ddl checkpoint as it is, and ddl loads this module's state_dict written as safetensors (`export`).
+Version-1 ddl checkpoints (vectors stored as [n, 1]) are reshaped on load.
 
 Usage (Debian's python3-torch with /usr/bin/python3; the safetensors package is not needed):
   ddl_torch.py check --checkpoint CK.safetensors --batch B.safetensors [--tol 1e-5] [--dtype auto]
@@ -19,6 +22,11 @@ Usage (Debian's python3-torch with /usr/bin/python3; the safetensors package is 
       sum(logits * dlogits) (and "dx" (input_dim, N) if present) are checked against autograd
       (--grad-tol, relative to max(1, max |gradient|)).
       --checkpoint/--batch may be repeated in pairs (one torch start-up for many checks).
+  ddl_torch.py export --config CFG.json --out STATE.safetensors --batch B.safetensors [--seed S] [--n N]
+      Builds the DeltaNet of CFG (DeltaNetConfig::toKeyValues as JSON) in float64 with PyTorch's own
+      initialisation (gains and gate biases perturbed), writes its state_dict as a plain safetensors
+      file (metadata {"format": "pt"}, as PyTorch tools write) and a batch of N random inputs "x"
+      (input_dim, N) with the logits "logits" (classes, N) in ddl's column layout.
   ddl_torch.py logits --checkpoint CK --idx DIR [--part t10k] [--limit N] [--scale 255 --mean 0 --std 1]
       Runs the net on the IDX images of DIR (found as ddl::findIdxFiles does, raw or .gz), prints the
       accuracy and the first logits. Inputs are pixels / scale (ddl's IDX reader: / 255), then
@@ -86,6 +94,33 @@ def read_safetensors(path):
     return tensors, meta
 
 
+_DTYPE_NAMES = {torch.float32: "F32", torch.float64: "F64", torch.int64: "I64", torch.int32: "I32",
+                torch.uint8: "U8", torch.int8: "I8"}
+
+
+def write_safetensors(path, tensors, meta=None):
+    """Writes {name: tensor} (any rank, row-major) with optional string metadata, sorted by name."""
+    header, chunks, offset = {}, [], 0
+    if meta:
+        header["__metadata__"] = {str(k): str(v) for k, v in meta.items()}
+    for name in sorted(tensors):
+        t = tensors[name].detach().contiguous().cpu()
+        raw = t.numpy().tobytes() if t.numel() else b""
+        header[name] = {"dtype": _DTYPE_NAMES[t.dtype], "shape": list(t.shape),
+                        "data_offsets": [offset, offset + len(raw)]}
+        chunks.append(raw)
+        offset += len(raw)
+    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    text += b" " * ((8 - len(text) % 8) % 8)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for raw in chunks:
+            f.write(raw)
+    os.replace(tmp, path)
+
+
 # ---------------------------------------------------------------------------------------------
 # Building blocks. Each class mirrors the ddl class of the same name; parameter names and shapes
 # are ddl's.
@@ -111,35 +146,27 @@ def activation(name):
 class Weight(nn.Module):
     """A module holding one parameter called "weight" (for names like compress.conv.weight)."""
 
-    def __init__(self, rows, cols):
+    def __init__(self, *shape):
         super().__init__()
-        self.weight = nn.Parameter(torch.zeros(rows, cols))
+        self.weight = nn.Parameter(torch.zeros(*shape))
 
 
-class Linear(nn.Module):
-    """ddl::Linear: y = W x + b, W: (out, in), b: (out, 1). x: (N, in) -> (N, out)."""
-
-    def __init__(self, n_in, n_out, bias=True):
-        super().__init__()
-        self.weight = nn.Parameter(torch.zeros(n_out, n_in))
-        self.bias = nn.Parameter(torch.zeros(n_out, 1)) if bias else None
-
-    def forward(self, x):
-        y = x @ self.weight.t()
-        return y + self.bias[:, 0] if self.bias is not None else y
+def Linear(n_in, n_out, bias=True):
+    """ddl::Linear is torch.nn.Linear: y = W x + b, W: [out, in], b: [out]. x: (N, in) -> (N, out)."""
+    return nn.Linear(n_in, n_out, bias=bias)
 
 
 class RmsNorm(nn.Module):
-    """ddl::RmsNorm: y = g * x / sqrt(mean(x^2) + eps) per token, g: (d, 1). x: (N, d) -> (N, d)."""
+    """ddl::RmsNorm: y = g * x / sqrt(mean(x^2) + eps) per token, g: [d]. x: (N, d) -> (N, d)."""
 
     def __init__(self, d, eps):
         super().__init__()
         self.eps = eps
-        self.weight = nn.Parameter(torch.ones(d, 1))
+        self.weight = nn.Parameter(torch.ones(d))
 
     def forward(self, x):
         r = torch.rsqrt(x.pow(2).mean(dim=1, keepdim=True) + self.eps)
-        return x * r * self.weight[:, 0]
+        return x * r * self.weight
 
 
 class Expansion(nn.Module):
@@ -161,7 +188,7 @@ class Compressor(nn.Module):
 
     free:       W (d, dv) is the parameter "weight".
     structured: W[i, j] = w_eff[j] = sum_j' r[j'] a[j - j' + K/2] (terms with the index outside
-                [0, K) dropped), a = "conv.weight" (K, 1), r = "read.weight" (dv, 1).
+                [0, K) dropped), a = "conv.weight" [K], r = "read.weight" [dv].
     """
 
     def __init__(self, d, dv, kind, kernel):
@@ -172,8 +199,8 @@ class Compressor(nn.Module):
         elif kind == "structured":
             if kernel < 1 or kernel % 2 == 0:
                 raise ValueError(f"compressor_kernel must be odd and >= 1, got {kernel}")
-            self.conv = Weight(kernel, 1)
-            self.read = Weight(dv, 1)
+            self.conv = Weight(kernel)
+            self.read = Weight(dv)
         else:
             raise ValueError(f"unknown compressor '{kind}', expected free or structured")
 
@@ -181,7 +208,7 @@ class Compressor(nn.Module):
         """W: (d, dv)."""
         if self.kind == "free":
             return self.weight
-        a, r = self.conv.weight[:, 0], self.read.weight[:, 0]
+        a, r = self.conv.weight, self.read.weight
         half = self.kernel // 2
         w_eff = [a.new_zeros(()) for _ in range(self.dv)]
         for jp in range(self.dv):
@@ -207,28 +234,28 @@ def normalize_directions(kt, kind, eps):
 
 
 class LinearGate(nn.Module):
-    """ops/gate.hpp linear head: z = w c + b, w: (1, d), b: (1, 1)."""
+    """ops/gate.hpp linear head: z = w c + b, w: [1, d], b: [1] (the state_dict of nn.Linear(d, 1))."""
 
     def __init__(self, d):
         super().__init__()
         self.weight = nn.Parameter(torch.zeros(1, d))
-        self.bias = nn.Parameter(torch.zeros(1, 1))
+        self.bias = nn.Parameter(torch.zeros(1))
 
     def forward(self, c):
-        return c @ self.weight[0] + self.bias[0, 0]
+        return c @ self.weight[0] + self.bias[0]
 
 
 class TwoLayerTanhGate(nn.Module):
-    """ops/gate.hpp two-layer head: z = w2 tanh(W1 c) + b2; W1: (h, d), w2: (1, h), b2: (1, 1)."""
+    """ops/gate.hpp two-layer head: z = w2 tanh(W1 c) + b2; W1: [h, d], w2: [1, h], b2: [1]."""
 
     def __init__(self, d, hidden):
         super().__init__()
         self.fc1 = Linear(d, hidden, bias=False)
         self.fc2 = Linear(hidden, 1, bias=False)
-        self.bias = nn.Parameter(torch.zeros(1, 1))
+        self.bias = nn.Parameter(torch.zeros(1))
 
     def forward(self, c):
-        return self.fc2(torch.tanh(self.fc1(c)))[:, 0] + self.bias[0, 0]
+        return self.fc2(torch.tanh(self.fc1(c)))[:, 0] + self.bias[0]
 
 
 class DeltaResidual(nn.Module):
@@ -372,6 +399,9 @@ def load_checkpoint(path, dtype=None):
     if missing:
         raise FormatError(f"{path}: model_config lacks the keys {missing}")
     params = {k: v for k, v in tensors.items() if not k.startswith("optim.")}
+    version = meta.get("format_version", "2")
+    if version not in ("1", "2"):
+        raise FormatError(f"{path}: checkpoint format_version {version!r}, this script reads 1 and 2")
     dtypes = {t.dtype for t in params.values()}
     if len(dtypes) > 1:
         raise FormatError(f"{path}: parameters mix dtypes {sorted(str(t) for t in dtypes)}")
@@ -379,6 +409,9 @@ def load_checkpoint(path, dtype=None):
         dtype = dtypes.pop() if dtypes else torch.float32
     model = DeltaNet(cfg).to(dtype)
     expected = model.state_dict()
+    if version == "1":  # every tensor was stored as [rows, cols]; vectors as [n, 1]
+        params = {k: v.reshape(expected[k].shape) if k in expected and v.numel() == expected[k].numel() else v
+                  for k, v in params.items()}
     extra = sorted(set(params) - set(expected))
     absent = sorted(set(expected) - set(params))
     if extra or absent:
@@ -436,6 +469,8 @@ def check(checkpoint, batch, tol, grad_tol, dtype):
             if key not in tensors:
                 raise FormatError(f"{batch}: no tensor '{key}' (dlogits is present, so every gradient must be)")
             ref = tensors[key].to(torch.float64)
+            if ref.numel() == g.numel() and ref.dim() == 2 and g.dim() != 2:
+                ref = ref.reshape(g.shape)  # ddl's batch file holds gradients as matrices: [n, 1] for [n]
             if list(ref.shape) != list(g.shape):
                 raise FormatError(f"{batch}: '{key}' has shape {list(ref.shape)}, expected {list(g.shape)}")
             rel = _max_abs(g.to(torch.float64), ref) / max(1.0, ref.abs().max().item() if ref.numel() else 0.0)
@@ -450,6 +485,28 @@ def check(checkpoint, batch, tol, grad_tol, dtype):
 
 # ---------------------------------------------------------------------------------------------
 # IDX files (MNIST layout).
+
+def export_command(args):
+    """Writes a PyTorch-initialised DeltaNet's state_dict and a batch with its logits (see usage)."""
+    with open(args.config, encoding="utf-8") as f:
+        cfg = json.load(f)
+    missing = [k for k in _CONFIG_KEYS if k not in cfg]
+    if missing:
+        raise FormatError(f"{args.config}: the model config lacks the keys {missing}")
+    torch.manual_seed(args.seed)
+    model = DeltaNet(cfg).to(torch.float64)
+    with torch.no_grad():  # PyTorch's init leaves gains at 1 and gate biases at 0: move them
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    x = torch.randn(args.n, int(cfg["input_dim"]), dtype=torch.float64)
+    with torch.no_grad():
+        logits = model(x)
+    write_safetensors(args.out, model.state_dict(), {"format": "pt"})
+    write_safetensors(args.batch, {"x": x.t(), "logits": logits.t()})
+    print(f"{args.out}: {len(model.state_dict())} tensors; {args.batch}: x {list(x.t().shape)}, "
+          f"logits {list(logits.t().shape)}")
+    return 0
+
 
 def _open_maybe_gz(path):
     with open(path, "rb") as f:
@@ -542,6 +599,12 @@ def main(argv=None):
     pl.add_argument("--mean", type=float, default=0.0, help="then (x - mean) / std")
     pl.add_argument("--std", type=float, default=1.0)
     pl.add_argument("--show", type=int, default=5)
+    pe = sub.add_parser("export", help="write a PyTorch-initialised DeltaNet state_dict for ddl to load")
+    pe.add_argument("--config", required=True, help="JSON file of DeltaNetConfig::toKeyValues")
+    pe.add_argument("--out", required=True, help="state_dict as safetensors")
+    pe.add_argument("--batch", required=True, help="x (input_dim, N) and logits (classes, N)")
+    pe.add_argument("--seed", type=int, default=1)
+    pe.add_argument("--n", type=int, default=7)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     try:
@@ -552,6 +615,8 @@ def main(argv=None):
             results = [check(c, b, args.tol, args.grad_tol, dtype) for c, b in zip(args.checkpoint, args.batch)]
             print(f"{sum(results)} of {len(results)} checks passed")
             return 0 if all(results) else 1
+        if args.command == "export":
+            return export_command(args)
         return logits_command(args)
     except (FormatError, ValueError, KeyError, OSError) as e:
         print(f"ddl_torch.py: error: {e}", file=sys.stderr)

@@ -6,6 +6,7 @@
 // with joinName(prefix, "blocks.3") and so on. Optimizers, checkpoints, the gradient checker,
 // numParams and zeroGrad all use this walk and never include a layer header.
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "ddl/core/error.hpp"
@@ -57,6 +58,32 @@ inline std::string joinName(const std::string& prefix, const std::string& name) 
 template <class Module>
 void zeroGrad(Module& m) {
   m.visitParams("", [](const std::string&, auto& p) { p.grad.setZero(); });
+}
+
+// Copies every parameter value and gradient of src into dst, two modules of the same structure
+// (same walk: names and shapes are checked, ddl::ShapeError otherwise).
+template <class Module>
+void assignParams(Module& dst, Module& src) {
+  std::vector<std::string> names;
+  std::vector<void*> params;
+  src.visitParams("", [&](const std::string& name, auto& p) {
+    names.push_back(name);
+    params.push_back(&p);
+  });
+  std::size_t i = 0;
+  dst.visitParams("", [&](const std::string& name, auto& p) {
+    using P = std::decay_t<decltype(p)>;
+    if (i >= params.size() || names[i] != name)
+      throw ShapeError(message("ddl::assignParams", "parameter ", i, " is \"", name, "\" in the destination but \"",
+                               i < names.size() ? names[i] : std::string("(none)"), "\" in the source"));
+    const P& q = *static_cast<const P*>(params[i]);
+    checkShape("ddl::assignParams", name.c_str(), q.value, p.value.rows(), p.value.cols());
+    p.value = q.value;
+    p.grad = q.grad;
+    ++i;
+  });
+  if (i != params.size())
+    throw ShapeError(message("ddl::assignParams", "the source has ", params.size(), " parameters, the destination ", i));
 }
 
 // Total number of scalar parameters of a module.

@@ -1,11 +1,13 @@
 #pragma once
 // ddl/core/rng.hpp: a small, portable, seedable generator (xoshiro256**, seeded by splitmix64).
 // std::normal_distribution differs between standard libraries, so ddl draws its own normals:
-// the same seed gives bit-identical initialisations everywhere, and the state is four integers
-// that a checkpoint can store for a bit-identical resume.
+// the same seed gives bit-identical initialisations everywhere, and the state is six integers
+// (the four xoshiro words and the pending Box-Muller spare) that a checkpoint can store for a
+// bit-identical resume.
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "ddl/core/error.hpp"
 
@@ -13,7 +15,9 @@ namespace ddl {
 
 class Rng {
  public:
-  using State = std::array<std::uint64_t, 4>;
+  // [0..3] the xoshiro256** words, [4] 1 if a Box-Muller spare is pending else 0,
+  // [5] the spare's IEEE-754 bits (0 when none is pending).
+  using State = std::array<std::uint64_t, 6>;
 
   explicit Rng(std::uint64_t seed = 0) { reseed(seed); }
 
@@ -65,12 +69,23 @@ class Rng {
   }
   double normal(double mean, double stddev) { return mean + stddev * normal(); }
 
-  // Full state, for checkpoints. The cached Box-Muller spare is dropped on save so that the
-  // state is exactly four integers; call discardSpare() before saving to stay bit-identical.
-  State state() const { return m_s; }
+  // Full state, for checkpoints, including the pending Box-Muller spare: a generator restored with
+  // setState(state()) continues exactly the stream the saved one would have produced.
+  State state() const {
+    State out{};
+    for (std::size_t i = 0; i < 4; ++i) out[i] = m_s[i];
+    out[4] = m_hasSpare ? 1 : 0;
+    if (m_hasSpare) std::memcpy(&out[5], &m_spare, sizeof m_spare);
+    return out;
+  }
   void setState(const State& s) {
-    m_s = s;
-    m_hasSpare = false;
+    if (s[4] > 1) throw ValueError(message("Rng::setState", "word 4 (spare flag) must be 0 or 1, got ", s[4]));
+    if (s[0] == 0 && s[1] == 0 && s[2] == 0 && s[3] == 0)
+      throw ValueError("Rng::setState: the four generator words are all zero (xoshiro would emit only zeros)");
+    for (std::size_t i = 0; i < 4; ++i) m_s[i] = s[i];
+    m_hasSpare = s[4] == 1;
+    m_spare = 0.0;
+    if (m_hasSpare) std::memcpy(&m_spare, &s[5], sizeof m_spare);
   }
   void discardSpare() { m_hasSpare = false; }
 
@@ -89,7 +104,7 @@ class Rng {
     return z ^ (z >> 31);
   }
 
-  State m_s{};
+  std::array<std::uint64_t, 4> m_s{};
   double m_spare = 0.0;
   bool m_hasSpare = false;
 };

@@ -53,7 +53,7 @@ inline std::vector<std::uint8_t> readCifarFile(const std::string& path, const Ci
     bytes.resize(static_cast<std::size_t>(in.knownSize()));
     in.readExact(bytes.data(), bytes.size(), "records");
   } else {
-    in.readRest(bytes, std::uint64_t(1) << 34);
+    in.readRest(bytes, std::min<std::uint64_t>(std::uint64_t(1) << 34, in.maxDataSize()));
     checkSize(bytes.size());
   }
   const std::uint64_t n = bytes.size() / rec;

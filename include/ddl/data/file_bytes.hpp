@@ -28,6 +28,10 @@ std::string fileMessage(const char* fn, const std::string& path, std::uint64_t o
   return message(fn, "file '", path, "': byte offset ", offset, ": ", parts...);
 }
 
+// Deflate cannot expand more than 1032:1 (zlib's FAQ), so a gzip file of n bytes holds at most
+// 1032 n bytes of data: a header that declares more is refused before anything is decompressed.
+constexpr std::uint64_t kMaxDeflateRatio = 1032;
+
 inline bool isRegularFile(const std::string& path) {
   std::error_code ec;
   return std::filesystem::is_regular_file(path, ec);
@@ -74,6 +78,13 @@ class ByteReader {
   std::uint64_t fileSize() const { return m_fileSize; }
   // Exact size of the data when it is known before reading (raw files), otherwise -1.
   std::int64_t knownSize() const { return m_gzip ? -1 : static_cast<std::int64_t>(m_fileSize); }
+  // Upper bound of the (decompressed) data size: the file size, or kMaxDeflateRatio times it for gzip.
+  std::uint64_t maxDataSize() const {
+    if (!m_gzip) return m_fileSize;
+    return m_fileSize > std::numeric_limits<std::uint64_t>::max() / kMaxDeflateRatio
+               ? std::numeric_limits<std::uint64_t>::max()
+               : m_fileSize * kMaxDeflateRatio;
+  }
   // Bytes delivered so far = offset of the next byte in the (decompressed) data.
   std::uint64_t offset() const { return m_offset; }
 
@@ -117,11 +128,14 @@ class ByteReader {
   }
 
   // Appends the rest of the data to out, growing with the data actually present (never with a
-  // declared size), and throws IoError once more than maxBytes would be needed.
+  // declared size), and throws IoError once more than maxBytes would be needed. The capacity grows
+  // geometrically but never beyond maxBytes, so memory stays within maxBytes plus one chunk.
   void readRest(std::vector<std::uint8_t>& out, std::uint64_t maxBytes) {
     const std::size_t chunk = std::size_t(1) << 20;
     for (;;) {
       const std::size_t have = out.size();
+      if (out.capacity() < have + chunk && have < maxBytes)
+        out.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(maxBytes, std::max<std::uint64_t>(2 * have, chunk))));
       if (have >= maxBytes) {
         std::uint8_t probe = 0;
         if (read(&probe, 1) == 1)

@@ -76,6 +76,15 @@ inline IdxHeader readIdxHeader(ByteReader& in, unsigned ndims, const char* what,
       throw IoError(fileMessage(fn, path, 4, "expected dimensions whose product fits in 64 bits, found ", dimsText));
     }
   }
+  // A gzip file cannot hold more than kMaxDeflateRatio times its size: a larger claim is a bomb
+  // or a lie, refused before a byte is decompressed.
+  if (in.gzip() && (h.dataBytes > in.maxDataSize() || h.headerBytes + h.dataBytes > in.maxDataSize())) {
+    std::string dimsText;
+    for (std::size_t i = 0; i < h.dims.size(); ++i) dimsText += (i ? " x " : "") + std::to_string(h.dims[i]);
+    throw IoError(fileMessage(fn, path, 4, "the header declares ", h.dataBytes, " bytes of ", what, " (", dimsText,
+                              "), but a gzip file of ", in.fileSize(), " bytes can hold at most ", in.maxDataSize(),
+                              " (deflate expands at most ", kMaxDeflateRatio, ":1)"));
+  }
   // The data size must equal the real size; a raw file answers before anything is allocated.
   if (in.knownSize() >= 0) {
     const std::uint64_t have = static_cast<std::uint64_t>(in.knownSize()) - h.headerBytes;

@@ -3,12 +3,15 @@
 //
 // The model is seen only through its parameter walk: visitParams(prefix, f) with
 // f(const std::string& name, Param<S>& p). Each parameter becomes a tensor under its dotted name
-// (shape [rows, cols], dtype of S). Optimizer state, when given, is stored under "optim." + name;
+// with its logical (PyTorch) shape p.shape (a bias [n], a Linear weight [out, in], a conv weight
+// [out, in, kh, kw]) and the dtype of S, so a matching nn.Module's load_state_dict takes the file
+// as it is. Format version 2; version 1 (every tensor stored as [rows, cols], a bias as [n, 1]) is
+// still read. Optimizer state, when given, is stored under "optim." + name;
 // the step count, epoch, RNG state, model configuration, preset and ddl version go into the
 // "__metadata__" strings (structured values as JSON text), so that a resume is bit-identical.
 //
-// Loading validates everything (header, names, shapes, dtypes, metadata, the data bytes
-// themselves) into temporaries before a single parameter is written: it either loads the whole
+// Loading validates everything (header, names, shapes, dtypes, metadata and its ranges, every
+// value finite) into temporaries before a single parameter is written: it either loads the whole
 // checkpoint or throws IoError and leaves the model and optimizer untouched.
 //
 // The optimizer interface (ddl::AdamW and friends; templated here so io/ includes no train/ header):
@@ -19,6 +22,7 @@
 #include <any>
 #include <array>
 #include <charconv>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -42,8 +46,9 @@
 namespace ddl {
 
 // Everything besides tensors that a checkpoint records. Metadata keys (all values are strings):
-//   format "ddl-checkpoint", format_version "1", ddl_version, preset, model_config (JSON text),
-//   epoch, step, rng_state (JSON array of 4 unsigned integers), optimizer_step, optimizer_tensors,
+//   format "ddl-checkpoint", format_version "2" ("1" is read too), ddl_version, preset, model_config (JSON text),
+//   epoch, step, rng_state (JSON array of the 6 Rng::State integers; 4 in older files),
+//   optimizer_step, optimizer_tensors,
 //   plus any caller keys in `extra`.
 struct CheckpointMeta {
   std::string ddlVersion;                      // filled in by saveCheckpoint
@@ -52,7 +57,14 @@ struct CheckpointMeta {
   std::int64_t epoch = 0;                      // completed epochs
   std::int64_t step = 0;                       // completed training steps
   std::optional<Rng::State> rngState;          // ddl::Rng::state() of the training loop
-  std::optional<std::int64_t> optimizerStep;   // filled in by the optimizer overloads
+  std::optional<std::int64_t> optimizerStep;   // filled in by the optimizer overloads, in [0, kMaxOptimizerStep]
+  std::optional<std::int64_t> optimizerTensors;  // number of "optim." tensors the saver wrote
+  int formatVersion = kCheckpointFormatVersion;  // of the file read (fromMetadata), 2 when written
+
+  // Step counts beyond 2^53 are not exact in the double arithmetic of bias corrections and would
+  // overflow soon after 2^63; no real run gets near either.
+  static constexpr std::int64_t kMaxOptimizerStep = std::int64_t(1) << 53;
+  static constexpr int kCheckpointFormatVersion = 2;
   std::map<std::string, std::string> extra;    // caller keys, kept verbatim
 
   static const std::set<std::string>& reservedKeys() {
@@ -72,7 +84,7 @@ struct CheckpointMeta {
       m[kv.first] = kv.second;
     }
     m["format"] = "ddl-checkpoint";
-    m["format_version"] = "1";
+    m["format_version"] = std::to_string(kCheckpointFormatVersion);
     m["ddl_version"] = ddlVersion;
     if (!preset.empty()) m["preset"] = preset;
     if (!modelConfig.empty()) {
@@ -87,6 +99,7 @@ struct CheckpointMeta {
       m["rng_state"] = a.dump();
     }
     if (optimizerStep) m["optimizer_step"] = std::to_string(*optimizerStep);
+    if (optimizerTensors) m["optimizer_tensors"] = std::to_string(*optimizerTensors);
     return m;
   }
 
@@ -95,7 +108,7 @@ struct CheckpointMeta {
   static CheckpointMeta fromMetadata(const std::map<std::string, std::string>& m, const std::string& source) {
     const auto bad = [&](const std::string& key, const std::string& expected) {
       return IoError("ddl::CheckpointMeta::fromMetadata: " + source + ": metadata \"" + key + "\" must be " +
-                     expected + ", found \"" + m.at(key) + "\"");
+                     expected + ", found \"" + m.at(key).substr(0, 200) + (m.at(key).size() > 200 ? "...\"" : "\""));
     };
     const auto toInt = [&](const std::string& key) {
       const std::string& s = m.at(key);
@@ -110,9 +123,12 @@ struct CheckpointMeta {
       if (!reservedKeys().count(key)) {
         c.extra[key] = kv.second;
       } else if (key == "format") {
-        if (kv.second != "ddl-checkpoint") throw bad(key, "\"ddl-checkpoint\"");
+        // "pt" is what PyTorch tools write into a plain state_dict file, which loads as well.
+        if (kv.second != "ddl-checkpoint" && kv.second != "pt") throw bad(key, "\"ddl-checkpoint\" (or \"pt\")");
       } else if (key == "format_version") {
-        if (kv.second != "1") throw bad(key, "\"1\" (this ddl reads format version 1)");
+        if (kv.second != "1" && kv.second != "2")
+          throw bad(key, "\"1\" or \"2\" (this ddl reads checkpoint format versions 1 and 2; a newer ddl wrote it)");
+        c.formatVersion = kv.second == "1" ? 1 : 2;
       } else if (key == "ddl_version") {
         c.ddlVersion = kv.second;
       } else if (key == "preset") {
@@ -122,19 +138,26 @@ struct CheckpointMeta {
         c.modelConfig = kv.second;
       } else if (key == "epoch") {
         c.epoch = toInt(key);
+        if (c.epoch < 0) throw bad(key, "a count >= 0");
       } else if (key == "step") {
         c.step = toInt(key);
+        if (c.step < 0) throw bad(key, "a count >= 0");
       } else if (key == "optimizer_step") {
         c.optimizerStep = toInt(key);
+        if (*c.optimizerStep < 0 || *c.optimizerStep > kMaxOptimizerStep)
+          throw bad(key, "a step count in [0, 2^53]");
       } else if (key == "optimizer_tensors") {
-        if (toInt(key) < 0) throw bad(key, "a count >= 0");
+        c.optimizerTensors = toInt(key);
+        if (*c.optimizerTensors < 0) throw bad(key, "a count >= 0");
       } else if (key == "rng_state") {
         const nlohmann::json a = nlohmann::json::parse(kv.second, nullptr, /*allow_exceptions=*/false);
-        const bool ok = a.is_array() && a.size() == 4 &&
+        // 6 words (Rng::State incl. the Box-Muller spare); 4 words from older files mean no spare.
+        const bool ok = a.is_array() && (a.size() == 4 || a.size() == std::tuple_size<Rng::State>::value) &&
                         std::all_of(a.begin(), a.end(), [](const nlohmann::json& e) { return e.is_number_unsigned(); });
-        if (!ok) throw bad(key, "a JSON array of 4 unsigned 64-bit integers");
+        if (!ok) throw bad(key, "a JSON array of 6 (or legacy 4) unsigned 64-bit integers");
         Rng::State s{};
-        for (std::size_t i = 0; i < 4; ++i) s[i] = a[i].get<std::uint64_t>();
+        for (std::size_t i = 0; i < a.size(); ++i) s[i] = a[i].get<std::uint64_t>();
+        if (s[4] > 1) throw bad(key, "a spare flag (word 4) of 0 or 1");
         c.rngState = s;
       }
     }
@@ -168,6 +191,27 @@ struct IsOptimizer<T, std::void_t<decltype(std::declval<const T&>().stepCount())
                                   decltype(std::declval<T&>().setStepCount(std::int64_t{}))>> : std::true_type {};
 
 // A checkpoint writer that walks model and optimizer twice: once to declare, once to stream.
+// The shape a parameter is stored with: p.shape, checked against the matrix it describes.
+template <class P>
+std::vector<std::int64_t> storedShape(const char* fn, const std::string& name, const P& p) {
+  std::vector<std::int64_t> shape(p.shape.begin(), p.shape.end());
+  if (shape.empty()) shape = {static_cast<std::int64_t>(p.value.rows()), static_cast<std::int64_t>(p.value.cols())};
+  Index rows = 0, cols = 0;
+  require(matrixDimsOf(shape, rows, cols) && rows == p.value.rows() && cols == p.value.cols(), fn, "parameter \"",
+          name, "\": its shape ", shapeString(shape), " does not describe its value ", shapeOf(p.value));
+  return shape;
+}
+
+// First non-finite entry of m as "(i, j) = nan", or empty.
+template <class M>
+std::string firstNonFinite(const M& m) {
+  for (Index j = 0; j < m.cols(); ++j)
+    for (Index i = 0; i < m.rows(); ++i)
+      if (!std::isfinite(static_cast<double>(m(i, j))))
+        return "(" + std::to_string(i) + ", " + std::to_string(j) + ") = " + std::to_string(static_cast<double>(m(i, j)));
+  return {};
+}
+
 template <class Model, class VisitOptim>
 void writeCheckpoint(const char* fn, const std::string& path, Model& model, VisitOptim&& visitOptim,
                      const std::map<std::string, std::string>& metadata) {
@@ -176,7 +220,7 @@ void writeCheckpoint(const char* fn, const std::string& path, Model& model, Visi
   model.visitParams("", [&](const std::string& name, auto& p) {
     using S = typename std::decay_t<decltype(p.value)>::Scalar;
     require(!isOptimName(name), fn, "parameter name \"", name, "\" uses the reserved prefix \"optim.\"");
-    w.template declare<S>(name, p.value.rows(), p.value.cols());
+    w.declare(name, DTypeOf<S>::value, storedShape(fn, name, p));
   });
   visitOptim([&](const std::string& name, auto& t) {
     using S = typename std::decay_t<decltype(t)>::Scalar;
@@ -184,7 +228,9 @@ void writeCheckpoint(const char* fn, const std::string& path, Model& model, Visi
   });
   writeFileAtomically(path, [&](std::ostream& os) {
     w.writeHeader(os);
-    model.visitParams("", [&](const std::string& name, auto& p) { w.writeMatrix(os, name, p.value); });
+    model.visitParams("", [&](const std::string& name, auto& p) {
+      w.writeTensor(os, name, storedShape(fn, name, p), p.value);
+    });
     visitOptim([&](const std::string& name, auto& t) { w.writeMatrix(os, kOptimPrefix + name, t); });
     w.finish();
   });
@@ -193,7 +239,7 @@ void writeCheckpoint(const char* fn, const std::string& path, Model& model, Visi
 // Reads and checks every model parameter into a temporary; returns the assignments to commit.
 template <class Model>
 std::vector<std::function<void()>> stageModel(SafetensorsReader& r, Model& model, const CheckpointLoadOptions& opt,
-                                              std::set<std::string>& used) {
+                                              std::set<std::string>& used, int formatVersion) {
   std::vector<std::function<void()>> commits;
   model.visitParams("", [&](const std::string& name, auto& p) {
     using S = typename std::decay_t<decltype(p.value)>::Scalar;
@@ -202,7 +248,16 @@ std::vector<std::function<void()>> stageModel(SafetensorsReader& r, Model& model
     if (!r.header().find(name))
       throw IoError("ddl::loadCheckpoint: " + r.path() + ": tensor \"" + name + "\" is missing (model parameter " +
                     shapeOf(p.value) + ", dtype " + dtypeName(DTypeOf<S>::value) + ")");
-    MatX<S> staged = r.template readMatrix<S>(name, p.value.rows(), p.value.cols(), opt.allowConversion);
+    // Version 1 stored every parameter as [rows, cols] (a bias as [n, 1]); it reads into the same matrix.
+    const std::vector<std::int64_t> shape =
+        formatVersion == 1 ? std::vector<std::int64_t>{static_cast<std::int64_t>(p.value.rows()),
+                                                       static_cast<std::int64_t>(p.value.cols())}
+                           : storedShape("ddl::loadCheckpoint", name, p);
+    MatX<S> staged = r.template readTensor<S>(name, shape, opt.allowConversion);
+    const std::string bad = firstNonFinite(staged);
+    if (!bad.empty())
+      throw IoError("ddl::loadCheckpoint: " + r.path() + ": tensor \"" + name + "\" holds a non-finite value at " +
+                    bad + " (a checkpoint of a diverged run?)");
     auto* target = &p.value;
     commits.emplace_back([target, staged = std::move(staged)]() mutable { *target = std::move(staged); });
   });
@@ -229,6 +284,7 @@ void saveCheckpoint(const std::string& path, Model& model, const CheckpointMeta&
   CheckpointMeta m = meta;
   m.ddlVersion = versionString();
   m.optimizerStep.reset();
+  m.optimizerTensors.reset();
   detail::writeCheckpoint("ddl::saveCheckpoint", path, model, [](auto&&) {}, m.toMetadata());
 }
 
@@ -241,8 +297,8 @@ void saveCheckpoint(const std::string& path, Model& model, Optimizer& optimizer,
   m.optimizerStep = optimizer.stepCount();
   std::int64_t count = 0;
   optimizer.visitState([&](const std::string&, auto&) { ++count; });
-  std::map<std::string, std::string> metadata = m.toMetadata();
-  metadata["optimizer_tensors"] = std::to_string(count);
+  m.optimizerTensors = count;
+  const std::map<std::string, std::string> metadata = m.toMetadata();
   detail::writeCheckpoint("ddl::saveCheckpoint", path, model,
                           [&](auto&& f) { optimizer.visitState(f); }, metadata);
 }
@@ -253,10 +309,10 @@ void saveCheckpoint(const std::string& path, Model& model, Optimizer& optimizer,
 template <class Model>
 CheckpointMeta loadCheckpoint(const std::string& path, Model& model, const CheckpointLoadOptions& options = CheckpointLoadOptions()) {
   SafetensorsReader r(path);
-  std::set<std::string> used;
-  auto commits = detail::stageModel(r, model, options, used);
-  detail::checkNoExtras(r, used, /*optimInScope=*/false, options);
   CheckpointMeta meta = CheckpointMeta::fromMetadata(r.header().metadata, path);
+  std::set<std::string> used;
+  auto commits = detail::stageModel(r, model, options, used, meta.formatVersion);
+  detail::checkNoExtras(r, used, /*optimInScope=*/false, options);
   for (auto& c : commits) c();
   return meta;
 }
@@ -270,14 +326,23 @@ CheckpointMeta loadCheckpoint(const std::string& path, Model& model, Optimizer& 
                               const CheckpointLoadOptions& options = CheckpointLoadOptions()) {
   const char* fn = "ddl::loadCheckpoint";
   SafetensorsReader r(path);
-  std::set<std::string> used;
-  auto commits = detail::stageModel(r, model, options, used);
   CheckpointMeta meta = CheckpointMeta::fromMetadata(r.header().metadata, path);
   if (!meta.optimizerStep)
     throw IoError(std::string(fn) + ": " + path + ": no optimizer state (metadata \"optimizer_step\" is missing); " +
                   "load the model alone or save with the optimizer");
-  bool fileHasState = false;
-  for (const auto& t : r.header().tensors) fileHasState = fileHasState || detail::isOptimName(t.name);
+  std::set<std::string> used;
+  auto commits = detail::stageModel(r, model, options, used, meta.formatVersion);
+  std::int64_t stateTensors = 0;
+  for (const auto& t : r.header().tensors) stateTensors += detail::isOptimName(t.name) ? 1 : 0;
+  const bool fileHasState = stateTensors > 0;
+  // A state with steps behind it has moments; restarting them from zero would silently change the
+  // run (a resume is meant to be bit-identical), so stripped optimizer tensors are refused.
+  if (meta.optimizerTensors ? *meta.optimizerTensors != stateTensors : (!fileHasState && *meta.optimizerStep > 0))
+    throw IoError(std::string(fn) + ": " + path + ": the file holds " + std::to_string(stateTensors) +
+                  " optimizer tensors (\"optim.*\"), but " +
+                  (meta.optimizerTensors ? "its metadata says " + std::to_string(*meta.optimizerTensors)
+                                         : "optimizer_step is " + std::to_string(*meta.optimizerStep)) +
+                  ": the optimizer state was stripped or damaged; load the model alone to start a new optimizer");
 
   // Learn the expected state from initState(model) on a probe, stage it into temporaries, commit last.
   std::optional<Optimizer> copy;
@@ -294,7 +359,12 @@ CheckpointMeta loadCheckpoint(const std::string& path, Model& model, Optimizer& 
       if (!r.header().find(key))
         throw IoError(std::string(fn) + ": " + path + ": optimizer tensor \"" + key + "\" is missing (state " +
                       shapeOf(t) + ", dtype " + dtypeName(DTypeOf<S>::value) + ")");
-      staged[name] = r.template readMatrix<S>(key, t.rows(), t.cols(), options.allowConversion);
+      MatX<S> value = r.template readMatrix<S>(key, t.rows(), t.cols(), options.allowConversion);
+      const std::string bad = detail::firstNonFinite(value);
+      if (!bad.empty())
+        throw IoError(std::string(fn) + ": " + path + ": optimizer tensor \"" + key +
+                      "\" holds a non-finite value at " + bad);
+      staged[name] = std::move(value);
       used.insert(key);
     });
   }

@@ -12,12 +12,14 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
 #include <ostream>
 #include <set>
 #include <string>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -100,8 +102,12 @@ struct TensorInfo {
   std::uint64_t begin = 0;
   std::uint64_t end = 0;
 
+  // Element count; overflow-free because a validated header's tensors fit in the file (and a
+  // zero extent answers 0 at once, whatever the other extents).
   std::uint64_t numel() const {
     std::uint64_t n = 1;
+    for (std::int64_t s : shape)
+      if (s == 0) return 0;
     for (std::int64_t s : shape) n *= static_cast<std::uint64_t>(s);
     return n;
   }
@@ -134,6 +140,14 @@ struct SafetensorsHeader {
 namespace detail {
 
 constexpr std::uint64_t kMaxSafetensorsHeader = 100u * 1000u * 1000u;  // the reference implementation's limit
+constexpr int kMaxSafetensorsDepth = 8;  // JSON nesting; a valid header needs 3 (root, tensor, shape)
+
+// A JSON value as text for a message, cut to `limit` characters.
+inline std::string shortDump(const nlohmann::json& j, std::size_t limit = 120) {
+  std::string s = j.dump(-1, ' ', /*ensure_ascii=*/true, nlohmann::json::error_handler_t::replace);
+  if (s.size() > limit) s = s.substr(0, limit) + "...";
+  return s;
+}
 
 inline bool hostIsLittleEndian() {
   const std::uint16_t one = 1;
@@ -186,20 +200,39 @@ inline SafetensorsHeader parseSafetensorsHeader(const std::string& path, const s
   if (h.dataStart() > fileSize)
     detail::ioFail(fn, path, "header of " + std::to_string(json.size()) + " bytes does not fit in a file of " +
                                  std::to_string(fileSize) + " bytes");
+  // A NUL would end the JSON text early for some parsers and hide what follows: refuse any.
+  if (const std::size_t nul = json.find('\0'); nul != std::string::npos)
+    detail::ioFail(fn, path, "NUL byte in the header at byte offset " + std::to_string(8 + nul) +
+                                 " (the header is JSON text padded with spaces only)");
   if (json.empty() || json[0] != '{')
     detail::ioFail(fn, path, "header at byte offset 8 must start with '{', found " +
                                  (json.empty() ? std::string("an empty header") : "byte " + std::to_string(
                                      static_cast<unsigned>(static_cast<unsigned char>(json[0])))));
 
+  // Padding after the JSON object may only be spaces (0x20), as the format says.
+  const std::size_t close = json.find_last_of('}');
+  if (close != std::string::npos)
+    for (std::size_t i = close + 1; i < json.size(); ++i)
+      if (json[i] != ' ')
+        detail::ioFail(fn, path, "header padding at byte offset " + std::to_string(8 + i) + " is byte " +
+                                     std::to_string(static_cast<unsigned>(static_cast<unsigned char>(json[i]))) +
+                                     ", expected spaces (0x20) only after the JSON object");
+
   // Duplicate keys are an error in safetensors; nlohmann would silently keep the last one.
+  // Nesting deeper than any valid header (object > tensor > shape) is refused while parsing, so a
+  // hostile header cannot make anything recurse deeply (dump, compare, destroy).
+  struct TooDeep {
+    std::size_t offset;
+  };
   std::vector<std::set<std::string>> keys;
   std::string duplicate;
   nlohmann::json root;
   try {
     root = nlohmann::json::parse(
         json.begin(), json.end(),
-        [&](int, nlohmann::json::parse_event_t ev, nlohmann::json& parsed) {
+        [&](int depth, nlohmann::json::parse_event_t ev, nlohmann::json& parsed) {
           using E = nlohmann::json::parse_event_t;
+          if (depth > detail::kMaxSafetensorsDepth) throw TooDeep{0};
           if (ev == E::object_start) keys.emplace_back();
           else if (ev == E::object_end && !keys.empty()) keys.pop_back();
           else if (ev == E::key && !keys.empty() && !keys.back().insert(parsed.get<std::string>()).second &&
@@ -210,6 +243,9 @@ inline SafetensorsHeader parseSafetensorsHeader(const std::string& path, const s
   } catch (const nlohmann::json::parse_error& e) {
     detail::ioFail(fn, path, "invalid JSON header at byte offset " + std::to_string(8 + e.byte - (e.byte > 0)) +
                                  ": " + e.what());
+  } catch (const TooDeep&) {
+    detail::ioFail(fn, path, "header JSON is nested more than " + std::to_string(detail::kMaxSafetensorsDepth) +
+                                 " levels deep (a valid header needs 3)");
   }
   if (!duplicate.empty()) detail::ioFail(fn, path, "duplicate key \"" + duplicate + "\" in header");
   if (!root.is_object()) detail::ioFail(fn, path, "header is not a JSON object");
@@ -238,22 +274,24 @@ inline SafetensorsHeader parseSafetensorsHeader(const std::string& path, const s
     TensorInfo t;
     t.name = name;
     if (!v["dtype"].is_string() || !dtypeFromName(v["dtype"].get<std::string>(), t.dtype))
-      detail::ioFail(fn, path, where + "unknown dtype " + v["dtype"].dump() +
+      detail::ioFail(fn, path, where + "unknown dtype " + detail::shortDump(v["dtype"]) +
                                    " (expected one of BOOL U8 I8 F8_E5M2 F8_E4M3 I16 U16 F16 BF16 I32 U32 F32 "
                                    "F64 I64 U64)");
     std::vector<std::uint64_t> dims, offsets;
     if (!detail::readUnsignedArray(v["shape"], dims))
       detail::ioFail(fn, path, where + "shape must be an array of non-negative integers, found " +
-                                   v["shape"].dump());
+                                   detail::shortDump(v["shape"]));
     if (!detail::readUnsignedArray(v["data_offsets"], offsets) || offsets.size() != 2)
       detail::ioFail(fn, path, where + "data_offsets must be [begin, end] with non-negative integers, found " +
-                                   v["data_offsets"].dump());
+                                   detail::shortDump(v["data_offsets"]));
     // Element count and byte size, refusing overflow (a hostile shape must not wrap around).
-    std::uint64_t bytes = dtypeSize(t.dtype);
+    // A zero extent makes the tensor empty whatever the others are (no loop over any extent).
+    const bool empty = std::find(dims.begin(), dims.end(), std::uint64_t{0}) != dims.end();
+    std::uint64_t bytes = empty ? 0 : dtypeSize(t.dtype);
     for (std::uint64_t d : dims) {
       if (d > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) ||
           (d != 0 && bytes > std::numeric_limits<std::uint64_t>::max() / d))
-        detail::ioFail(fn, path, where + "shape " + v["shape"].dump() + " is too large");
+        detail::ioFail(fn, path, where + "shape " + detail::shortDump(v["shape"]) + " is too large");
       bytes *= d;
       t.shape.push_back(static_cast<std::int64_t>(d));
     }
@@ -298,6 +336,18 @@ inline SafetensorsHeader parseSafetensorsHeader(const std::string& path, const s
 // Reads and validates only the header of a safetensors file.
 inline SafetensorsHeader readSafetensorsHeader(const std::string& path, std::ifstream& in) {
   const char* fn = "ddl::readSafetensorsHeader";
+  // Only a regular file: a FIFO would block the open (or the read) forever, a directory or a
+  // device is never a checkpoint.
+  std::error_code ec;
+  const std::filesystem::file_status st = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(st)) detail::ioFail(fn, path, "cannot open for reading (no such file)");
+  if (!std::filesystem::is_regular_file(st))
+    detail::ioFail(fn, path, std::string("not a regular file (") +
+                                 (std::filesystem::is_directory(st) ? "a directory"
+                                  : std::filesystem::is_fifo(st)    ? "a FIFO"
+                                  : std::filesystem::is_socket(st)  ? "a socket"
+                                                                    : "a device or special file") +
+                                 "); a checkpoint must be a regular file");
   in.open(path, std::ios::binary);
   if (!in) detail::ioFail(fn, path, "cannot open for reading");
   in.seekg(0, std::ios::end);
@@ -324,7 +374,39 @@ inline SafetensorsHeader readSafetensorsHeader(const std::string& path) {
   return readSafetensorsHeader(path, in);
 }
 
-// Reads tensors out of a validated file. Matrices are rank-2 tensors [rows, cols].
+// A tensor of any rank held as a matrix, the convention of ddl::Param: shape [] -> (1, 1),
+// [n] -> (n, 1), [a, b, c, ...] -> (a, b*c*...). The row-major order of the file is the row-major
+// order of that matrix. Returns false when an extent product does not fit Index (a zero-element
+// tensor may name huge extents).
+inline bool matrixDimsOf(const std::vector<std::int64_t>& shape, Index& rows, Index& cols) {
+  const auto maxIndex = static_cast<std::uint64_t>(std::numeric_limits<Index>::max());
+  if (shape.empty()) {
+    rows = cols = 1;
+    return true;
+  }
+  if (static_cast<std::uint64_t>(shape[0]) > maxIndex) return false;
+  std::uint64_t c = 1;
+  const bool zero = std::find(shape.begin() + 1, shape.end(), std::int64_t{0}) != shape.end();
+  for (std::size_t i = 1; i < shape.size() && !zero; ++i) {
+    const auto e = static_cast<std::uint64_t>(shape[i]);
+    if (c > maxIndex / e) return false;
+    c *= e;
+  }
+  rows = static_cast<Index>(shape[0]);
+  cols = zero ? 0 : static_cast<Index>(c);
+  return true;
+}
+
+// "[any, 3]" style text of an expected shape (-1 = any extent).
+inline std::string expectedShapeString(const std::vector<std::int64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i)
+    s += (i ? ", " : "") + (shape[i] < 0 ? std::string("any") : std::to_string(shape[i]));
+  return s + "]";
+}
+
+// Reads tensors out of a validated file. A tensor of any rank is read into a matrix as
+// matrixDimsOf says (rank 2 [rows, cols] is the plain matrix).
 class SafetensorsReader {
  public:
   explicit SafetensorsReader(const std::string& path) : m_header(readSafetensorsHeader(path, m_in)) {}
@@ -332,49 +414,86 @@ class SafetensorsReader {
   const SafetensorsHeader& header() const { return m_header; }
   const std::string& path() const { return m_header.path; }
 
-  // Throws IoError unless `name` exists, has shape [rows, cols] (rows/cols < 0: any) and a dtype
-  // that can be read into T: exactly DTypeOf<T>, or F32/F64 into float/double when allowConversion.
+  // Throws IoError unless `name` exists, has `shape` (an extent < 0 matches any; rank must match)
+  // and a dtype that can be read into T: exactly DTypeOf<T>, or F32/F64 into float/double when
+  // allowConversion.
+  template <class T>
+  const TensorInfo& checkTensor(const std::string& name, const std::vector<std::int64_t>& shape,
+                                bool allowConversion = false) const {
+    const TensorInfo& t = find(name);
+    bool shapeOk = t.shape.size() == shape.size();
+    for (std::size_t i = 0; shapeOk && i < shape.size(); ++i) shapeOk = shape[i] < 0 || t.shape[i] == shape[i];
+    if (!shapeOk)
+      detail::ioFail(kFn, path(), where(t) + ": expected shape " + expectedShapeString(shape) + ", found " +
+                                      shapeString(t.shape));
+    checkDType<T>(t, allowConversion);
+    return t;
+  }
+
+  // Throws IoError unless `name` has shape [rows, cols] (rows/cols < 0: any); see checkTensor.
   template <class T>
   const TensorInfo& checkMatrix(const std::string& name, Index rows = -1, Index cols = -1,
                                 bool allowConversion = false) const {
-    const char* fn = "ddl::SafetensorsReader";
-    const TensorInfo* t = m_header.find(name);
-    if (!t) detail::ioFail(fn, path(), "tensor \"" + name + "\" is missing");
-    const std::string where = "tensor \"" + name + "\" at file byte " + std::to_string(m_header.dataStart() + t->begin);
-    const bool shapeOk = t->shape.size() == 2 && (rows < 0 || t->shape[0] == rows) && (cols < 0 || t->shape[1] == cols);
-    if (!shapeOk)
-      detail::ioFail(fn, path(), where + ": expected shape [" + (rows < 0 ? std::string("any") : std::to_string(rows)) +
-                                     ", " + (cols < 0 ? std::string("any") : std::to_string(cols)) + "], found " +
-                                     shapeString(t->shape));
-    const DType want = DTypeOf<T>::value;
-    const bool floats = (t->dtype == DType::F32 || t->dtype == DType::F64) && (want == DType::F32 || want == DType::F64);
-    if (t->dtype != want && !(allowConversion && floats))
-      detail::ioFail(fn, path(), where + ": expected dtype " + dtypeName(want) + ", found " + dtypeName(t->dtype) +
-                                     (floats ? " (F32/F64 conversion is off; allow it explicitly to convert)" : ""));
-    return *t;
+    return checkTensor<T>(name, {static_cast<std::int64_t>(rows), static_cast<std::int64_t>(cols)}, allowConversion);
   }
 
+  // Reads a tensor of the given shape (see checkTensor) into a column-major matrix (matrixDimsOf).
+  template <class T>
+  MatX<T> readTensor(const std::string& name, const std::vector<std::int64_t>& shape, bool allowConversion = false) {
+    return read<T>(checkTensor<T>(name, shape, allowConversion));
+  }
+  // Reads a tensor of any rank and shape (see matrixDimsOf for the matrix it becomes).
+  template <class T>
+  MatX<T> readAny(const std::string& name, bool allowConversion = false) {
+    const TensorInfo& t = find(name);
+    checkDType<T>(t, allowConversion);
+    return read<T>(t);
+  }
   // Reads a rank-2 tensor into a column-major matrix (see checkMatrix for the checks).
   template <class T>
   MatX<T> readMatrix(const std::string& name, Index rows = -1, Index cols = -1, bool allowConversion = false) {
-    const TensorInfo& t = checkMatrix<T>(name, rows, cols, allowConversion);
-    const auto r = static_cast<Index>(t.shape[0]);
-    const auto c = static_cast<Index>(t.shape[1]);
+    return read<T>(checkMatrix<T>(name, rows, cols, allowConversion));
+  }
+
+ private:
+  static constexpr const char* kFn = "ddl::SafetensorsReader";
+
+  const TensorInfo& find(const std::string& name) const {
+    const TensorInfo* t = m_header.find(name);
+    if (!t) detail::ioFail(kFn, path(), "tensor \"" + name + "\" is missing");
+    return *t;
+  }
+  std::string where(const TensorInfo& t) const {
+    return "tensor \"" + t.name + "\" at file byte " + std::to_string(m_header.dataStart() + t.begin);
+  }
+  template <class T>
+  void checkDType(const TensorInfo& t, bool allowConversion) const {
+    const DType want = DTypeOf<T>::value;
+    const bool floats = (t.dtype == DType::F32 || t.dtype == DType::F64) && (want == DType::F32 || want == DType::F64);
+    if (t.dtype != want && !(allowConversion && floats))
+      detail::ioFail(kFn, path(), where(t) + ": expected dtype " + dtypeName(want) + ", found " + dtypeName(t.dtype) +
+                                      (floats ? " (F32/F64 conversion is off; allow it explicitly to convert)" : ""));
+  }
+  template <class T>
+  MatX<T> read(const TensorInfo& t) {
+    Index r = 0, c = 0;
+    if (!matrixDimsOf(t.shape, r, c))
+      detail::ioFail(kFn, path(), where(t) + ": shape " + shapeString(t.shape) + " does not fit a matrix of Index extents");
     if (t.dtype == DType::F32) return readAs<float, T>(t, r, c);
     if (t.dtype == DType::F64) return readAs<double, T>(t, r, c);
     return readAs<T, T>(t, r, c);
   }
-
- private:
   template <class Stored, class T>
   MatX<T> readAs(const TensorInfo& t, Index r, Index c) {
+    // A zero-element tensor is answered without touching its (possibly huge) other extent.
+    if (r == 0 || c == 0) return MatX<T>(r, c);
     using RowMajor = Eigen::Matrix<Stored, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
     RowMajor buf(r, c);
     const std::uint64_t bytes = t.end - t.begin;
     m_in.clear();
     m_in.seekg(static_cast<std::streamoff>(m_header.dataStart() + t.begin), std::ios::beg);
     if (bytes > 0 && !m_in.read(reinterpret_cast<char*>(buf.data()), static_cast<std::streamsize>(bytes)))
-      detail::ioFail("ddl::SafetensorsReader", path(),
+      detail::ioFail(kFn, path(),
                      "tensor \"" + t.name + "\": cannot read file bytes " +
                          std::to_string(m_header.dataStart() + t.begin) + " to " +
                          std::to_string(m_header.dataStart() + t.end) + " (file changed or truncated?)");
@@ -472,6 +591,31 @@ class SafetensorsWriter {
     ++m_written;
   }
 
+  // Writes the next declared tensor of logical `shape` held as matrix m (rows = shape[0], cols =
+  // the product of the other extents; shape [] is a (1, 1) matrix), row-major as the file wants.
+  template <class Derived>
+  void writeTensor(std::ostream& os, const std::string& name, const std::vector<std::int64_t>& shape,
+                   const Eigen::MatrixBase<Derived>& m) {
+    using T = typename Derived::Scalar;
+    const char* fn = "ddl::SafetensorsWriter::writeTensor";
+    require(m_headerWritten, fn, "writeHeader() must come first");
+    require(m_written < m_tensors.size(), fn, "tensor \"", name, "\" was not declared (", m_tensors.size(),
+            " declared, all written)");
+    Index rows = 0, cols = 0;
+    require(matrixDimsOf(shape, rows, cols) && rows == m.rows() && cols == m.cols(), fn, "tensor \"", name,
+            "\": shape ", shapeString(shape), " does not describe a (", m.rows(), ", ", m.cols(), ") matrix");
+    const TensorInfo& t = m_tensors[m_written];
+    require(t.name == name && t.dtype == DTypeOf<T>::value && t.shape == shape, fn, "expected tensor \"", t.name,
+            "\" ", dtypeName(t.dtype), " ", shapeString(t.shape), " next, found \"", name, "\" ",
+            dtypeName(DTypeOf<T>::value), " ", shapeString(shape), " (did the walk change between passes?)");
+    Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> rowMajor = m;
+    if (!detail::hostIsLittleEndian())
+      detail::swapBytes(reinterpret_cast<char*>(rowMajor.data()), static_cast<std::size_t>(rowMajor.size()), sizeof(T));
+    os.write(reinterpret_cast<const char*>(rowMajor.data()), static_cast<std::streamsize>(t.end - t.begin));
+    if (!os) throw IoError(std::string(fn) + ": writing tensor \"" + name + "\" failed");
+    ++m_written;
+  }
+
   // Checks that every declared tensor was written.
   void finish() const {
     require(m_headerWritten && m_written == m_tensors.size(), "ddl::SafetensorsWriter::finish", "wrote ",
@@ -501,12 +645,13 @@ void saveSafetensors(const std::string& path, const std::map<std::string, MatX<T
   });
 }
 
-// Reads every tensor of a file as a matrix of T (each must be rank 2 with a dtype readable as T).
+// Reads every tensor of a file, of any rank, as a matrix of T (see matrixDimsOf: a rank-1 tensor
+// [n] becomes (n, 1), [a, b, c] becomes (a, b*c)); the header (readSafetensorsHeader) has the shapes.
 template <class T>
 std::map<std::string, MatX<T>> loadSafetensors(const std::string& path, bool allowConversion = false) {
   SafetensorsReader r(path);
   std::map<std::string, MatX<T>> out;
-  for (const auto& t : r.header().tensors) out[t.name] = r.readMatrix<T>(t.name, -1, -1, allowConversion);
+  for (const auto& t : r.header().tensors) out[t.name] = r.readAny<T>(t.name, allowConversion);
   return out;
 }
 

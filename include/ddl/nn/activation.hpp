@@ -79,11 +79,13 @@ void forColumnRanges(Index rows, Index cols, F&& f) {
 #if DDL_WITH_OPENMP
   constexpr Index kMinParallel = 1 << 16;
   if (rows * cols >= kMinParallel && cols > 1 && omp_get_max_threads() > 1 && !omp_in_parallel()) {
+    ParallelErrors errors;  // a throwing range must not terminate the process
     DDL_OMP(parallel) {
       const Index t = omp_get_thread_num(), nt = omp_get_num_threads();
       const Index j0 = cols * t / nt, j1 = cols * (t + 1) / nt;
-      if (j1 > j0) f(j0, j1 - j0);
+      if (j1 > j0) errors.guard([&] { f(j0, j1 - j0); });
     }
+    errors.rethrow();
     return;
   }
 #else

@@ -5,9 +5,10 @@
 //   Structured: the authors' code: a "same"-padded conv of kernel K along the dv axis, then a read
 //               vector r of length dv: W[i, j] = w_eff[j] = sum_j' r[j'] a[j - j' + K/2], shared over i.
 //               a: (K, 1) starts as the centred delta, r: (dv, 1) as 1/dv, so it also starts as the mean.
-//               Params "conv.weight" (K, 1) and "read.weight" (dv, 1).
+//               Params "conv.weight" [K] and "read.weight" [dv] (held as (K, 1), (dv, 1)).
 // X: (d, dv*N), channel j = X.middleCols(j*N, N) -> Xin: (d, N).
 #include <string>
+#include <vector>
 
 #include "ddl/core/error.hpp"
 #include "ddl/core/param.hpp"
@@ -36,9 +37,9 @@ class Compressor {
       m_W = Param<S>(d, dv);
       m_W.value.setConstant(S(1) / static_cast<S>(dv));
     } else {
-      m_conv = Param<S>(kernel, 1);
+      m_conv = Param<S>(std::vector<Index>{kernel});
       m_conv.value(kernel / 2, 0) = S(1);
-      m_read = Param<S>(dv, 1);
+      m_read = Param<S>(std::vector<Index>{dv});
       m_read.value.setConstant(S(1) / static_cast<S>(dv));
     }
   }

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "ddl/core/alias.hpp"
 #include "ddl/core/config.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/gemm.hpp"
@@ -80,6 +81,7 @@ class Conv2d {
   // X: (in, layout.tokens()) -> Y: (out, outputLayout(layout).tokens()); returns the output layout.
   // Caches X for backward. Y must not alias X.
   TokenLayout forward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
+    requireNoAlias("ddl::Conv2d::forward", "X", X, "Y", Y);
     const TokenLayout outL = prepareForward("ddl::Conv2d::forward", X, layout, Y);
     m_X.resize(m_in, X.cols());  // no allocation when the shape is unchanged
     m_inLayout = layout;
@@ -91,6 +93,7 @@ class Conv2d {
 
   // Same output as forward, caches nothing (inference); backward still refers to the last forward().
   TokenLayout forwardInference(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
+    requireNoAlias("ddl::Conv2d::forwardInference", "X", X, "Y", Y);
     const TokenLayout outL = prepareForward("ddl::Conv2d::forwardInference", X, layout, Y);
     runForward(X, layout, outL, Y, /*cacheInput=*/false);
     return outL;
@@ -100,6 +103,7 @@ class Conv2d {
   // gradients accumulate (+=). dX must not alias dY.
   void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) {
     checkBackward(dY);
+    requireNoAlias("ddl::Conv2d::backward", "dY", dY, "dX", dX);
     dX.resize(m_in, m_inLayout.tokens());
     runBackward(dY, &dX);
   }

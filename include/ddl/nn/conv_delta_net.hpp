@@ -25,6 +25,7 @@
 #include "ddl/nn/conv_delta_net_config.hpp"
 #include "ddl/nn/delta_block.hpp"
 #include "ddl/nn/expansion.hpp"
+#include "ddl/nn/global_avg_pool.hpp"
 #include "ddl/nn/linear.hpp"
 #include "ddl/nn/rms_norm.hpp"
 #include "ddl/nn/stage_transition.hpp"
@@ -59,11 +60,19 @@ class ConvDeltaNet {
       }
     }
     m_states.resize(m_blocks.size() + m_transitions.size() + 1);
-    init(seed);
+    drawParams(seed);
   }
 
-  // Re-initialises every parameter from the seed (same seed -> bit-identical parameters).
+  // Re-initialises every parameter exactly as a new net of this configuration and seed has it (RMSNorm
+  // gains, compressor and expansion weights included, which are not drawn) and clears the gradients.
   void init(std::uint64_t seed) {
+    ConvDeltaNet fresh(m_cfg, seed);
+    assignParams(*this, fresh);
+  }
+
+ private:
+  // The seeded draws of a freshly constructed net.
+  void drawParams(std::uint64_t seed) {
     Rng rng(seed);
     m_stem.init(rng);
     std::size_t b = 0;
@@ -73,6 +82,8 @@ class ConvDeltaNet {
     }
     m_head.init(rng);
   }
+
+ public:
 
   // X: (channels*height*width, B), one CHW image per column -> logits: (classes, B)
   void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& logits) {
@@ -107,15 +118,14 @@ class ConvDeltaNet {
       m_readout.forward(last, m_xin);
       m_norm.forward(m_xin, m_z);
     }
-    globalAveragePool(m_z, layout, m_pooled);
-    m_lastLayout = layout;
+    m_pool.forward(m_z, layout, m_pooled);
     m_head.forward(m_pooled, logits);
   }
 
   // dLogits: (classes, B) -> parameter gradients accumulate (the input needs no gradient).
   void backward(const Eigen::Ref<const MatX<S>>& dLogits) {
     m_head.backward(dLogits, m_dPooled);
-    globalAveragePoolBackward(m_dPooled, m_lastLayout, m_dz);
+    m_pool.backward(m_dPooled, m_dz);
     if (m_cfg.dv == 1) {
       m_norm.backward(m_dz, m_dA);
     } else {
@@ -177,26 +187,6 @@ class ConvDeltaNet {
   void imagesToPixels(const Eigen::Ref<const MatX<S>>& X, MatX<S>& P) const {
     imagesToPixels(X, m_cfg.channels, m_cfg.height * m_cfg.width, P);
   }
-  // Z: (c, B*HW) -> P: (c, B), the mean over each image's pixels (summed in column order).
-  static void globalAveragePool(const MatX<S>& Z, const TokenLayout& l, MatX<S>& P) {
-    const Index HW = l.tokensPerSample();
-    const S inv = S(1) / static_cast<S>(HW);
-    P.resize(Z.rows(), l.batch);
-    for (Index b = 0; b < l.batch; ++b) {
-      auto p = P.col(b);
-      p = Z.col(b * HW);
-      for (Index t = 1; t < HW; ++t) p += Z.col(b * HW + t);
-      p *= inv;
-    }
-  }
-  static void globalAveragePoolBackward(const MatX<S>& dP, const TokenLayout& l, MatX<S>& dZ) {
-    const Index HW = l.tokensPerSample();
-    const S inv = S(1) / static_cast<S>(HW);
-    dZ.resize(dP.rows(), l.batch * HW);
-    for (Index b = 0; b < l.batch; ++b)
-      for (Index t = 0; t < HW; ++t) dZ.col(b * HW + t) = inv * dP.col(b);
-  }
-
   ConvDeltaNetConfig m_cfg;
   Conv2d<S> m_stem;
   Expansion<S> m_expand;
@@ -205,9 +195,9 @@ class ConvDeltaNet {
   std::vector<Index> m_stageOfBlock;
   Compressor<S> m_readout;
   RmsNorm<S> m_norm;
+  GlobalAvgPool<S> m_pool;
   Linear<S> m_head;
   std::vector<MatX<S>> m_states;  // inputs and outputs of transitions and blocks in forward order
-  TokenLayout m_lastLayout;
   MatX<S> m_pixels, m_x, m_xin, m_z, m_pooled;
   MatX<S> m_dPooled, m_dz, m_dA, m_dB, m_dx;
 };

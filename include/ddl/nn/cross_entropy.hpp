@@ -5,7 +5,10 @@
 //   lse_b = m_b + log Σ_i exp(Z(i,b) − m_b),  m_b = max_i Z(i,b)        (never overflows)
 //   P(:,b) = exp(Z(:,b) − lse_b)                                         (softmax, cached)
 //   q = (1 − ε) e_y + ε/C                                               (smoothed one-hot)
-//   loss_b = −Σ_i q_i log P(i,b) = lse_b − (1 − ε) Z(y,b) − ε/C Σ_i Z(i,b)
+//   loss_b = −Σ_i q_i log P(i,b) = (lse_b − Z(y,b)) + ε (Z(y,b) − mean_i Z(i,b))
+//   lse_b − Z(y,b) = (m_b − Z(y,b)) + log1p(Σ_{i≠j} exp(Z(i,b) − m_b)), j = argmax: a sum of
+//   non-negative terms in double, so a confident correct column keeps its tiny loss (computing
+//   lse − z_y in float cancels: logits (120, 100, 104) gave 0 instead of 1.1e-7).
 //   loss = mean_b loss_b,   dZ = (P − Q) / B
 #include <cmath>
 #include <string>
@@ -70,19 +73,22 @@ class SoftmaxCrossEntropy {
     detail::checkLabels(fn, labels, count, C, B);
     m_P.resize(C, B);
     m_labels.resize(B);
-    const double off = m_eps / static_cast<double>(C), on = 1.0 - m_eps;
     double total = 0.0;  // summed in double: B terms of similar size
     for (Index b = 0; b < B; ++b) {
       const auto z = Z.col(b).array();
-      const S m = z.maxCoeff();
+      Index j = 0;
+      const S m = z.maxCoeff(&j);
       m_P.col(b).array() = (z - m).exp();
+      double rest = 0.0;  // Σ_{i≠j} exp(z_i − m), each term in (0, 1]
+      for (Index i = 0; i < C; ++i)
+        if (i != j) rest += static_cast<double>(m_P(i, b));
       const S sum = m_P.col(b).sum();
-      const S lse = m + std::log(sum);
       m_P.col(b) *= S(1) / sum;
       const int y = labels[b];
       m_labels(b) = y;
-      double lossB = static_cast<double>(lse) - on * static_cast<double>(z(y));
-      if (m_eps > 0.0) lossB -= off * static_cast<double>(z.sum());
+      const double zy = static_cast<double>(z(y));
+      double lossB = (static_cast<double>(m) - zy) + std::log1p(rest);
+      if (m_eps > 0.0) lossB += m_eps * (zy - static_cast<double>(z.template cast<double>().mean()));
       total += lossB;
     }
     m_hasForward = true;

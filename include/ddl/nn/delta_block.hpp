@@ -12,6 +12,7 @@
 // delta_residual.hpp).
 #include <string>
 
+#include "ddl/core/alias.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/rng.hpp"
@@ -52,6 +53,7 @@ class DeltaBlock {
   // X: (d, dv*N) with N = layout.tokens() -> Y: (d, dv*N). Y must not alias X.
   void forward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
     const char* fn = "ddl::DeltaBlock::forward";
+    requireNoAlias(fn, "X", X, "Y", Y);
     if (X.rows() != m_d || X.cols() != m_dv * layout.tokens())
       throw ShapeError(message(fn, "X has shape ", shapeOf(X), ", expected (", m_d, ", ", m_dv, "*N) with N = ",
                                layout.tokens(), " tokens of the layout ", toString(layout)));

@@ -32,16 +32,26 @@ class DeltaNet {
     m_blocks.reserve(static_cast<std::size_t>(config.depth));
     for (Index i = 0; i < config.depth; ++i) m_blocks.emplace_back(config.d, config.dv, config.block);
     m_states.resize(static_cast<std::size_t>(config.depth) + 1);
-    init(seed);
+    drawParams(seed);
   }
 
-  // Re-initialises every parameter from the seed (same seed -> bit-identical parameters).
+  // Re-initialises every parameter exactly as a new net of this configuration and seed has it (RMSNorm
+  // gains, compressor and expansion weights included, which are not drawn) and clears the gradients.
   void init(std::uint64_t seed) {
+    DeltaNet fresh(m_cfg, seed);
+    assignParams(*this, fresh);
+  }
+
+ private:
+  // The seeded draws of a freshly constructed net.
+  void drawParams(std::uint64_t seed) {
     Rng rng(seed);
     m_input.init(rng);
     for (auto& b : m_blocks) b.init(rng);
     m_head.init(rng);
   }
+
+ public:
 
   // X: (inputDim, N) one column per sample -> logits: (classes, N)
   void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& logits) {

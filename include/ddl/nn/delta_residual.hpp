@@ -16,13 +16,15 @@
 //        | X + beta k v^T             (WriteOnly control)
 //        | X + h                      (Additive baseline: no direction, gate or value parameters exist)
 //
-// Parameters (names under the residual's prefix): gate.weight (1, d), gate.bias (1, 1)
-// [TwoLayerTanh: gate.fc1.weight (hg, d), gate.fc2.weight (1, hg), gate.bias (1, 1)],
+// Parameters (names under the residual's prefix): gate.weight (1, d), gate.bias [1]
+// [TwoLayerTanh: gate.fc1.weight (hg, d), gate.fc2.weight (1, hg), gate.bias [1]],
 // value.weight (dv, d), value.bias (dv, 1), [AuxiliaryMlp: direction.fc1.*, direction.fc2.*].
 // Initialisation (seeded): gate and value weights as torch.nn.Linear (U(+-1/sqrt(fan_in))), value bias 0,
 // gate bias = logit(beta0/2) (SPEC §2), so every token starts near beta0; aux MLP as torch.nn.Linear.
 #include <string>
+#include <vector>
 
+#include "ddl/core/alias.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/rng.hpp"
@@ -130,7 +132,7 @@ class DeltaResidual {
       m_gateW1 = Param<S>(opt.gateHidden, d);
       m_gateW = Param<S>(1, opt.gateHidden);
     }
-    m_gateB = Param<S>(1, 1, /*withDecay=*/false);
+    m_gateB = Param<S>(std::vector<Index>{1}, /*withDecay=*/false);
   }
 
   // Seeded initialisation; draw order: aux MLP (fc1, fc2), gate (fc1, weight), value.
@@ -155,6 +157,7 @@ class DeltaResidual {
   void forward(const Eigen::Ref<const MatX<S>>& X, const Eigen::Ref<const MatX<S>>& Xin,
                const Eigen::Ref<const MatX<S>>& C, const Eigen::Ref<const MatX<S>>& H, MatX<S>& Y) {
     const char* fn = "ddl::DeltaResidual::forward";
+    requireNoAlias(fn, "X", X, "Y", Y);
     const Index N = H.cols();
     checkShape(fn, "H", H, m_d, -1);
     checkShape(fn, "X", X, m_d, m_dv * N);
@@ -220,7 +223,7 @@ class DeltaResidual {
     else
       writeOnlyBackward(m_K, m_beta, m_V, dY, dX, m_dK, m_dBeta, m_dV);
     // gate -> dC
-    gateFromLogitsBackward(m_beta, m_dBeta, m_dZ);
+    gateFromLogitsBackward(m_Z, m_dBeta, m_dZ);
     if (m_opt.gate == GateKind::Linear)
       linearGateLogitsBackward(m_gateW.value, m_cCache, m_dZ, dC, m_gateW.grad, m_gateB.grad);
     else

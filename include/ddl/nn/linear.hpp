@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "ddl/core/alias.hpp"
 #include "ddl/core/config.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/gemm.hpp"
@@ -47,8 +48,10 @@ void runProductTasks(Index work, T&& tasksPerThread, F&& f) {
     for (int t = 0; t < tasks; ++t) f(t, tasks);
     return;
   }
+  ParallelErrors errors;  // a throwing task must not terminate the process
   DDL_OMP(parallel for schedule(static) num_threads(threads))
-  for (int t = 0; t < tasks; ++t) f(t, tasks);
+  for (int t = 0; t < tasks; ++t) errors.guard([&] { f(t, tasks); });
+  errors.rethrow();
 }
 
 // Start of part p when n items are cut into parts nearly equal parts.
@@ -63,7 +66,7 @@ class Linear {
   Linear(Index in, Index out, bool bias = true) : m_in(in), m_out(out), m_hasBias(bias) {
     require(in >= 1 && out >= 1, "ddl::Linear", "in and out must be >= 1, got in = ", in, ", out = ", out);
     m_W = Param<S>(out, in, /*withDecay=*/true);
-    if (bias) m_b = Param<S>(out, 1, /*withDecay=*/false);
+    if (bias) m_b = Param<S>(std::vector<Index>{out}, /*withDecay=*/false);
   }
 
   // Seeded initialisation by scheme (see init.hpp). Draw order: weight (column-major), then bias.
@@ -74,6 +77,7 @@ class Linear {
   // X: (in, B) one column per token -> Y: (out, B). Caches X for backward. Y must not alias X.
   void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) {
     checkShape("ddl::Linear::forward", "X", X, m_in, -1);
+    requireNoAlias("ddl::Linear::forward", "X", X, "Y", Y);
     const Index B = X.cols();
     m_X.resize(m_in, B);  // no allocation when B is unchanged
     m_hasForward = true;
@@ -91,8 +95,10 @@ class Linear {
   }
 
   // dY: (out, B) of the last forward -> dX: (in, B) overwritten; dW, db accumulate (+=).
+  // dX must not alias dY.
   void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) {
     checkBackward(dY);
+    requireNoAlias("ddl::Linear::backward", "dY", dY, "dX", dX);
     const Index B = dY.cols();
     dX.resize(m_in, B);
     reserveWorkspaces();
@@ -120,7 +126,7 @@ class Linear {
                             [&](int t, int tasks) { accumulateParamGrads(dY, t, tasks); });
   }
 
-  // Parameters in a fixed order: "weight" (out, in), then "bias" (out, 1) when present.
+  // Parameters in a fixed order: "weight" (out, in), then "bias" [out] (held as (out, 1)) when present.
   template <class F>
   void visitParams(const std::string& prefix, F&& f) {
     f(joinName(prefix, "weight"), m_W);

@@ -7,6 +7,7 @@
 // per-pixel RMSNorm over channels of a conv net; no separate image layer (tests/test_conv.cpp proves it).
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "ddl/core/error.hpp"
 #include "ddl/core/param.hpp"
@@ -21,7 +22,7 @@ class RmsNorm {
   explicit RmsNorm(Index d, double eps = 1e-5) : m_d(d), m_eps(static_cast<S>(eps)) {
     require(d >= 1, "ddl::RmsNorm", "d must be >= 1, got ", d);
     require(eps >= 0 && std::isfinite(eps), "ddl::RmsNorm", "eps must be finite and >= 0, got ", eps);
-    m_g = Param<S>(d, 1, /*withDecay=*/false);
+    m_g = Param<S>(std::vector<Index>{d}, /*withDecay=*/false);
     m_g.value.setOnes();
   }
 
@@ -62,7 +63,7 @@ class RmsNorm {
     }
   }
 
-  // Parameters: "weight" (d, 1), the gain.
+  // Parameters: "weight" [d] (held as (d, 1)), the gain.
   template <class F>
   void visitParams(const std::string& prefix, F&& f) {
     f(joinName(prefix, "weight"), m_g);

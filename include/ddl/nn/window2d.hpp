@@ -98,8 +98,10 @@ void runWindowTasks(int tasks, F&& f) {
     f(0);
     return;
   }
+  ParallelErrors errors;  // a throwing task must not terminate the process
   DDL_OMP(parallel for schedule(static) num_threads(tasks))
-  for (int t = 0; t < tasks; ++t) f(t);
+  for (int t = 0; t < tasks; ++t) errors.guard([&] { f(t); });
+  errors.rethrow();
 }
 
 // One run of output columns in one output row: columns col .. col+n-1 are pixels (b, oy, ox0 .. ox0+n-1).

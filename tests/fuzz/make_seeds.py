@@ -1,0 +1,84 @@
+#!/usr/bin/python3
+"""Writes the seed corpora of the fuzz targets (tests/fuzz/<target>/): small valid files and a few
+near misses, so that the fuzzer starts inside the formats. Run from anywhere; overwrites the seeds."""
+import gzip
+import json
+import os
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def put(target, name, data):
+    os.makedirs(os.path.join(HERE, target), exist_ok=True)
+    with open(os.path.join(HERE, target, name), "wb") as f:
+        f.write(data)
+
+
+def idx_images(n, rows, cols):
+    return struct.pack(">IIII", 0x803, n, rows, cols) + bytes((i * 37 + 5) % 256 for i in range(n * rows * cols))
+
+
+def idx_labels(labels):
+    return struct.pack(">II", 0x801, len(labels)) + bytes(labels)
+
+
+def idx_pair(images, labels):  # the fuzz_idx input layout: u16 LE image length, images, labels
+    return struct.pack("<H", len(images)) + images + labels
+
+
+def gz(data):
+    return gzip.compress(data, compresslevel=9, mtime=0)
+
+
+img, lbl = idx_images(3, 4, 2), idx_labels([1, 0, 9])
+put("idx", "raw", idx_pair(img, lbl))
+put("idx", "gz", idx_pair(gz(img), gz(lbl)))
+put("idx", "gz_images_raw_labels", idx_pair(gz(img), lbl))
+put("idx", "truncated", idx_pair(img[:-3], lbl))
+put("idx", "count_mismatch", idx_pair(img, idx_labels([1, 2])))
+put("idx", "huge_dims_gz", idx_pair(gz(struct.pack(">IIII", 0x803, 1 << 30, 1, 1) + bytes(4096)), gz(lbl)))
+
+record10 = bytes([3]) + bytes((i * 7) % 256 for i in range(3072))
+record100 = bytes([4, 77]) + bytes((i * 5) % 256 for i in range(3072))
+put("cifar", "cifar10_two", record10 + bytes([9]) + record10[1:])
+put("cifar", "cifar100_one", record100)
+put("cifar", "cifar10_gz", gz(record10 * 2))
+put("cifar", "bad_label", bytes([10]) + record10[1:])
+put("cifar", "partial", record10[:1000])
+
+
+def safetensors(tensors, meta=None, pad=b" "):
+    """tensors: [(name, dtype, shape, bytes)] -> file bytes."""
+    header, data = {}, b""
+    if meta is not None:
+        header["__metadata__"] = meta
+    for name, dtype, shape, raw in tensors:
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += pad * ((8 - len(text) % 8) % 8)
+    return struct.pack("<Q", len(text)) + text + data
+
+
+def f32(*values):
+    return struct.pack(f"<{len(values)}f", *values)
+
+
+model = [("fc.weight", "F32", [2, 3], f32(1, 2, 3, 4, 5, 6)), ("fc.bias", "F32", [2], f32(0.5, -0.5)),
+         ("conv.weight", "F32", [2, 1, 1, 2], f32(1, 0, 0, 1))]
+optim = [("optim.m." + n, "F32", [s[0], (len(r) // 4) // s[0]], r) for n, _, s, r in model]
+meta = {"format": "ddl-checkpoint", "format_version": "2", "epoch": "1", "step": "3", "optimizer_step": "3",
+        "optimizer_tensors": "3", "rng_state": "[1,2,3,4]", "model_config": "{\"d\":\"4\"}"}
+put("safetensors", "checkpoint", safetensors(model + optim, meta))
+put("safetensors", "model_only", safetensors(model, {"format": "pt"}))
+meta_v1 = dict(meta, format_version="1")
+put("safetensors", "checkpoint_v1", safetensors(
+    [(n, d, [s[0], (len(r) // 4) // s[0]], r) for n, d, s, r in model] + optim, meta_v1))
+put("safetensors", "ranks", safetensors([("s", "F64", [], struct.pack("<d", 2.5)),
+                                         ("e", "F32", [0, 5], b""),
+                                         ("i", "I64", [2], struct.pack("<qq", -1, 7)),
+                                         ("u", "U8", [1, 2, 1, 1], b"\x01\x02")]))
+put("safetensors", "nan", safetensors([(n, d, s, r if n != "fc.bias" else f32(float("nan"), 1)) for n, d, s, r in model]
+                                      + optim, meta))
+put("safetensors", "bad_step", safetensors(model + optim, dict(meta, optimizer_step="-1")))
