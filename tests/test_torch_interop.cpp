@@ -2,22 +2,13 @@
 // tensors by their dotted names) and must reproduce ddl's logits on a batch, for every preset x residual
 // kind x dv, in float and double, plus variants that reach the remaining options (constant value,
 // every activation, larger eps_k, a compressor kernel wider than dv). The script runs under Debian's
-// python3-torch with /usr/bin/python3; without it each test exits with kSkipExitCode, which
-// tests/CMakeLists.txt declares as SKIP_RETURN_CODE, so ctest reports them skipped (Catch2 v2 has no SKIP).
+// python3-torch with /usr/bin/python3; without it each test is reported skipped (torch_runner.hpp).
 // Each batch file also carries ddl's gradients of sum(logits .* dLogits) (every parameter and the
 // input), which the script compares with autograd: a second, independent check of every backward.
-#include <cstdlib>
-#include <filesystem>
 #include <fstream>
-#include <iostream>
 #include <map>
-#include <sstream>
 #include <string>
 #include <vector>
-
-#if defined(__unix__) || defined(__APPLE__)
-#include <sys/wait.h>
-#endif
 
 #include <nlohmann/json.hpp>
 
@@ -25,41 +16,14 @@
 #include "ddl/io/checkpoint.hpp"
 #include "ddl/io/safetensors.hpp"
 #include "ddl/nn/delta_net.hpp"
+#include "torch_runner.hpp"
 
 using ddl::Index;
 using ddl::MatX;
 
+using namespace torch_runner;
+
 namespace {
-
-// The interpreter; a build may point it elsewhere (e.g. -DDDL_TEST_PYTHON="/nonexistent" shows the skip).
-#ifndef DDL_TEST_PYTHON
-#define DDL_TEST_PYTHON "/usr/bin/python3"
-#endif
-const char* const kPython = DDL_TEST_PYTHON;
-
-// The script, found from this file's path (CMake compiles tests with absolute source paths).
-std::string scriptPath() {
-  return (std::filesystem::path(__FILE__).parent_path().parent_path() / "tools" / "ddl_torch.py").string();
-}
-
-// Exit code of a command run by std::system (-1 if it did not exit normally).
-int runCommand(const std::string& cmd) {
-  const int raw = std::system(cmd.c_str());
-#if defined(WIFEXITED)
-  return WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-#else
-  return raw;
-#endif
-}
-
-bool torchAvailable() {
-  static const bool ok = runCommand(std::string(kPython) + " -c \"import torch\" > /dev/null 2>&1") == 0;
-  return ok;
-}
-
-std::string tmpPath(const std::string& name) { return std::string(DDL_TEST_TMPDIR) + "/torch_" + name; }
-
-std::string quoted(const std::string& s) { return "\"" + s + "\""; }
 
 struct Case {
   std::string preset;
@@ -164,15 +128,6 @@ std::pair<std::string, std::string> writeCase(const Case& k, const std::string& 
   return {ck, batchFile};
 }
 
-std::string checkCommand(const std::vector<std::pair<std::string, std::string>>& files, double tol,
-                         double gradTol) {
-  std::ostringstream tols;  // std::to_string would print 1e-12 as 0.000000
-  tols << " --tol " << tol << " --grad-tol " << gradTol;
-  std::string cmd = std::string(kPython) + " " + quoted(scriptPath()) + " check" + tols.str();
-  for (const auto& f : files) cmd += " --checkpoint " + quoted(f.first) + " --batch " + quoted(f.second);
-  return cmd;
-}
-
 template <class S>
 void checkAllCases(const std::string& tag, double tol, double gradTol) {
   INFO("script " << scriptPath() << " (found from __FILE__; a relative __FILE__ would need a source-dir define)");
@@ -188,17 +143,7 @@ void checkAllCases(const std::string& tag, double tol, double gradTol) {
   REQUIRE(runCommand(cmd) == 0);
 }
 
-constexpr int kSkipExitCode = 77;
-
 }  // namespace
-
-#define DDL_REQUIRE_TORCH()                                                                            \
-  do {                                                                                                 \
-    if (!torchAvailable()) {                                                                           \
-      std::cerr << "SKIPPED: '" << kPython << " -c \"import torch\"' failed; install python3-torch\n"; \
-      std::exit(kSkipExitCode); /* ctest: SKIP_RETURN_CODE, reported as skipped, not passed */      \
-    }                                                                                                  \
-  } while (0)
 
 TEST_CASE("PyTorch reproduces float DeltaNet logits (1e-5) and gradients (1e-4 rel) from a checkpoint",
           "[io][torch]") {
@@ -269,9 +214,8 @@ TEST_CASE("ddl loads a PyTorch-written safetensors state_dict and reproduces its
       std::ofstream out(base + ".config.json");
       out << nlohmann::json(cfg.toKeyValues()).dump();
     }
-    const std::string cmd = std::string(kPython) + " " + quoted(scriptPath()) + " export --config " +
-                            quoted(base + ".config.json") + " --out " + quoted(base + ".state.safetensors") +
-                            " --batch " + quoted(base + ".batch.safetensors") + " --seed 4 > /dev/null";
+    const std::string cmd =
+        exportCommand(base + ".config.json", base + ".state.safetensors", base + ".batch.safetensors", 4);
     CAPTURE(cmd);
     REQUIRE(runCommand(cmd) == 0);
     ddl::DeltaNet<double> net(cfg, 1);

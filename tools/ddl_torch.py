@@ -1,8 +1,9 @@
 #!/usr/bin/python3
-"""ddl_torch.py: a PyTorch reference implementation of ddl's DeltaNet that loads ddl checkpoints.
+"""ddl_torch.py: a PyTorch reference implementation of ddl's DeltaNet and ConvDeltaNet that loads ddl
+checkpoints.
 
 The network is rebuilt from the checkpoint's "model_config" metadata (the JSON text of
-DeltaNetConfig::toKeyValues()), the tensors are loaded by their dotted ddl names (the names of
+DeltaNetConfig::toKeyValues(), or ConvDeltaNetConfig::toKeyValues() with "model": "conv_delta_net"), the tensors are loaded by their dotted ddl names (the names of
 visitParams; the state_dict of DeltaNet below has exactly those names and shapes), and the forward
 pass mirrors include/ddl/nn/*.hpp and include/ddl/ops/*.hpp one module per ddl class.
 
@@ -12,7 +13,9 @@ state X is (N, dv, d), so X[:, j, :] is ddl's channel j transposed. Parameters h
 which ddl checkpoints (format version 2) store: a Linear is torch.nn.Linear (weight [out, in], bias
 [out]), an RMSNorm gain is [d], a gate bias [1]. So `DeltaNet(cfg).load_state_dict(tensors)` takes a
 ddl checkpoint as it is, and ddl loads this module's state_dict written as safetensors (`export`).
-Version-1 ddl checkpoints (vectors stored as [n, 1]) are reshaped on load.
+Version-1 ddl checkpoints (vectors stored as [n, 1]) are reshaped on load. Image nets take one CHW
+image per row, x: (B, channels*height*width) (ddl: one per column), and keep pixels as token rows in
+ddl's column order (b*H + y)*W + x between convolutions (torch.nn.Conv2d, weight [out, in, kh, kw]).
 
 Usage (Debian's python3-torch with /usr/bin/python3; the safetensors package is not needed):
   ddl_torch.py check --checkpoint CK.safetensors --batch B.safetensors [--tol 1e-5] [--dtype auto]
@@ -23,7 +26,7 @@ Usage (Debian's python3-torch with /usr/bin/python3; the safetensors package is 
       (--grad-tol, relative to max(1, max |gradient|)).
       --checkpoint/--batch may be repeated in pairs (one torch start-up for many checks).
   ddl_torch.py export --config CFG.json --out STATE.safetensors --batch B.safetensors [--seed S] [--n N]
-      Builds the DeltaNet of CFG (DeltaNetConfig::toKeyValues as JSON) in float64 with PyTorch's own
+      Builds the DeltaNet or ConvDeltaNet of CFG (its toKeyValues as JSON) in float64 with PyTorch's own
       initialisation (gains and gate biases perturbed), writes its state_dict as a plain safetensors
       file (metadata {"format": "pt"}, as PyTorch tools write) and a batch of N random inputs "x"
       (input_dim, N) with the logits "logits" (classes, N) in ddl's column layout.
@@ -283,7 +286,7 @@ class DeltaResidual(nn.Module):
         if self.residual == "additive":
             return  # no direction, gate or value parameters exist
         if self.direction_source == "aux_mlp":
-            aux_hidden = int(cfg["aux_hidden"])
+            aux_hidden = int(cfg["aux_hidden"]) or max(d // 4, 1)  # 0: d / 4, as ddl's auxHiddenOf
             self.direction = nn.Module()
             self.direction.fc1 = Linear(d, aux_hidden)
             self.direction.fc2 = Linear(aux_hidden, d)
@@ -326,27 +329,74 @@ class DeltaResidual(nn.Module):
         return X + coef.unsqueeze(2) * k.unsqueeze(1)
 
 
-class DeltaBlock(nn.Module):
-    """ddl::DeltaBlock: x_in = X (dv = 1) | CC(X); c = RMSNorm(x_in); h = fc2(act(fc1(c)));
-    X' = DeltaResidual(X, x_in, c, h). X: (N, dv, d) -> (N, dv, d)."""
+class MlpBranch(nn.Module):
+    """ddl::MlpBranch: h = fc2(act(fc1(c))). c: (N, d) -> h: (N, d); the layout is not needed."""
 
-    def __init__(self, d, dv, cfg):
+    def __init__(self, d, hidden, act):
+        super().__init__()
+        self.fc1 = Linear(d, hidden)
+        self.fc2 = Linear(hidden, d)
+        self.act = activation(act)
+
+    def forward(self, c, layout):
+        return self.fc2(self.act(self.fc1(c)))
+
+
+def rows_to_images(x, layout):
+    """ddl's pixels as tokens, row (b*H + y)*W + x of (N, C) -> NCHW (B, C, H, W)."""
+    B, H, W = layout
+    return x.reshape(B, H, W, -1).permute(0, 3, 1, 2)
+
+
+def images_to_rows(t):
+    """NCHW (B, C, H, W) -> tokens (B*H*W, C), row (b*H + y)*W + x (ddl's column order)."""
+    return t.permute(0, 2, 3, 1).reshape(-1, t.shape[1])
+
+
+def Conv2d(n_in, n_out, kernel, stride):
+    """ddl::Conv2d with padding kernel // 2 is torch.nn.Conv2d: weight [out, in, kh, kw], bias [out]."""
+    return nn.Conv2d(n_in, n_out, kernel, stride=stride, padding=kernel // 2)
+
+
+class ConvBranch(nn.Module):
+    """ddl::ConvBranch: h = conv2(act(conv1(c))), 3x3 convolutions with same padding. c: (N, d) pixels
+    as tokens of layout (B, H, W) -> h: (N, d)."""
+
+    def __init__(self, d, hidden, act):
+        super().__init__()
+        self.conv1 = Conv2d(d, hidden, 3, 1)
+        self.conv2 = Conv2d(hidden, d, 3, 1)
+        self.act = activation(act)
+
+    def forward(self, c, layout):
+        return images_to_rows(self.conv2(self.act(self.conv1(rows_to_images(c, layout)))))
+
+
+class DeltaBlock(nn.Module):
+    """ddl::DeltaBlock<S, Branch>: x_in = X (dv = 1) | CC(X); c = RMSNorm(x_in); h = F(c);
+    X' = DeltaResidual(X, x_in, c, h). X: (N, dv, d) -> (N, dv, d). The branch F is "mlp"
+    (MlpBranch, parameters mlp.*) or "conv" (ConvBranch, parameters conv.*)."""
+
+    def __init__(self, d, dv, cfg, branch="mlp", hidden=None):
         super().__init__()
         self.dv = dv
-        hidden = int(cfg["hidden"])
+        hidden = int(cfg["hidden"]) if hidden is None else hidden
         if dv > 1:
             self.compress = Compressor(d, dv, cfg["compressor"], int(cfg["compressor_kernel"]))
         self.norm = RmsNorm(d, float(cfg["norm_eps"]))
-        self.mlp = nn.Module()
-        self.mlp.fc1 = Linear(d, hidden)
-        self.mlp.fc2 = Linear(hidden, d)
-        self.act = activation(cfg["activation"])
+        if branch == "mlp":
+            self.mlp = MlpBranch(d, hidden, cfg["activation"])
+        elif branch == "conv":
+            self.conv = ConvBranch(d, hidden, cfg["activation"])
+        else:
+            raise ValueError(f"unknown branch '{branch}', expected mlp or conv")
+        self.branch_name = branch  # a second attribute holding the module would duplicate its state_dict keys
         self.delta = DeltaResidual(d, dv, cfg)
 
-    def forward(self, X):
+    def forward(self, X, layout=None):
         x_in = X[:, 0, :] if self.dv == 1 else self.compress(X)
         c = self.norm(x_in)
-        h = self.mlp.fc2(self.act(self.mlp.fc1(c)))
+        h = getattr(self, self.branch_name)(c, layout)
         return self.delta(X, x_in, c, h)
 
 
@@ -376,13 +426,103 @@ class DeltaNet(nn.Module):
         return self.head(self.norm(last))
 
 
+def _int_list(text):
+    return [int(v) for v in str(text).split(",")]
+
+
+class StageTransition(nn.Module):
+    """ddl::StageTransition (SPEC §4): on the compressed state, x_in = X (dv = 1) | CC(X);
+    y = conv 3x3 stride 2 (cin -> cout) of RMSNorm(x_in); X' = y (dv = 1) | expand(y).
+    X: (N, dv, cin) of layout (B, H, W) -> (N', dv, cout) of layout (B, ceil(H/2), ceil(W/2))."""
+
+    def __init__(self, cin, cout, dv, cfg):
+        super().__init__()
+        self.dv = dv
+        if dv > 1:
+            self.compress = Compressor(cin, dv, cfg["compressor"], int(cfg["compressor_kernel"]))
+        self.norm = RmsNorm(cin, float(cfg["norm_eps"]))
+        self.conv = Conv2d(cin, cout, 3, 2)
+        if dv > 1:
+            self.expand = Expansion(cout, dv, int(cfg["learned_expansion"]) != 0)
+
+    def forward(self, X, layout):
+        x_in = X[:, 0, :] if self.dv == 1 else self.compress(X)
+        y = self.conv(rows_to_images(self.norm(x_in), layout))
+        out_layout = (y.shape[0], y.shape[2], y.shape[3])
+        y = images_to_rows(y)
+        return (y.unsqueeze(1) if self.dv == 1 else self.expand(y)), out_layout
+
+
+class ConvDeltaNet(nn.Module):
+    """ddl::ConvDeltaNet (SPEC §4): stem conv -> expand to dv -> per stage [transition] + DeltaBlocks with
+    the conv branch -> readout CC (dv > 1) -> RMSNorm per pixel -> global average pool per image ->
+    Linear head. x: (B, channels*height*width), one CHW image per row -> logits: (B, classes).
+    Blocks are numbered over all stages (blocks.<i>), transitions.<s-1> precede stage s."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.channels, self.height, self.width = int(cfg["channels"]), int(cfg["height"]), int(cfg["width"])
+        widths, depths = _int_list(cfg["widths"]), _int_list(cfg["depths"])
+        if len(widths) != len(depths) or not widths:
+            raise ValueError(f"widths {widths} and depths {depths} must have one entry per stage")
+        dv, ratio = int(cfg["dv"]), int(cfg["branch_ratio"])
+        self.dv = dv
+        self.stem = Conv2d(self.channels, widths[0], int(cfg["stem_kernel"]), int(cfg["stem_stride"]))
+        if dv > 1:
+            self.expand = Expansion(widths[0], dv, int(cfg["learned_expansion"]) != 0)
+        self.transitions = nn.ModuleList(StageTransition(widths[s - 1], widths[s], dv, cfg)
+                                         for s in range(1, len(widths)))
+        self.blocks = nn.ModuleList(DeltaBlock(w, dv, cfg, branch="conv", hidden=ratio * w)
+                                    for w, n in zip(widths, depths) for _ in range(n))
+        self.depths = depths
+        if dv > 1:
+            self.readout = Compressor(widths[-1], dv, cfg["compressor"], int(cfg["compressor_kernel"]))
+        self.norm = RmsNorm(widths[-1], float(cfg["final_norm_eps"]))
+        self.head = Linear(widths[-1], int(cfg["classes"]))
+
+    def forward(self, x):
+        t = self.stem(x.reshape(x.shape[0], self.channels, self.height, self.width))
+        layout = (t.shape[0], t.shape[2], t.shape[3])
+        x0 = images_to_rows(t)
+        X = x0.unsqueeze(1) if self.dv == 1 else self.expand(x0)
+        b = 0
+        for s, n in enumerate(self.depths):
+            if s > 0:
+                X, layout = self.transitions[s - 1](X, layout)
+            for _ in range(n):
+                X = self.blocks[b](X, layout)
+                b += 1
+        last = X[:, 0, :] if self.dv == 1 else self.readout(X)
+        z = self.norm(last)                                    # (B*H*W, C)
+        pooled = z.reshape(layout[0], layout[1] * layout[2], -1).mean(dim=1)
+        return self.head(pooled)
+
+
 # ---------------------------------------------------------------------------------------------
 # Loading.
 
-_CONFIG_KEYS = ("input_dim", "classes", "d", "depth", "dv", "learned_expansion", "final_norm_eps", "preset",
-                "hidden", "activation", "norm_eps", "compressor", "compressor_kernel", "residual", "direction",
-                "direction_norm", "eps_k", "gate", "gate_hidden", "beta0", "value", "value_scale",
-                "value_constant", "aux_hidden", "aux_activation")
+_RESIDUAL_KEYS = ("final_norm_eps", "preset", "activation", "norm_eps", "compressor", "compressor_kernel",
+                  "residual", "direction", "direction_norm", "eps_k", "gate", "gate_hidden", "beta0", "value",
+                  "value_scale", "value_constant", "aux_hidden", "aux_activation", "dv", "learned_expansion")
+_CONFIG_KEYS = {  # model_config "model" -> the keys its toKeyValues writes
+    "delta_net": ("input_dim", "classes", "d", "depth", "hidden") + _RESIDUAL_KEYS,
+    "conv_delta_net": ("model", "channels", "height", "width", "classes", "widths", "depths", "branch_ratio",
+                       "stem_kernel", "stem_stride") + _RESIDUAL_KEYS,
+}
+
+
+def build_model(cfg, where):
+    """The network of a model_config (DeltaNetConfig or ConvDeltaNetConfig::toKeyValues) and its input
+    size per sample. where names the source in errors."""
+    kind = cfg.get("model", "delta_net")  # DeltaNetConfig writes no "model" key
+    if kind not in _CONFIG_KEYS:
+        raise FormatError(f"{where}: model {kind!r}, expected one of {sorted(_CONFIG_KEYS)}")
+    missing = [k for k in _CONFIG_KEYS[kind] if k not in cfg]
+    if missing:
+        raise FormatError(f"{where}: model_config of a {kind} lacks the keys {missing}")
+    if kind == "conv_delta_net":
+        return ConvDeltaNet(cfg), int(cfg["channels"]) * int(cfg["height"]) * int(cfg["width"])
+    return DeltaNet(cfg), int(cfg["input_dim"])
 
 
 def load_checkpoint(path, dtype=None):
@@ -395,9 +535,6 @@ def load_checkpoint(path, dtype=None):
     if "model_config" not in meta:
         raise FormatError(f"{path}: metadata has no 'model_config' (save with CheckpointMeta::modelConfig)")
     cfg = json.loads(meta["model_config"])
-    missing = [k for k in _CONFIG_KEYS if k not in cfg]
-    if missing:
-        raise FormatError(f"{path}: model_config lacks the keys {missing}")
     params = {k: v for k, v in tensors.items() if not k.startswith("optim.")}
     version = meta.get("format_version", "2")
     if version not in ("1", "2"):
@@ -407,7 +544,7 @@ def load_checkpoint(path, dtype=None):
         raise FormatError(f"{path}: parameters mix dtypes {sorted(str(t) for t in dtypes)}")
     if dtype is None:
         dtype = dtypes.pop() if dtypes else torch.float32
-    model = DeltaNet(cfg).to(dtype)
+    model = build_model(cfg, path)[0].to(dtype)
     expected = model.state_dict()
     if version == "1":  # every tensor was stored as [rows, cols]; vectors as [n, 1]
         params = {k: v.reshape(expected[k].shape) if k in expected and v.numel() == expected[k].numel() else v
@@ -490,15 +627,13 @@ def export_command(args):
     """Writes a PyTorch-initialised DeltaNet's state_dict and a batch with its logits (see usage)."""
     with open(args.config, encoding="utf-8") as f:
         cfg = json.load(f)
-    missing = [k for k in _CONFIG_KEYS if k not in cfg]
-    if missing:
-        raise FormatError(f"{args.config}: the model config lacks the keys {missing}")
     torch.manual_seed(args.seed)
-    model = DeltaNet(cfg).to(torch.float64)
+    model, input_dim = build_model(cfg, args.config)
+    model = model.to(torch.float64)
     with torch.no_grad():  # PyTorch's init leaves gains at 1 and gate biases at 0: move them
         for p in model.parameters():
             p.add_(0.3 * torch.randn_like(p))
-    x = torch.randn(args.n, int(cfg["input_dim"]), dtype=torch.float64)
+    x = torch.randn(args.n, input_dim, dtype=torch.float64)
     with torch.no_grad():
         logits = model(x)
     write_safetensors(args.out, model.state_dict(), {"format": "pt"})
@@ -550,6 +685,9 @@ def find_idx_files(directory, part):
 def logits_command(args):
     """Runs the checkpoint on IDX images; prints the accuracy (with labels) and the first logits."""
     model, _ = load_checkpoint(args.checkpoint)
+    if not isinstance(model, DeltaNet):
+        raise FormatError(f"{args.checkpoint}: 'logits' runs DeltaNet checkpoints on IDX images; this one holds a "
+                          f"{type(model).__name__} (use 'check' with a batch file)")
     if os.path.isdir(args.idx):
         images_path, labels_path = find_idx_files(args.idx, args.part)
     else:

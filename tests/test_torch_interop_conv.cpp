@@ -1,0 +1,213 @@
+// PyTorch interop of the image net: tools/ddl_torch.py rebuilds a ConvDeltaNet from a ddl checkpoint
+// (model_config with "model": "conv_delta_net", tensors by name with PyTorch's shapes, conv weights
+// [out, in, kh, kw]) out of torch.nn.Conv2d and the per-token modules of the MLP net, and must
+// reproduce ddl's logits and every parameter gradient of sum(logits .* dLogits) (autograd against
+// ddl's hand-derived backward), for each residual kind, dv in {1, 2, 3}, stem stride 1 and 2, odd
+// image sizes (the ceil of a stride-2 transition) and the presets' direction sources. The other way
+// round, ddl loads a PyTorch-written state_dict of a ConvDeltaNet and reproduces its logits.
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "catch_compat.hpp"
+#include "ddl/io/checkpoint.hpp"
+#include "ddl/io/safetensors.hpp"
+#include "ddl/nn/conv_delta_net.hpp"
+#include "torch_runner.hpp"
+
+using ddl::Index;
+using ddl::MatX;
+
+using namespace torch_runner;
+
+namespace {
+
+struct ConvCase {
+  std::string preset;
+  ddl::ResidualKind residual;
+  Index dv;
+  Index stemStride;
+  std::string variant;  // "" | "structured5" (structured CC, kernel 5, learned EC) | "deep" (two blocks, no stage 2)
+};
+
+std::string nameOf(const ConvCase& c) {
+  return "conv_" + c.preset + "_" + ddl::toString(c.residual) + "_dv" + std::to_string(c.dv) + "_s" +
+         std::to_string(c.stemStride) + (c.variant.empty() ? "" : "_" + c.variant);
+}
+
+ddl::ConvDeltaNetConfig makeConfig(const ConvCase& k) {
+  ddl::ConvDeltaNetConfig c;
+  c.channels = 2;
+  c.height = 5;  // odd: the stride-2 steps round up
+  c.width = 6;
+  c.classes = 3;
+  c.widths = {3, 4};
+  c.depths = {1, 1};
+  c.stemStride = k.stemStride;
+  c.dv = k.dv;
+  c.block.residual.residual = k.residual;
+  ddl::applyPreset(c, k.preset);
+  c.block.residual.gateHidden = 3;
+  c.learnedExpansion = k.dv > 1;
+  if (k.variant == "structured5") {
+    c.block.compressor = ddl::CompressorKind::Structured;
+    c.block.compressorKernel = 5;
+    c.branchRatio = 2;
+  } else if (k.variant == "deep") {
+    c.depths = {2, 0};
+    c.stemKernel = 5;
+  }
+  return c;
+}
+
+std::vector<ConvCase> allCases() {
+  std::vector<ConvCase> cases;
+  for (auto kind : {ddl::ResidualKind::Delta, ddl::ResidualKind::WriteOnly, ddl::ResidualKind::Additive})
+    for (Index dv : {1, 2}) cases.push_back({"code", kind, dv, 1, ""});
+  cases.push_back({"code", ddl::ResidualKind::Delta, 1, 2, ""});
+  cases.push_back({"paper", ddl::ResidualKind::Delta, 2, 2, ""});
+  cases.push_back({"v1", ddl::ResidualKind::Delta, 1, 1, ""});  // auxiliary direction MLP, two-layer gate
+  cases.push_back({"v1", ddl::ResidualKind::WriteOnly, 2, 2, ""});
+  cases.push_back({"code", ddl::ResidualKind::Delta, 3, 1, "structured5"});
+  cases.push_back({"code", ddl::ResidualKind::Delta, 1, 2, "deep"});
+  return cases;
+}
+
+ddl::CheckpointMeta metaOf(const ddl::ConvDeltaNetConfig& cfg) {
+  ddl::CheckpointMeta meta;
+  meta.preset = cfg.preset;
+  meta.modelConfig = nlohmann::json(cfg.toKeyValues()).dump();
+  return meta;
+}
+
+// The net of `k` with every parameter perturbed (so gains, CC and EC weights and gate biases are off
+// their symmetric initial values and a wrong index or transposition shows), run on a random batch of 3
+// images; writes the checkpoint and the batch (x, logits, dlogits, grad.<name> in ddl's layout).
+template <class S>
+std::pair<std::string, std::string> writeCase(const ConvCase& k, const std::string& tag, std::uint64_t seed) {
+  const ddl::ConvDeltaNetConfig cfg = makeConfig(k);
+  ddl::ConvDeltaNet<S> net(cfg, seed);
+  ddl::Rng rng(seed + 7);
+  net.visitParams("", [&](const std::string&, ddl::Param<S>& p) {
+    for (Index j = 0; j < p.value.cols(); ++j)
+      for (Index i = 0; i < p.value.rows(); ++i) p.value(i, j) += static_cast<S>(0.5 * rng.normal());
+  });
+  const Index B = 3;
+  MatX<S> X(cfg.inputDim(), B), logits;
+  for (Index j = 0; j < B; ++j)
+    for (Index i = 0; i < cfg.inputDim(); ++i) X(i, j) = static_cast<S>(rng.normal());
+  net.forward(X, logits);
+  REQUIRE(logits.allFinite());
+  MatX<S> dLogits(cfg.classes, B);
+  for (Index j = 0; j < B; ++j)
+    for (Index i = 0; i < cfg.classes; ++i) dLogits(i, j) = static_cast<S>(rng.normal());
+  ddl::zeroGrad(net);
+  net.backward(dLogits);
+  std::map<std::string, MatX<S>> batch{{"x", X}, {"logits", logits}, {"dlogits", dLogits}};
+  net.visitParams("", [&](const std::string& name, ddl::Param<S>& p) { batch["grad." + name] = p.grad; });
+  const std::string base = tmpPath(tag + "_" + nameOf(k));
+  const std::string ck = base + ".ck.safetensors", batchFile = base + ".batch.safetensors";
+  ddl::saveCheckpoint(ck, net, metaOf(cfg));
+  ddl::saveSafetensors<S>(batchFile, batch);
+  return {ck, batchFile};
+}
+
+template <class S>
+void checkAllCases(const std::string& tag, double tol, double gradTol) {
+  INFO("script " << scriptPath());
+  REQUIRE(std::ifstream(scriptPath()).good());
+  std::vector<std::pair<std::string, std::string>> files;
+  std::uint64_t seed = 300;
+  for (const ConvCase& k : allCases()) {
+    CAPTURE(nameOf(k));
+    files.push_back(writeCase<S>(k, tag, seed++));
+  }
+  const std::string cmd = checkCommand(files, tol, gradTol);
+  CAPTURE(cmd);
+  REQUIRE(runCommand(cmd) == 0);
+}
+
+}  // namespace
+
+TEST_CASE("PyTorch reproduces float ConvDeltaNet logits (1e-5) and gradients (1e-4 rel) from a checkpoint",
+          "[io][torch][conv]") {
+  DDL_REQUIRE_TORCH();
+  checkAllCases<float>("f32", 1e-5, 1e-4);
+}
+
+TEST_CASE("PyTorch reproduces double ConvDeltaNet logits (1e-12) and gradients (1e-10 rel) from a checkpoint",
+          "[io][torch][conv]") {
+  DDL_REQUIRE_TORCH();
+  checkAllCases<double>("f64", 1e-12, 1e-10);
+}
+
+TEST_CASE("ddl_torch.py fails on a ConvDeltaNet gradient off by 1e-6 and on a conv config with another width",
+          "[io][torch][conv]") {
+  DDL_REQUIRE_TORCH();
+  const ConvCase k{"code", ddl::ResidualKind::Delta, 2, 2, ""};
+  const auto files = writeCase<double>(k, "neg", 9);
+  REQUIRE(runCommand(checkCommand({files}, 1e-12, 1e-10)) == 0);
+
+  // One entry of a 3x3 kernel's gradient off by 1e-6: the gradient comparison must fail (exit 1).
+  auto batch = ddl::loadSafetensors<double>(files.second);
+  batch.at("grad.blocks.1.conv.conv2.weight")(1, 4) += 1e-6;
+  const std::string tampered = tmpPath("neg_conv_tampered.batch.safetensors");
+  ddl::saveSafetensors<double>(tampered, batch);
+  CHECK(runCommand(checkCommand({{files.first, tampered}}, 1e-12, 1e-10)) == 1);
+
+  // A model_config whose second stage is wider than the tensors: loading must refuse (exit 2).
+  ddl::ConvDeltaNetConfig cfg = makeConfig(k);
+  ddl::ConvDeltaNet<double> net(cfg, 9);
+  ddl::loadCheckpoint(files.first, net);
+  cfg.widths = {3, 5};
+  const std::string wrong = tmpPath("neg_conv_width.ck.safetensors");
+  ddl::saveCheckpoint(wrong, net, metaOf(cfg));
+  CHECK(runCommand(checkCommand({{wrong, files.second}}, 1e-12, 1e-10)) == 2);
+}
+
+TEST_CASE("ConvDeltaNet checkpoints store PyTorch shapes: conv weights [out, in, kh, kw], biases [n]",
+          "[io][conv]") {
+  const ConvCase k{"code", ddl::ResidualKind::Delta, 2, 2, ""};
+  const auto files = writeCase<float>(k, "shapes", 13);
+  const ddl::SafetensorsHeader h = ddl::readSafetensorsHeader(files.first);
+  CHECK(h.find("stem.weight")->shape == std::vector<std::int64_t>{3, 2, 3, 3});
+  CHECK(h.find("stem.bias")->shape == std::vector<std::int64_t>{3});
+  CHECK(h.find("blocks.0.conv.conv1.weight")->shape == std::vector<std::int64_t>{3, 3, 3, 3});
+  CHECK(h.find("transitions.0.conv.weight")->shape == std::vector<std::int64_t>{4, 3, 3, 3});
+  CHECK(h.find("blocks.1.delta.gate.bias")->shape == std::vector<std::int64_t>{1});
+  CHECK(h.find("head.weight")->shape == std::vector<std::int64_t>{3, 4});
+}
+
+TEST_CASE("ddl loads a PyTorch-written ConvDeltaNet state_dict and reproduces its logits (1e-12)",
+          "[io][torch][conv]") {
+  DDL_REQUIRE_TORCH();
+  for (const ConvCase& k : {ConvCase{"code", ddl::ResidualKind::Delta, 1, 2, ""},
+                            ConvCase{"paper", ddl::ResidualKind::Delta, 2, 1, ""},
+                            ConvCase{"v1", ddl::ResidualKind::WriteOnly, 2, 2, ""},
+                            ConvCase{"code", ddl::ResidualKind::Additive, 1, 1, ""},
+                            ConvCase{"code", ddl::ResidualKind::Delta, 3, 1, "structured5"}}) {
+    CAPTURE(nameOf(k));
+    const ddl::ConvDeltaNetConfig cfg = makeConfig(k);
+    const std::string base = tmpPath("export_" + nameOf(k));
+    {
+      std::ofstream out(base + ".config.json");
+      out << nlohmann::json(cfg.toKeyValues()).dump();
+    }
+    const std::string cmd =
+        exportCommand(base + ".config.json", base + ".state.safetensors", base + ".batch.safetensors", 6);
+    CAPTURE(cmd);
+    REQUIRE(runCommand(cmd) == 0);
+    ddl::ConvDeltaNet<double> net(cfg, 1);
+    const ddl::CheckpointMeta meta = ddl::loadCheckpoint(base + ".state.safetensors", net);  // strict: every name
+    CHECK(meta.modelConfig.empty());
+    const auto batch = ddl::loadSafetensors<double>(base + ".batch.safetensors");
+    MatX<double> logits;
+    net.forward(batch.at("x"), logits);
+    REQUIRE(logits.rows() == batch.at("logits").rows());
+    REQUIRE(logits.cols() == batch.at("logits").cols());
+    CHECK((logits - batch.at("logits")).cwiseAbs().maxCoeff() < 1e-12);
+  }
+}
