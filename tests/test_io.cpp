@@ -585,6 +585,34 @@ TEST_CASE("metrics csv: header once, quoting, append", "[io][csv]") {
   CHECK(readBytes(path) == "epoch,acc\n");
 }
 
+TEST_CASE("metrics csv: a full disk leaves the file as it was, never half a row", "[io][csv]") {
+  const std::string path = tmpPath("metrics_full.csv");
+  ddl::MetricsCsv csv(path, {"epoch", "note"});
+  csv.row(1, "first");
+  const std::string before = readBytes(path);
+  {
+    rlimit old{};
+    REQUIRE(::getrlimit(RLIMIT_FSIZE, &old) == 0);
+    const auto oldHandler = std::signal(SIGXFSZ, SIG_IGN);
+    rlimit small = old;
+    small.rlim_cur = before.size() + 10;  // the next row needs more: writes fail with EFBIG as on a full disk
+    REQUIRE(::setrlimit(RLIMIT_FSIZE, &small) == 0);
+    const std::string msg =
+        thrownMessage<ddl::IoError>([&] { csv.row(2, std::string(100, 'x')); });
+    ::setrlimit(RLIMIT_FSIZE, &old);
+    std::signal(SIGXFSZ, oldHandler);
+    CHECK(contains(msg, ddl::atomicTempPath(path)));
+  }
+  CHECK(readBytes(path) == before);  // not "1,first\n2,xxx" cut at the limit
+  csv.row(2, "second");              // the writer goes on once there is room again
+  CHECK(readBytes(path) == "epoch,note\n1,first\n2,second\n");
+  {
+    std::ofstream(path, std::ios::binary | std::ios::app) << "3,cut";  // an older writer's torn row
+  }
+  CHECK(contains(thrownMessage<ddl::IoError>([&] { ddl::MetricsCsv(path, {"epoch", "note"}, true); }),
+                 "is incomplete"));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Hostile files (issue 8) and tensors of any rank (issue 7).
 

@@ -2,19 +2,25 @@
 // ddl/io/metrics_csv.hpp: a small CSV writer for per-epoch metrics (RFC 4180 quoting).
 //
 //   ddl::MetricsCsv csv("run/metrics.csv", {"epoch", "train_loss", "test_acc"});
-//   csv.row(1, 0.4123, 0.861);      // one line, flushed at once so a crash loses nothing
+//   csv.row(1, 0.4123, 0.861);      // the file now ends with this complete row
 //
 // The header row is written once. In append mode (for --resume) an existing file keeps its rows
 // and must start with the same header; an empty or missing file gets the header.
+// Every row replaces the whole file atomically (io/atomic_file.hpp): a crash or a full disk leaves
+// the file as it was before the row, never half a row. Metrics files have one row per epoch, so
+// rewriting a few kilobytes per row costs nothing next to an epoch.
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
+#include <ostream>
 #include <sstream>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "ddl/core/error.hpp"
+#include "ddl/io/atomic_file.hpp"
 
 namespace ddl {
 
@@ -55,21 +61,23 @@ class MetricsCsv {
     const char* fn = "ddl::MetricsCsv";
     require(!columns.empty(), fn, path, ": needs at least one column");
     const std::string header = joinRow(columns);
-    bool writeHeader = true;
     if (append) {
       std::ifstream in(path, std::ios::binary);
-      std::string first;
-      if (in && std::getline(in, first)) {
+      std::string existing((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      if (!existing.empty()) {
+        std::string first = existing.substr(0, existing.find('\n'));
         if (!first.empty() && first.back() == '\r') first.pop_back();
         if (first != header)
           throw IoError(message(fn, path, ": existing header \"", first, "\" differs from \"", header,
                                 "\"; refusing to append"));
-        writeHeader = false;
+        if (existing.back() != '\n')  // only a writer without atomic rows leaves this
+          throw IoError(message(fn, path, ": the last row (from byte offset ", existing.rfind('\n') + 1,
+                                ") is incomplete; refusing to append after it"));
+        m_text = std::move(existing);
+        return;
       }
     }
-    m_out.open(path, append ? std::ios::binary | std::ios::app : std::ios::binary | std::ios::trunc);
-    if (!m_out) throw IoError(message(fn, path, ": cannot open for writing"));
-    if (writeHeader) writeLine(header);
+    writeLine(header);
   }
 
   const std::string& path() const { return m_path; }
@@ -105,15 +113,16 @@ class MetricsCsv {
     for (std::size_t i = 0; i < fields.size(); ++i) line += (i ? "," : "") + csvField(fields[i]);
     return line;
   }
+  // The file becomes m_text + line, or stays as it was (the IoError names the file and the reason).
   void writeLine(const std::string& line) {
-    m_out << line << '\n';
-    m_out.flush();
-    if (!m_out) throw IoError(message("ddl::MetricsCsv", m_path, ": write failed"));
+    std::string next = m_text + line + '\n';
+    writeFileAtomically(m_path, [&](std::ostream& os) { os << next; });
+    m_text = std::move(next);
   }
 
   std::string m_path;
   std::vector<std::string> m_columns;
-  std::ofstream m_out;
+  std::string m_text;  // the file's content: every row written so far
 };
 
 }  // namespace ddl
