@@ -61,9 +61,38 @@ TEST_CASE("direction normalization validates eps and refuses 0/0", "[ops][direct
   CHECK(ddl_test::contains(msg, "ddl::normalizeDirections: eps must be finite and >= 0, got -1"));
   msg = ddl_test::thrownMessage<ddl::MathError>([&] { ddl::normalizeDirections(Kt, DirectionNorm::AddEps, 0.0, K, norm); });
   CHECK(ddl_test::contains(msg, "direction of token 0 has norm 0 and eps = 0"));
+  // A NaN or Inf direction is named as such, not as a zero norm (it used to read "has norm 0").
+  Kt << 1, 2, std::numeric_limits<double>::quiet_NaN(), 3;
+  for (auto kind : {DirectionNorm::SqrtEps, DirectionNorm::AddEps}) {
+    msg = ddl_test::thrownMessage<ddl::MathError>([&] { ddl::normalizeDirections(Kt, kind, 1e-5, K, norm); });
+    CHECK(ddl_test::contains(msg, "direction of token 0 is not finite: entry 1 of 2 is nan"));
+  }
+  Kt(1, 0) = 2;
+  Kt(1, 1) = -std::numeric_limits<double>::infinity();
+  msg = ddl_test::thrownMessage<ddl::MathError>([&] { ddl::normalizeDirections(Kt, DirectionNorm::SqrtEps, 0.0, K, norm); });
+  CHECK(ddl_test::contains(msg, "direction of token 1 is not finite: entry 1 of 2 is -inf"));
   msg = ddl_test::thrownMessage<ddl::ValueError>([] { ddl::parseDirectionNorm("l2"); });
   CHECK(ddl_test::contains(msg, "unknown normalization 'l2'"));
   CHECK(ddl::parseDirectionNorm("add_eps") == DirectionNorm::AddEps);
+}
+
+TEST_CASE("a finite direction whose squared norm overflows float still normalizes to a unit vector",
+          "[ops][direction]") {
+  MatX<float> Kt(3, 2), K, dKt;
+  Kt << 3e20f, 1.0f, -4e20f, 2.0f, 0.0f, 2.0f;  // |k~|^2 = 2.5e41 overflows float; |k~| = 5e20 does not
+  RowX<float> norm;
+  for (auto kind : {DirectionNorm::SqrtEps, DirectionNorm::AddEps}) {
+    CAPTURE(ddl::toString(kind));
+    ddl::normalizeDirections(Kt, kind, 1e-5f, K, norm);
+    REQUIRE(K.allFinite());
+    CHECK(norm(0, 0) == Approx(5e20).epsilon(1e-6));
+    CHECK(K(0, 0) == Approx(0.6).epsilon(1e-6));
+    CHECK(K(1, 0) == Approx(-0.8).epsilon(1e-6));
+    CHECK(K.col(1).norm() == Approx(1.0).epsilon(1e-5));
+    MatX<float> dK = MatX<float>::Ones(3, 2);
+    ddl::normalizeDirectionsBackward(K, norm, kind, 1e-5f, dK, dKt);
+    CHECK(dKt.allFinite());
+  }
 }
 
 TEST_CASE("gate beta = 2 sigma(z) is stable and its bias reproduces beta0", "[ops][gate]") {

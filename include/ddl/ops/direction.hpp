@@ -26,7 +26,9 @@ inline DirectionNorm parseDirectionNorm(const std::string& name) {
 }
 
 // Kt: (d, N) raw directions -> K: (d, N), Norm: (1, N) the cache for backward
-// (SqrtEps: n = sqrt(|k~|^2 + eps^2); AddEps: |k~|). Throws MathError when a column would divide by 0.
+// (SqrtEps: n = sqrt(|k~|^2 + eps^2); AddEps: |k~|). Throws MathError when a column would divide by 0
+// or holds a NaN/Inf (naming the token and the first bad entry). A finite column whose squared norm
+// overflows (float |k~| above ~1.8e19) is measured with a scaled norm, so k stays a unit direction.
 template <class DK>
 void normalizeDirections(const Eigen::MatrixBase<DK>& Kt, DirectionNorm kind, typename DK::Scalar eps,
                          MatX<typename DK::Scalar>& K, RowX<typename DK::Scalar>& Norm) {
@@ -39,7 +41,15 @@ void normalizeDirections(const Eigen::MatrixBase<DK>& Kt, DirectionNorm kind, ty
   for (Index n = 0; n < N; ++n) {
     const S sq = Kt.col(n).squaredNorm();
     S denom;
-    if (kind == DirectionNorm::SqrtEps) {
+    if (!std::isfinite(static_cast<double>(sq))) {
+      for (Index i = 0; i < d; ++i)
+        if (!std::isfinite(static_cast<double>(Kt(i, n))))
+          throw MathError(message(fn, "direction of token ", n, " is not finite: entry ", i, " of ", d, " is ",
+                                  Kt(i, n), " (the branch output that gives k~ is NaN/Inf)"));
+      const S len = Kt.col(n).stableNorm();  // |k~|^2 overflowed, |k~| itself does not
+      Norm(0, n) = kind == DirectionNorm::SqrtEps ? std::hypot(len, eps) : len;
+      denom = kind == DirectionNorm::SqrtEps ? Norm(0, n) : len + eps;
+    } else if (kind == DirectionNorm::SqrtEps) {
       Norm(0, n) = std::sqrt(sq + eps * eps);
       denom = Norm(0, n);
     } else {
