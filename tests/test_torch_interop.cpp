@@ -96,51 +96,21 @@ template <class S>
 std::pair<std::string, std::string> writeCase(const Case& k, const std::string& tag, std::uint64_t seed) {
   const ddl::DeltaNetConfig cfg = makeConfig(k);
   ddl::DeltaNet<S> net(cfg, seed);
-  ddl::Rng rng(seed + 7);
-  // Perturb everything, so that CC weights, expansion, gains and gate biases are not at their
-  // symmetric initial values and a wrong index or transposition shows in the logits.
-  net.visitParams("", [&](const std::string&, ddl::Param<S>& p) {
-    for (Index j = 0; j < p.value.cols(); ++j)
-      for (Index i = 0; i < p.value.rows(); ++i) p.value(i, j) += static_cast<S>(0.5 * rng.normal());
-  });
-  const Index N = 7;
-  MatX<S> X(cfg.inputDim, N), logits;
-  for (Index j = 0; j < N; ++j)
-    for (Index i = 0; i < cfg.inputDim; ++i) X(i, j) = static_cast<S>(rng.normal());
-  net.forward(X, logits);
-  REQUIRE(logits.allFinite());
-  // Gradients of sum(logits .* dLogits), for the script to compare with autograd.
-  MatX<S> dLogits(cfg.classes, N), dX;
-  for (Index j = 0; j < N; ++j)
-    for (Index i = 0; i < cfg.classes; ++i) dLogits(i, j) = static_cast<S>(rng.normal());
-  ddl::zeroGrad(net);
-  net.backward(dLogits, &dX);
-  std::map<std::string, MatX<S>> batch{{"x", X}, {"logits", logits}, {"dlogits", dLogits}, {"dx", dX}};
-  net.visitParams("", [&](const std::string& name, ddl::Param<S>& p) { batch["grad." + name] = p.grad; });
-
   ddl::CheckpointMeta meta;
   meta.preset = cfg.preset;
   meta.modelConfig = nlohmann::json(cfg.toKeyValues()).dump();
-  const std::string base = tmpPath(tag + "_" + nameOf(k));
-  const std::string ck = base + ".ck.safetensors", batchFile = base + ".batch.safetensors";
-  ddl::saveCheckpoint(ck, net, meta);
-  ddl::saveSafetensors<S>(batchFile, batch);
-  return {ck, batchFile};
+  return writeCheckFiles<S>(net, cfg.inputDim, cfg.classes, 7, seed, meta, tmpPath(tag + "_" + nameOf(k)),
+                            [](ddl::DeltaNet<S>& n, const MatX<S>& dLogits, std::map<std::string, MatX<S>>& batch) {
+                              MatX<S> dX;
+                              n.backward(dLogits, &dX);
+                              batch["dx"] = dX;  // the input's gradient is checked too
+                            });
 }
 
 template <class S>
 void checkAllCases(const std::string& tag, double tol, double gradTol) {
-  INFO("script " << scriptPath() << " (found from __FILE__; a relative __FILE__ would need a source-dir define)");
-  REQUIRE(std::ifstream(scriptPath()).good());
-  std::vector<std::pair<std::string, std::string>> files;
-  std::uint64_t seed = 100;
-  for (const Case& k : allCases()) {
-    CAPTURE(nameOf(k));
-    files.push_back(writeCase<S>(k, tag, seed++));
-  }
-  const std::string cmd = checkCommand(files, tol, gradTol);
-  CAPTURE(cmd);
-  REQUIRE(runCommand(cmd) == 0);
+  checkCases(allCases(), [](const Case& k) { return nameOf(k); },
+             [&](const Case& k, std::uint64_t seed) { return writeCase<S>(k, tag, seed); }, 100, tol, gradTol);
 }
 
 }  // namespace
