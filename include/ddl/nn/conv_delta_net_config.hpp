@@ -10,15 +10,11 @@
 // with hidden = branchRatio * widths[s]. block.hidden must stay 0 (the width is per stage).
 // stemStride 2 makes the stem a stride-2 convolution (padding k/2), so stage 0 runs at ceil(H/2) x ceil(W/2).
 // Presets and residual kinds are those of DeltaNetConfig (applyPreset works on block.residual alike).
-#include <algorithm>
-#include <map>
-#include <sstream>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "ddl/core/error.hpp"
-#include "ddl/core/parse.hpp"
+#include "ddl/core/key_values.hpp"
 #include "ddl/core/types.hpp"
 #include "ddl/nn/delta_block.hpp"
 #include "ddl/nn/delta_net_config.hpp"
@@ -69,111 +65,47 @@ struct ConvDeltaNetConfig {
     block.residual.validate(fn);
   }
 
-  // String form of every option, for checkpoint metadata.
-  std::map<std::string, std::string> toKeyValues() const {
-    std::map<std::string, std::string> kv;
-    auto put = [&kv](const std::string& k, const auto& v) {
-      std::ostringstream os;
-      os.precision(17);
-      os << v;
-      kv[k] = os.str();
-    };
+  // String form of every option, for checkpoint metadata ("model": "conv_delta_net" tells it from a
+  // DeltaNetConfig).
+  KeyValues toKeyValues() const {
     auto list = [](const std::vector<Index>& v) {
       std::string s;
       for (std::size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
       return s;
     };
-    const DeltaResidualOptions& r = block.residual;
-    put("model", "conv_delta_net");
-    put("channels", channels);
-    put("height", height);
-    put("width", width);
-    put("classes", classes);
-    put("widths", list(widths));
-    put("depths", list(depths));
-    put("branch_ratio", branchRatio);
-    put("stem_kernel", stemKernel);
-    put("stem_stride", stemStride);
-    put("dv", dv);
-    put("learned_expansion", learnedExpansion ? 1 : 0);
-    put("final_norm_eps", finalNormEps);
-    put("preset", preset);
-    put("activation", toString(block.activation));
-    put("norm_eps", block.normEps);
-    put("compressor", toString(block.compressor));
-    put("compressor_kernel", block.compressorKernel);
-    put("residual", toString(r.residual));
-    put("direction", toString(r.direction));
-    put("direction_norm", toString(r.norm));
-    put("eps_k", r.epsK);
-    put("gate", toString(r.gate));
-    put("gate_hidden", r.gateHidden);
-    put("beta0", r.beta0);
-    put("value", toString(r.value));
-    put("value_scale", r.valueScale);
-    put("value_constant", r.valueConstant);
-    put("aux_hidden", r.auxHidden);
-    put("aux_activation", toString(r.auxActivation));
+    KeyValues kv;
+    KeyValueWriter w(kv);
+    w.put("model", "conv_delta_net");
+    w.put("channels", channels);
+    w.put("height", height);
+    w.put("width", width);
+    w.put("classes", classes);
+    w.put("widths", list(widths));
+    w.put("depths", list(depths));
+    w.put("branch_ratio", branchRatio);
+    w.put("stem_kernel", stemKernel);
+    w.put("stem_stride", stemStride);
+    putSharedOptions(w, *this);
     return kv;
   }
 
-  // Inverse of toKeyValues; every key must be present and parse completely.
-  static ConvDeltaNetConfig fromKeyValues(const std::map<std::string, std::string>& kv) {
+  // Inverse of toKeyValues; every key must be present and parse completely; sizes are capped at 2^24.
+  static ConvDeltaNetConfig fromKeyValues(const KeyValues& kv) {
     const char* fn = "ddl::ConvDeltaNetConfig::fromKeyValues";
-    auto get = [&](const std::string& k) -> const std::string& {
-      auto it = kv.find(k);
-      if (it == kv.end()) throw ValueError(message(fn, "missing key '", k, "'"));
-      return it->second;
-    };
-    // Every number is checked completely (ddl/core/parse.hpp); sizes are capped at 2^24.
-    const Index maxSize = DeltaNetConfig::kMaxSize;
-    auto what = [&](const std::string& k) { return std::string(fn) + ": key '" + k + "'"; };
-    auto num = [&](const std::string& k) { return parseNumber(what(k), get(k)); };
-    auto idx = [&](const std::string& k, Index lo) { return parseInteger<Index>(what(k), get(k), lo, maxSize); };
-    auto list = [&](const std::string& k, Index lo) {
-      std::vector<Index> out;
-      const std::string& text = get(k);
-      std::size_t start = 0;
-      while (start <= text.size()) {
-        const std::size_t comma = std::min(text.find(',', start), text.size());
-        out.push_back(parseInteger<Index>(what(k), std::string_view(text).substr(start, comma - start), lo, maxSize));
-        start = comma + 1;
-      }
-      return out;
-    };
-    if (get("model") != "conv_delta_net")
-      throw ValueError(message(fn, "model is '", get("model"), "', expected 'conv_delta_net'"));
+    const KeyValueReader in(kv, fn, DeltaNetConfig::kMaxSize);
+    if (in.text("model") != "conv_delta_net")
+      throw ValueError(message(fn, "model is '", in.text("model"), "', expected 'conv_delta_net'"));
     ConvDeltaNetConfig c;
-    c.channels = idx("channels", 1);
-    c.height = idx("height", 1);
-    c.width = idx("width", 1);
-    c.classes = idx("classes", 2);
-    c.widths = list("widths", 1);
-    c.depths = list("depths", 0);
-    c.branchRatio = idx("branch_ratio", 1);
-    c.stemKernel = idx("stem_kernel", 1);
-    c.stemStride = idx("stem_stride", 1);
-    c.dv = idx("dv", 1);
-    c.learnedExpansion = parseInteger<int>(what("learned_expansion"), get("learned_expansion"), 0, 1) != 0;
-    c.finalNormEps = num("final_norm_eps");
-    c.preset = get("preset");
-    c.block.activation = parseActivation(get("activation"));
-    c.block.normEps = num("norm_eps");
-    c.block.compressor = parseCompressorKind(get("compressor"));
-    c.block.compressorKernel = idx("compressor_kernel", 1);
-    DeltaResidualOptions& r = c.block.residual;
-    r.residual = parseResidualKind(get("residual"));
-    r.direction = parseDirectionSource(get("direction"));
-    r.norm = parseDirectionNorm(get("direction_norm"));
-    r.epsK = num("eps_k");
-    r.gate = parseGateKind(get("gate"));
-    r.gateHidden = idx("gate_hidden", 1);
-    r.beta0 = num("beta0");
-    r.value = parseValueKind(get("value"));
-    r.valueScale = num("value_scale");
-    r.valueConstant = num("value_constant");
-    r.auxHidden = idx("aux_hidden", 0);
-    r.auxActivation = parseActivation(get("aux_activation"));
+    c.channels = in.size("channels", 1);
+    c.height = in.size("height", 1);
+    c.width = in.size("width", 1);
+    c.classes = in.size("classes", 2);
+    c.widths = in.sizes("widths", 1);
+    c.depths = in.sizes("depths", 0);
+    c.branchRatio = in.size("branch_ratio", 1);
+    c.stemKernel = in.size("stem_kernel", 1);
+    c.stemStride = in.size("stem_stride", 1);
+    readSharedOptions(in, c);
     c.validate();
     return c;
   }

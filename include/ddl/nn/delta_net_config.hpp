@@ -8,11 +8,10 @@
 //   paper: as code, but Linear value on c and free CC weights                 (latest paper)
 //   v1   : auxiliary MLP_k(Pool X) direction, AddEps, two-layer tanh gate, value from the branch
 #include <map>
-#include <sstream>
 #include <string>
 
 #include "ddl/core/error.hpp"
-#include "ddl/core/parse.hpp"
+#include "ddl/core/key_values.hpp"
 #include "ddl/core/types.hpp"
 #include "ddl/nn/activation.hpp"
 #include "ddl/nn/compressor.hpp"
@@ -47,90 +46,92 @@ struct DeltaNetConfig {
     block.residual.validate(fn);
   }
 
-  // String form of every option, for checkpoint metadata.
-  std::map<std::string, std::string> toKeyValues() const {
-    std::map<std::string, std::string> kv;
-    auto put = [&kv](const std::string& k, const auto& v) {
-      std::ostringstream os;
-      os.precision(17);
-      os << v;
-      kv[k] = os.str();
-    };
-    const DeltaResidualOptions& r = block.residual;
-    put("input_dim", inputDim);
-    put("classes", classes);
-    put("d", d);
-    put("depth", depth);
-    put("dv", dv);
-    put("learned_expansion", learnedExpansion ? 1 : 0);
-    put("final_norm_eps", finalNormEps);
-    put("preset", preset);
-    put("hidden", block.hidden > 0 ? block.hidden : 4 * d);
-    put("activation", toString(block.activation));
-    put("norm_eps", block.normEps);
-    put("compressor", toString(block.compressor));
-    put("compressor_kernel", block.compressorKernel);
-    put("residual", toString(r.residual));
-    put("direction", toString(r.direction));
-    put("direction_norm", toString(r.norm));
-    put("eps_k", r.epsK);
-    put("gate", toString(r.gate));
-    put("gate_hidden", r.gateHidden);
-    put("beta0", r.beta0);
-    put("value", toString(r.value));
-    put("value_scale", r.valueScale);
-    put("value_constant", r.valueConstant);
-    put("aux_hidden", r.auxHidden > 0 ? r.auxHidden : (d / 4 > 0 ? d / 4 : 1));
-    put("aux_activation", toString(r.auxActivation));
-    return kv;
-  }
+  // String form of every option, for checkpoint metadata. hidden and aux_hidden are written resolved
+  // (0 = default becomes 4 d and d / 4), so a reader needs no default rule.
+  KeyValues toKeyValues() const;
 
-  // Inverse of toKeyValues; every key must be present and parse completely.
-  static DeltaNetConfig fromKeyValues(const std::map<std::string, std::string>& kv) {
-    const char* fn = "ddl::DeltaNetConfig::fromKeyValues";
-    auto get = [&](const std::string& k) -> const std::string& {
-      auto it = kv.find(k);
-      if (it == kv.end()) throw ValueError(message(fn, "missing key '", k, "'"));
-      return it->second;
-    };
-    // Every number is checked completely (ddl/core/parse.hpp): "1e300", "nan" or "2.5" for a size
-    // is refused instead of being cast. Sizes are capped at 2^24, far above any MLP's, so that
-    // products of two of them cannot overflow.
-    auto num = [&](const std::string& k) { return parseNumber(std::string(fn) + ": key '" + k + "'", get(k)); };
-    auto idx = [&](const std::string& k, Index lo) {
-      return parseInteger<Index>(std::string(fn) + ": key '" + k + "'", get(k), lo, kMaxSize);
-    };
-    DeltaNetConfig c;
-    c.inputDim = idx("input_dim", 1);
-    c.classes = idx("classes", 2);
-    c.d = idx("d", 1);
-    c.depth = idx("depth", 0);
-    c.dv = idx("dv", 1);
-    c.learnedExpansion = parseInteger<int>(std::string(fn) + ": key 'learned_expansion'", get("learned_expansion"), 0, 1) != 0;
-    c.finalNormEps = num("final_norm_eps");
-    c.preset = get("preset");
-    c.block.hidden = idx("hidden", 0);
-    c.block.activation = parseActivation(get("activation"));
-    c.block.normEps = num("norm_eps");
-    c.block.compressor = parseCompressorKind(get("compressor"));
-    c.block.compressorKernel = idx("compressor_kernel", 1);
-    DeltaResidualOptions& r = c.block.residual;
-    r.residual = parseResidualKind(get("residual"));
-    r.direction = parseDirectionSource(get("direction"));
-    r.norm = parseDirectionNorm(get("direction_norm"));
-    r.epsK = num("eps_k");
-    r.gate = parseGateKind(get("gate"));
-    r.gateHidden = idx("gate_hidden", 1);
-    r.beta0 = num("beta0");
-    r.value = parseValueKind(get("value"));
-    r.valueScale = num("value_scale");
-    r.valueConstant = num("value_constant");
-    r.auxHidden = idx("aux_hidden", 0);
-    r.auxActivation = parseActivation(get("aux_activation"));
-    c.validate();
-    return c;
-  }
+  // Inverse of toKeyValues; every key must be present and parse completely. Sizes are capped at 2^24,
+  // far above any MLP's, so that products of two of them cannot overflow.
+  static DeltaNetConfig fromKeyValues(const KeyValues& kv);
 };
+
+// The keys every net configuration shares (the expanded state, the presets and the block's residual
+// options), for DeltaNetConfig and ConvDeltaNetConfig alike. aux_hidden is written as set (0 = d / 4).
+template <class Config>
+void putSharedOptions(KeyValueWriter& w, const Config& c) {
+  const DeltaResidualOptions& r = c.block.residual;
+  w.put("dv", c.dv);
+  w.put("learned_expansion", c.learnedExpansion);
+  w.put("final_norm_eps", c.finalNormEps);
+  w.put("preset", c.preset);
+  w.put("activation", toString(c.block.activation));
+  w.put("norm_eps", c.block.normEps);
+  w.put("compressor", toString(c.block.compressor));
+  w.put("compressor_kernel", c.block.compressorKernel);
+  w.put("residual", toString(r.residual));
+  w.put("direction", toString(r.direction));
+  w.put("direction_norm", toString(r.norm));
+  w.put("eps_k", r.epsK);
+  w.put("gate", toString(r.gate));
+  w.put("gate_hidden", r.gateHidden);
+  w.put("beta0", r.beta0);
+  w.put("value", toString(r.value));
+  w.put("value_scale", r.valueScale);
+  w.put("value_constant", r.valueConstant);
+  w.put("aux_hidden", r.auxHidden);
+  w.put("aux_activation", toString(r.auxActivation));
+}
+
+template <class Config>
+void readSharedOptions(const KeyValueReader& in, Config& c) {
+  c.dv = in.size("dv", 1);
+  c.learnedExpansion = in.flag("learned_expansion");
+  c.finalNormEps = in.number("final_norm_eps");
+  c.preset = in.text("preset");
+  c.block.activation = parseActivation(in.text("activation"));
+  c.block.normEps = in.number("norm_eps");
+  c.block.compressor = parseCompressorKind(in.text("compressor"));
+  c.block.compressorKernel = in.size("compressor_kernel", 1);
+  DeltaResidualOptions& r = c.block.residual;
+  r.residual = parseResidualKind(in.text("residual"));
+  r.direction = parseDirectionSource(in.text("direction"));
+  r.norm = parseDirectionNorm(in.text("direction_norm"));
+  r.epsK = in.number("eps_k");
+  r.gate = parseGateKind(in.text("gate"));
+  r.gateHidden = in.size("gate_hidden", 1);
+  r.beta0 = in.number("beta0");
+  r.value = parseValueKind(in.text("value"));
+  r.valueScale = in.number("value_scale");
+  r.valueConstant = in.number("value_constant");
+  r.auxHidden = in.size("aux_hidden", 0);
+  r.auxActivation = parseActivation(in.text("aux_activation"));
+}
+
+inline KeyValues DeltaNetConfig::toKeyValues() const {
+  KeyValues kv;
+  KeyValueWriter w(kv);
+  w.put("input_dim", inputDim);
+  w.put("classes", classes);
+  w.put("d", d);
+  w.put("depth", depth);
+  w.put("hidden", block.hidden > 0 ? block.hidden : 4 * d);
+  putSharedOptions(w, *this);
+  w.put("aux_hidden", block.residual.auxHidden > 0 ? block.residual.auxHidden : (d / 4 > 0 ? d / 4 : 1));
+  return kv;
+}
+
+inline DeltaNetConfig DeltaNetConfig::fromKeyValues(const KeyValues& kv) {
+  const KeyValueReader in(kv, "ddl::DeltaNetConfig::fromKeyValues", kMaxSize);
+  DeltaNetConfig c;
+  c.inputDim = in.size("input_dim", 1);
+  c.classes = in.size("classes", 2);
+  c.d = in.size("d", 1);
+  c.depth = in.size("depth", 0);
+  c.block.hidden = in.size("hidden", 0);
+  readSharedOptions(in, c);
+  c.validate();
+  return c;
+}
 
 // Sets the options a preset fixes (SPEC §7) and records its name; the shape fields and the residual
 // kind are left alone. Throws ValueError for an unknown preset.
