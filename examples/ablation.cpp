@@ -118,7 +118,7 @@ std::string fmt(const char* f, double a, double b = 0) {
   return buf;
 }
 
-double seconds(Clock::time_point from, Clock::time_point to) { return std::chrono::duration<double>(to - from).count(); }
+double secondsBetween(Clock::time_point from, Clock::time_point to) { return std::chrono::duration<double>(to - from).count(); }
 
 std::vector<ddl::Index> parseList(const std::string& option, const std::string& text, ddl::Index lo) {
   std::vector<ddl::Index> out;
@@ -146,7 +146,7 @@ void trainOne(Net& net, const ddl::TrainValidation<float>& tv, const ddl::Datase
   // Evaluating between steps leaves training unchanged: the next step's forward rebuilds every cache.
   trainer.onEpochStart = [&](int) { mark = Clock::now(); };
   trainer.onBatch = [&](const ddl::BatchProgress&) {
-    trained += seconds(mark, Clock::now());
+    trained += secondsBetween(mark, Clock::now());
     if (trainer.step() % evalEvery == 0) record();
     mark = Clock::now();
   };
@@ -164,7 +164,7 @@ void trainOne(Net& net, const ddl::TrainValidation<float>& tv, const ddl::Datase
 }
 
 // The runs of one (kind, dv), in seed order.
-std::vector<const Run*> select(const std::vector<Run>& runs, const std::string& kind, ddl::Index dv) {
+std::vector<const Run*> runsOf(const std::vector<Run>& runs, const std::string& kind, ddl::Index dv) {
   std::vector<const Run*> out;
   for (const Run& r : runs)
     if (r.kind == kind && r.dv == dv) out.push_back(&r);
@@ -233,7 +233,7 @@ void plotCurves(const std::string& out, const std::vector<Run>& runs, const std:
       for (const char* kind : kKinds) {
         titles.push_back(std::string(kind) + " dv " + std::to_string(dv));
         os << "# " << titles.back() << ": step, training seconds, val loss, val acc % (mean over seeds)\n";
-        for (const CurvePoint& p : meanCurve(select(runs, kind, dv)))
+        for (const CurvePoint& p : meanCurve(runsOf(runs, kind, dv)))
           os << p.step << ' ' << ddl::csvNumber(p.seconds) << ' ' << ddl::csvNumber(p.valLoss) << ' '
              << ddl::csvNumber(100 * p.valAcc) << '\n';
         os << "\n\n";
@@ -264,7 +264,7 @@ void plotCurves(const std::string& out, const std::vector<Run>& runs, const std:
 // beta.dat (one block per (dv, block, gated kind): bin centre, fraction of tokens, summed over
 // seeds), beta.gp and beta.png: one panel per block and dv. False when there are no blocks.
 bool plotBeta(const std::string& out, const std::vector<Run>& runs, const std::vector<ddl::Index>& dvs) {
-  const std::size_t blocks = select(runs, "delta", dvs.front()).front()->gates.size();
+  const std::size_t blocks = runsOf(runs, "delta", dvs.front()).front()->gates.size();
   if (blocks == 0) return false;
   std::vector<std::string> panels;
   ddl::writeFileAtomically(out + "/beta.dat", [&](std::ostream& os) {
@@ -273,7 +273,7 @@ bool plotBeta(const std::string& out, const std::vector<Run>& runs, const std::v
         for (const char* kind : kGatedKinds) {
           std::vector<double> hist;
           double total = 0;
-          for (const Run* r : select(runs, kind, dv)) {
+          for (const Run* r : runsOf(runs, kind, dv)) {
             const std::vector<ddl::Index>& h = r->gates[b].histogram;
             hist.resize(h.size());
             for (std::size_t i = 0; i < h.size(); ++i) hist[i] += static_cast<double>(h[i]), total += static_cast<double>(h[i]);
@@ -336,7 +336,7 @@ void writeReport(const Setup& su, const std::vector<Run>& runs, bool haveBeta) {
           "| train s / run | params |\n|---|---|---|---|---|---|---|---|\n";
     for (ddl::Index dv : su.dvs)
       for (const char* kind : kKinds) {
-        const std::vector<const Run*> g = select(runs, kind, dv);
+        const std::vector<const Run*> g = runsOf(runs, kind, dv);
         const std::vector<double> va = column(g, &Run::valAcc), te = column(g, &Run::testAcc);
         std::vector<double> vl, lo, se;
         for (const Run* r : g) vl.push_back(r->valLoss), lo.push_back(r->trainLoss), se.push_back(r->seconds);
@@ -355,7 +355,7 @@ void writeReport(const Setup& su, const std::vector<Run>& runs, bool haveBeta) {
         {"additive", "delta"}, {"additive", "write_only"}, {"write_only", "delta"}};
     for (ddl::Index dv : su.dvs)
       for (const auto& [a, b] : pairs) {
-        const std::vector<const Run*> ga = select(runs, a, dv), gb = select(runs, b, dv);
+        const std::vector<const Run*> ga = runsOf(runs, a, dv), gb = runsOf(runs, b, dv);
         const std::vector<double> ta = column(ga, &Run::testAcc), tb = column(gb, &Run::testAcc);
         std::vector<double> td;
         for (std::size_t i = 0; i < ta.size(); ++i) td.push_back(tb[i] - ta[i]);
@@ -374,7 +374,7 @@ void writeReport(const Setup& su, const std::vector<Run>& runs, bool haveBeta) {
       std::vector<std::vector<CurvePoint>> curves;
       double budget = std::numeric_limits<double>::infinity();
       for (const char* kind : kKinds) {
-        curves.push_back(meanCurve(select(runs, kind, dv)));
+        curves.push_back(meanCurve(runsOf(runs, kind, dv)));
         budget = std::min(budget, curves.back().back().seconds);
       }
       os << "| " << dv << " | " << fmt("%.1f", budget);
@@ -388,7 +388,7 @@ void writeReport(const Setup& su, const std::vector<Run>& runs, bool haveBeta) {
             "reflection-like (β > 1.9) | saturated |\n|---|---|---|---|---|---|---|---|\n";
       for (ddl::Index dv : su.dvs)
         for (const char* kind : kGatedKinds) {
-          const std::vector<const Run*> g = select(runs, kind, dv);
+          const std::vector<const Run*> g = runsOf(runs, kind, dv);
           for (std::size_t b = 0; b < g.front()->gates.size(); ++b) {
             double tokens = 0, sum = 0, id = 0, pr = 0, re = 0, sat = 0;
             for (const Run* r : g) {
@@ -501,7 +501,7 @@ int run(const ddl::cli::CommandLine& cli, const std::string& commandLine) {
         runs.push_back(std::move(r));
       }
   }
-  su.wallSeconds = seconds(start, Clock::now());
+  su.wallSeconds = secondsBetween(start, Clock::now());
 
   ddl::writeFileAtomically(su.out + "/runs.csv", [&](std::ostream& os) {
     os << "kind,dv,seed,val_accuracy,val_loss,test_accuracy,test_loss,train_loss,train_seconds,params\n";
