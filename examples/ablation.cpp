@@ -225,17 +225,23 @@ std::vector<double> column(const std::vector<const Run*>& group, double Run::*fi
 }
 
 // curves.dat (one gnuplot data block per (dv, kind): step, seconds, val loss, val acc %), curves.gp
-// and curves.png: validation accuracy and loss against the step and against the training time.
+// and curves.png: validation accuracy and loss against the step and against the training time. The
+// y axes show the last three quarters of training (the first steps would squash the differences).
 void plotCurves(const std::string& out, const std::vector<Run>& runs, const std::vector<ddl::Index>& dvs) {
   std::vector<std::string> titles;
+  double accLow = 100, lossHigh = 0;
   ddl::writeFileAtomically(out + "/curves.dat", [&](std::ostream& os) {
     for (ddl::Index dv : dvs)
       for (const char* kind : kKinds) {
         titles.push_back(std::string(kind) + " dv " + std::to_string(dv));
         os << "# " << titles.back() << ": step, training seconds, val loss, val acc % (mean over seeds)\n";
-        for (const CurvePoint& p : meanCurve(runsOf(runs, kind, dv)))
+        const std::vector<CurvePoint> curve = meanCurve(runsOf(runs, kind, dv));
+        for (std::size_t i = 0; i < curve.size(); ++i) {
+          const CurvePoint& p = curve[i];
           os << p.step << ' ' << ddl::csvNumber(p.seconds) << ' ' << ddl::csvNumber(p.valLoss) << ' '
              << ddl::csvNumber(100 * p.valAcc) << '\n';
+          if (4 * i >= curve.size()) accLow = std::min(accLow, 100 * p.valAcc), lossHigh = std::max(lossHigh, p.valLoss);
+        }
         os << "\n\n";
       }
   });
@@ -250,10 +256,10 @@ void plotCurves(const std::string& out, const std::vector<Run>& runs, const std:
   ddl::writeFileAtomically(script, [&](std::ostream& gp) {
     gp << "# gnuplot -c curves.gp curves.dat curves.png\n"
        << "set terminal png size 1200,860 noenhanced\nset output ARG2\nset multiplot layout 2,2\nset grid\n"
-       << "set key bottom right\nset ylabel 'validation accuracy %'\n"
+       << "set key bottom right\nset ylabel 'validation accuracy %'\nset yrange [" << std::floor(accLow - 0.5) << ":*]\n"
        << "set title 'equal steps: validation accuracy'\nset xlabel 'training step'\n" << plot(1, 4)
        << "set title 'equal time: validation accuracy'\nset xlabel 'training seconds (evaluation excluded)'\n" << plot(2, 4)
-       << "set key top right\nset ylabel 'validation loss'\n"
+       << "set key top right\nset ylabel 'validation loss'\nset yrange [*:" << std::ceil(lossHigh * 20 + 0.5) / 20 << "]\n"
        << "set title 'equal steps: validation loss'\nset xlabel 'training step'\n" << plot(1, 3)
        << "set title 'equal time: validation loss'\nset xlabel 'training seconds (evaluation excluded)'\n" << plot(2, 3)
        << "unset multiplot\n";
@@ -366,9 +372,9 @@ void writeReport(const Setup& su, const std::vector<Run>& runs, bool haveBeta) {
 
     os << "\n## Equal steps and equal time\n\n![validation curves](curves.png)\n\n"
        << "Validation loss and accuracy every " << su.evalEvery << " steps, mean over seeds (`curves.csv` holds every "
-       << "seed, `curves.dat` the means). The time axis is training wall time only (evaluations excluded); it "
-          "moves with the machine's load. At equal time, the validation accuracy of each kind at the time the "
-          "fastest kind (mean over seeds) finished its budget:\n\n"
+       << "seed, `curves.dat` the means); the y axes show the last three quarters of training. The time axis is "
+          "training wall time only (evaluations excluded); it moves with the machine's load. At equal time, the "
+          "validation accuracy of each kind at the time the fastest kind (mean over seeds) finished its budget:\n\n"
        << "| dv | time budget s | additive | delta | write_only |\n|---|---|---|---|---|\n";
     for (ddl::Index dv : su.dvs) {
       std::vector<std::vector<CurvePoint>> curves;
