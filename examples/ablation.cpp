@@ -18,7 +18,6 @@
 #include <filesystem>
 #include <iostream>
 #include <limits>
-#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -272,7 +271,6 @@ void plotCurves(const std::string& out, const std::vector<Run>& runs, const std:
 bool plotBeta(const std::string& out, const std::vector<Run>& runs, const std::vector<ddl::Index>& dvs) {
   const std::size_t blocks = runsOf(runs, "delta", dvs.front()).front()->gates.size();
   if (blocks == 0) return false;
-  std::vector<std::string> panels;
   ddl::writeFileAtomically(out + "/beta.dat", [&](std::ostream& os) {
     for (ddl::Index dv : dvs)
       for (std::size_t b = 0; b < blocks; ++b)
