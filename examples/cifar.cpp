@@ -5,11 +5,7 @@
 //   ddl-cifar --data DIR --cifar100        CIFAR-100 (train.bin, test.bin; fine labels)
 //   ddl-cifar --residual additive          the plain residual CNN (same net, one option changed)
 //   ddl-cifar --resume / --eval-only       continue / evaluate the checkpoint in --out
-#include <spawn.h>
-#include <sys/wait.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +17,7 @@
 #include <vector>
 
 #include "cli.hpp"
+#include "curves.hpp"
 #include "ddl/core/parse.hpp"
 #include "ddl/data/cifar.hpp"
 #include "ddl/data/idx.hpp"
@@ -30,8 +27,6 @@
 #include "ddl/train/progress.hpp"
 #include "ddl/train/stop_signal.hpp"
 #include "ddl/train/trainer.hpp"
-
-extern char** environ;
 
 namespace {
 
@@ -194,40 +189,6 @@ ddl::TrainerOptions trainingOptions(const ddl::cli::CommandLine& cli, const ddl:
   return opt;
 }
 
-// Runs argv (argv[0] looked up in PATH) without a shell and waits. -1 when it cannot be started.
-int runProgram(const std::vector<std::string>& args) {
-  std::vector<char*> argv;
-  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  if (posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) return -1;
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0)
-    if (errno != EINTR) return -1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-// curves.png from metrics.csv: the paths reach gnuplot as arguments (ARG1, ARG2), never through a
-// shell or inside gnuplot's quoting.
-void plotCurves(const std::string& out) {
-  const std::string script = out + "/curves.gp", png = out + "/curves.png";
-  ddl::writeFileAtomically(script, [](std::ostream& gp) {
-    gp << "# gnuplot -c curves.gp metrics.csv curves.png\n"
-       << "set datafile separator ','\nset terminal png size 1100,420 noenhanced\nset output ARG2\n"
-       << "set multiplot layout 1,2\nset xlabel 'epoch'\nset grid\nset key autotitle columnhead\n"
-       << "set title 'loss'\nplot ARG1 using 1:4 with linespoints, '' using 1:6 with linespoints, '' using 1:8 with linespoints\n"
-       << "set title 'accuracy'\nplot ARG1 using 1:5 with linespoints, '' using 1:7 with linespoints, '' using 1:9 with linespoints\n"
-       << "unset multiplot\n";
-  });
-  const int rc = runProgram({"gnuplot", "-c", script, out + "/metrics.csv", png});
-  if (rc == 0)
-    std::cout << "curves: " << png << "\n";
-  else if (rc < 0)
-    std::cout << "gnuplot not found: no curves.png (apt-get install gnuplot-nox)\n";
-  else
-    std::cout << "gnuplot failed (exit " << rc << "): no curves.png\n";
-}
-
 std::string joinList(const std::vector<ddl::Index>& v) {
   std::string s;
   for (std::size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
@@ -353,7 +314,8 @@ int run(const ddl::cli::CommandLine& cli) {
               cfg.preset.c_str(), ddl::toString(cfg.block.residual.residual), opt.epochs);
   std::cout << ddl::formatGateSummary(last.gates) << "metrics: " << trainer.metricsPath()
             << "\ncheckpoint: " << trainer.checkpointPath() << "\n";
-  plotCurves(out);
+  // metrics.csv columns: 4/5 train, 6/7 validation (empty with --val 0), 8/9 test loss / accuracy.
+  ddl::plot::epochCurves(out, nVal > 0 ? ddl::plot::EpochColumns{{4, 6, 8}, {5, 7, 9}} : ddl::plot::EpochColumns{{4, 8}, {5, 9}});
   return 0;
 }
 
