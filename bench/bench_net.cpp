@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "ddl/core/param.hpp"
+#include "ddl/core/param_list.hpp"
 #include "ddl/core/rng.hpp"
 #include "ddl/core/types.hpp"
 #include "ddl/nn/cross_entropy.hpp"
@@ -156,24 +157,26 @@ class StepGemms {
 };
 
 // A net, its optimizer and loss, one fixed batch; warmed up by one step (sizes every workspace).
+// zeroGrad and the optimizer walk the net's ParamList (taken once), as trainStep does.
 struct NetFixture {
   ddl::DeltaNet<S> net;
+  ddl::ParamList<S> params;
   ddl::AdamW<S> opt;
   ddl::SoftmaxCrossEntropy<S> ce;
   Mat X, logits, dLogits;
   std::vector<int> labels;
-  NetFixture(bool delta, Index dv) : net(netConfig(delta, dv), 1), X(kIn, kB), labels(kB) {
+  NetFixture(bool delta, Index dv) : net(netConfig(delta, dv), 1), params(net), X(kIn, kB), labels(kB) {
     fillNormal(X, 5, S(1));
     for (Index b = 0; b < kB; ++b) labels[static_cast<std::size_t>(b)] = static_cast<int>((b * 7) % kClasses);
     step();
   }
   S step() {
-    ddl::zeroGrad(net);
+    ddl::zeroGrad(params);
     net.forward(X, logits);
     const S loss = ce.forward(logits, labels);
     ce.backward(dLogits);
     net.backward(dLogits);
-    opt.step(net);
+    opt.step(params);
     return loss;
   }
 };

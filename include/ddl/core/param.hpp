@@ -54,7 +54,8 @@ inline std::string joinName(const std::string& prefix, const std::string& name) 
   return prefix + "." + name;
 }
 
-// Clears every parameter gradient of a module (any type with visitParams).
+// Clears every parameter gradient of a module (any type with visitParams; a ParamList walks without
+// allocating).
 template <class Module>
 void zeroGrad(Module& m) {
   m.visitParams("", [](const std::string&, auto& p) { p.grad.setZero(); });

@@ -12,6 +12,7 @@
 // Initialisation from one seed; draw order: stem, then per stage its transition and blocks, head.
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ddl/core/error.hpp"
@@ -60,6 +61,7 @@ class ConvDeltaNet {
       }
     }
     m_states.resize(m_blocks.size() + m_transitions.size() + 1);
+    m_dStage.resize(2 * static_cast<std::size_t>(stages));
     drawParams(seed);
   }
 
@@ -126,28 +128,35 @@ class ConvDeltaNet {
   void backward(const Eigen::Ref<const MatX<S>>& dLogits) {
     m_head.backward(dLogits, m_dPooled);
     m_pool.backward(m_dPooled, m_dz);
+    // Stage s ping-pongs between its own two gradient buffers, m_dStage[2s] and m_dStage[2s+1], and
+    // its transition writes into stage s-1's first one: every buffer keeps one shape from step to
+    // step (one shared pair would be resized between stage widths on every backward).
+    const std::size_t last = static_cast<std::size_t>(m_cfg.stages() - 1);
+    MatX<S>* cur = &m_dStage[2 * last];
     if (m_cfg.dv == 1) {
-      m_norm.backward(m_dz, m_dA);
+      m_norm.backward(m_dz, *cur);
     } else {
       m_norm.backward(m_dz, m_dz);
-      m_readout.backward(m_dz, m_dA);
+      m_readout.backward(m_dz, *cur);
     }
     std::size_t b = m_blocks.size();
     for (Index s = m_cfg.stages(); s-- > 0;) {
-      for (Index i = 0; i < m_cfg.depths[static_cast<std::size_t>(s)]; ++i) {
-        m_blocks[--b].backward(m_dA, m_dB);
-        m_dA.swap(m_dB);
+      const std::size_t su = static_cast<std::size_t>(s);
+      MatX<S>* other = cur == &m_dStage[2 * su] ? &m_dStage[2 * su + 1] : &m_dStage[2 * su];
+      for (Index i = 0; i < m_cfg.depths[su]; ++i) {
+        m_blocks[--b].backward(*cur, *other);
+        std::swap(cur, other);
       }
       if (s > 0) {
-        m_transitions[static_cast<std::size_t>(s - 1)].backward(m_dA, m_dB);
-        m_dA.swap(m_dB);
+        m_transitions[su - 1].backward(*cur, m_dStage[2 * (su - 1)]);
+        cur = &m_dStage[2 * (su - 1)];
       }
     }
     if (m_cfg.dv > 1) {
-      m_expand.backward(m_dA, m_dx);
+      m_expand.backward(*cur, m_dx);
       m_stem.backwardParamsOnly(m_dx);
     } else {
-      m_stem.backwardParamsOnly(m_dA);
+      m_stem.backwardParamsOnly(*cur);
     }
   }
 
@@ -199,7 +208,8 @@ class ConvDeltaNet {
   Linear<S> m_head;
   std::vector<MatX<S>> m_states;  // inputs and outputs of transitions and blocks in forward order
   MatX<S> m_pixels, m_x, m_xin, m_z, m_pooled;
-  MatX<S> m_dPooled, m_dz, m_dA, m_dB, m_dx;
+  MatX<S> m_dPooled, m_dz, m_dx;
+  std::vector<MatX<S>> m_dStage;  // two gradient buffers per stage (backward)
 };
 
 }  // namespace ddl

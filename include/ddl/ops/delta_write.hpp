@@ -10,8 +10,12 @@
 //
 // Every kernel is one pass over the columns: for each token the dot products k.x_j are taken and
 // the axpy follows while the column is still in L1, which keeps the kernels at the memory-bandwidth
-// limit (DESIGN.md, measured facts). No kernel allocates; Y may be the same object as X (in place),
-// and dX may be the same object as G. Columns are split over OpenMP threads when the work is large.
+// limit (DESIGN.md, measured facts). No kernel allocates for direct-access operands (matrices, maps,
+// blocks); an expression operand is evaluated once, before the loop (detail::Operand). Y may be the
+// same object as X (in place), and dX may be the same object as G. Columns are split over OpenMP
+// threads when the work is large; nothing inside a parallel loop can throw or allocate.
+#include <type_traits>
+
 #include <Eigen/Core>
 
 #include "ddl/core/config.hpp"
@@ -42,14 +46,24 @@ void resizeIfNeeded(Dst& M, Index rows, Index cols) {
   if (M.rows() != rows || M.cols() != cols) M.resize(rows, cols);
 }
 
+// An operand the token loop can index without evaluating anything: a reference when it has direct
+// access (a matrix, Map, Ref, block), else its evaluation into a plain matrix, made here, before the
+// parallel loop. Indexing a product's columns inside the loop would evaluate (and allocate) the whole
+// product on every access, inside an OpenMP region where an exception (bad_alloc) ends the process.
+template <class D>
+using Operand = std::conditional_t<(D::Flags & Eigen::DirectAccessBit) != 0, const D&, const typename D::PlainObject>;
+
 }  // namespace detail
 
 // ---------------------------------------------------------------------------------------------
 // Delta Operator, Y = A X with A = I - beta k k^T per token, applied to every value channel.
 // K: (d, N), beta: (1, N), X: (d, dv*N) -> Y: (d, dv*N)
 template <class DK, class DB, class DX>
-void deltaApply(const Eigen::MatrixBase<DK>& K, const Eigen::MatrixBase<DB>& beta, const Eigen::MatrixBase<DX>& X,
+void deltaApply(const Eigen::MatrixBase<DK>& KIn, const Eigen::MatrixBase<DB>& betaIn, const Eigen::MatrixBase<DX>& XIn,
                 MatX<typename DK::Scalar>& Y) {
+  const detail::Operand<DK> K = KIn.derived();
+  const detail::Operand<DB> beta = betaIn.derived();
+  const detail::Operand<DX> X = XIn.derived();
   using S = typename DK::Scalar;
   const Index dv = detail::checkDeltaOperands("ddl::deltaApply", K, beta, X);
   const Index d = K.rows(), N = K.cols();
@@ -72,10 +86,14 @@ void deltaApply(const Eigen::MatrixBase<DK>& K, const Eigen::MatrixBase<DB>& bet
 //   dX = A G,  dbeta = -sum_j g_j p_j,  dk = -beta sum_j (G_j p_j + X_j g_j)
 // K: (d, N), beta: (1, N), X, G: (d, dv*N) -> dX: (d, dv*N), dK: (d, N), dBeta: (1, N); all overwritten.
 template <class DK, class DB, class DX, class DG>
-void deltaApplyBackward(const Eigen::MatrixBase<DK>& K, const Eigen::MatrixBase<DB>& beta,
-                        const Eigen::MatrixBase<DX>& X, const Eigen::MatrixBase<DG>& G,
+void deltaApplyBackward(const Eigen::MatrixBase<DK>& KIn, const Eigen::MatrixBase<DB>& betaIn,
+                        const Eigen::MatrixBase<DX>& XIn, const Eigen::MatrixBase<DG>& GIn,
                         MatX<typename DK::Scalar>& dX, MatX<typename DK::Scalar>& dK,
                         RowX<typename DK::Scalar>& dBeta) {
+  const detail::Operand<DK> K = KIn.derived();
+  const detail::Operand<DB> beta = betaIn.derived();
+  const detail::Operand<DX> X = XIn.derived();
+  const detail::Operand<DG> G = GIn.derived();
   using S = typename DK::Scalar;
   const char* fn = "ddl::deltaApplyBackward";
   const Index dv = detail::checkDeltaOperands(fn, K, beta, X);
@@ -108,8 +126,12 @@ void deltaApplyBackward(const Eigen::MatrixBase<DK>& K, const Eigen::MatrixBase<
 // Synchronous rank-1 write, Y = A X + beta k v^T = X + beta k (v^T - k^T X) per token.
 // K: (d, N), beta: (1, N), V: (dv, N), X: (d, dv*N) -> Y: (d, dv*N), Delta = V - X^T K: (dv, N)
 template <class DK, class DB, class DV, class DX>
-void deltaWrite(const Eigen::MatrixBase<DK>& K, const Eigen::MatrixBase<DB>& beta, const Eigen::MatrixBase<DV>& V,
-                const Eigen::MatrixBase<DX>& X, MatX<typename DK::Scalar>& Y, MatX<typename DK::Scalar>& Delta) {
+void deltaWrite(const Eigen::MatrixBase<DK>& KIn, const Eigen::MatrixBase<DB>& betaIn, const Eigen::MatrixBase<DV>& VIn,
+                const Eigen::MatrixBase<DX>& XIn, MatX<typename DK::Scalar>& Y, MatX<typename DK::Scalar>& Delta) {
+  const detail::Operand<DK> K = KIn.derived();
+  const detail::Operand<DB> beta = betaIn.derived();
+  const detail::Operand<DV> V = VIn.derived();
+  const detail::Operand<DX> X = XIn.derived();
   using S = typename DK::Scalar;
   const char* fn = "ddl::deltaWrite";
   const Index dv = detail::checkDeltaOperands(fn, K, beta, X);
@@ -137,10 +159,15 @@ void deltaWrite(const Eigen::MatrixBase<DK>& K, const Eigen::MatrixBase<DB>& bet
 // K: (d, N), beta: (1, N), X, G: (d, dv*N), Delta: (dv, N)
 //   -> dX: (d, dv*N), dK: (d, N), dBeta: (1, N), dV: (dv, N); all overwritten.
 template <class DK, class DB, class DX, class DD, class DG>
-void deltaWriteBackward(const Eigen::MatrixBase<DK>& K, const Eigen::MatrixBase<DB>& beta,
-                        const Eigen::MatrixBase<DX>& X, const Eigen::MatrixBase<DD>& Delta,
-                        const Eigen::MatrixBase<DG>& G, MatX<typename DK::Scalar>& dX, MatX<typename DK::Scalar>& dK,
+void deltaWriteBackward(const Eigen::MatrixBase<DK>& KIn, const Eigen::MatrixBase<DB>& betaIn,
+                        const Eigen::MatrixBase<DX>& XIn, const Eigen::MatrixBase<DD>& DeltaIn,
+                        const Eigen::MatrixBase<DG>& GIn, MatX<typename DK::Scalar>& dX, MatX<typename DK::Scalar>& dK,
                         RowX<typename DK::Scalar>& dBeta, MatX<typename DK::Scalar>& dV) {
+  const detail::Operand<DK> K = KIn.derived();
+  const detail::Operand<DB> beta = betaIn.derived();
+  const detail::Operand<DX> X = XIn.derived();
+  const detail::Operand<DD> Delta = DeltaIn.derived();
+  const detail::Operand<DG> G = GIn.derived();
   using S = typename DK::Scalar;
   const char* fn = "ddl::deltaWriteBackward";
   const Index dv = detail::checkDeltaOperands(fn, K, beta, X);
@@ -176,8 +203,12 @@ void deltaWriteBackward(const Eigen::MatrixBase<DK>& K, const Eigen::MatrixBase<
 // Write-only control (ablation), Y = X + beta k v^T per token: writes without erasing.
 // K: (d, N), beta: (1, N), V: (dv, N), X: (d, dv*N) -> Y: (d, dv*N)
 template <class DK, class DB, class DV, class DX>
-void writeOnly(const Eigen::MatrixBase<DK>& K, const Eigen::MatrixBase<DB>& beta, const Eigen::MatrixBase<DV>& V,
-               const Eigen::MatrixBase<DX>& X, MatX<typename DK::Scalar>& Y) {
+void writeOnly(const Eigen::MatrixBase<DK>& KIn, const Eigen::MatrixBase<DB>& betaIn, const Eigen::MatrixBase<DV>& VIn,
+               const Eigen::MatrixBase<DX>& XIn, MatX<typename DK::Scalar>& Y) {
+  const detail::Operand<DK> K = KIn.derived();
+  const detail::Operand<DB> beta = betaIn.derived();
+  const detail::Operand<DV> V = VIn.derived();
+  const detail::Operand<DX> X = XIn.derived();
   const char* fn = "ddl::writeOnly";
   const Index dv = detail::checkDeltaOperands(fn, K, beta, X);
   const Index d = K.rows(), N = K.cols();
@@ -197,10 +228,14 @@ void writeOnly(const Eigen::MatrixBase<DK>& K, const Eigen::MatrixBase<DB>& beta
 // Backward of writeOnly: dX = G, dv = beta g, dbeta = sum_j g_j v_j, dk = beta sum_j v_j G_j.
 // K: (d, N), beta: (1, N), V: (dv, N), G: (d, dv*N) -> dX: (d, dv*N), dK: (d, N), dBeta: (1, N), dV: (dv, N)
 template <class DK, class DB, class DV, class DG>
-void writeOnlyBackward(const Eigen::MatrixBase<DK>& K, const Eigen::MatrixBase<DB>& beta,
-                       const Eigen::MatrixBase<DV>& V, const Eigen::MatrixBase<DG>& G, MatX<typename DK::Scalar>& dX,
+void writeOnlyBackward(const Eigen::MatrixBase<DK>& KIn, const Eigen::MatrixBase<DB>& betaIn,
+                       const Eigen::MatrixBase<DV>& VIn, const Eigen::MatrixBase<DG>& GIn, MatX<typename DK::Scalar>& dX,
                        MatX<typename DK::Scalar>& dK, RowX<typename DK::Scalar>& dBeta,
                        MatX<typename DK::Scalar>& dV) {
+  const detail::Operand<DK> K = KIn.derived();
+  const detail::Operand<DB> beta = betaIn.derived();
+  const detail::Operand<DV> V = VIn.derived();
+  const detail::Operand<DG> G = GIn.derived();
   using S = typename DK::Scalar;
   const char* fn = "ddl::writeOnlyBackward";
   const Index dv = detail::checkDeltaOperands(fn, K, beta, G);

@@ -9,7 +9,10 @@
 //   p      -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)     eps outside the sqrt
 // State is a list in visit order, checked by name and shape on every step (never keyed by address,
 // so moving or reallocating a model is harmless and a different model is an error, not silent
-// corruption). After the first step, step() performs no heap allocation.
+// corruption). step(model) walks the model, whose walk builds the dotted names (string
+// allocations); step(params) with a ParamList (core/param_list.hpp) walks the stored names and,
+// after the first step, performs no heap allocation at all (tests/test_alloc.cpp). Both check the
+// names and shapes in full on every step: comparing stored strings costs nothing measurable.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>

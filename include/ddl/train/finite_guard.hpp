@@ -1,7 +1,7 @@
 #pragma once
 // ddl/train/finite_guard.hpp: stops training at the first non-finite loss or gradient.
 //
-//   ddl::FiniteGuard<float> guard(net);          // walks the parameters once, keeps (name, Param*)
+//   ddl::FiniteGuard<float> guard(net);          // walks the parameters once (a ParamList)
 //   guard.check(stats.loss, step);               // after backward, before the optimizer step
 //
 // check() is one pass over the gradients (a sum of squares in double, which is finite for any
@@ -10,17 +10,19 @@
 // entry, and throw NonFiniteError. Thrown before the update, the parameters, the optimizer state
 // and the last checkpoint are still those of the last good step. parameterReport() helps explain
 // a failure a layer detected itself (e.g. a NaN direction after weights blew up).
-// The model is anything with visitParams(prefix, f), f(const std::string&, Param<S>&); its
-// parameters must not move while the guard lives (they are members of the model).
+// The model is anything with visitParams(prefix, f), f(const std::string&, Param<S>&), or a
+// ParamList; the Param objects must outlive the guard (they are members of the model).
 #include <cmath>
 #include <cstdint>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "ddl/core/error.hpp"
 #include "ddl/core/param.hpp"
+#include "ddl/core/param_list.hpp"
 #include "ddl/core/types.hpp"
 #include "ddl/train/grad_clip.hpp"
 
@@ -39,10 +41,9 @@ class NonFiniteError : public MathError {
 template <class S>
 class FiniteGuard {
  public:
-  template <class Model>
-  explicit FiniteGuard(Model& model) {
-    model.visitParams("", [&](const std::string& name, Param<S>& p) { m_params.emplace_back(name, &p); });
-  }
+  template <class Model, class = std::enable_if_t<!std::is_same<std::decay_t<Model>, ParamList<S>>::value>>
+  explicit FiniteGuard(Model& model) : m_params(model) {}
+  explicit FiniteGuard(const ParamList<S>& params) : m_params(params) {}
 
   // loss: the batch's mean loss; step: the 1-based number of the step being taken. Throws
   // NonFiniteError when the loss or a gradient entry is NaN or infinite.
@@ -53,10 +54,10 @@ class FiniteGuard {
                                    " (the forward pass overflowed: check the learning rate and the input data)"),
                            step);
     double sumSq = 0.0;
-    for (const auto& np : m_params) sumSq += detail::sumOfSquares(np.second->grad.data(), np.second->grad.size());
+    for (const auto& np : m_params) sumSq += detail::sumOfSquares(np.param->grad.data(), np.param->grad.size());
     if (std::isfinite(sumSq)) return;
     for (const auto& np : m_params) {
-      const MatX<S>& g = np.second->grad;
+      const MatX<S>& g = np.param->grad;
       Index bad = 0, firstRow = -1, firstCol = -1;
       for (Index j = 0; j < g.cols(); ++j)
         for (Index i = 0; i < g.rows(); ++i)
@@ -65,7 +66,7 @@ class FiniteGuard {
             firstCol = j;
           }
       if (bad > 0)
-        throw NonFiniteError(message(fn, "the gradient of parameter '", np.first, "' is not finite at step ", step, ": entry (", firstRow, ", ", firstCol, ") = ",
+        throw NonFiniteError(message(fn, "the gradient of parameter '", np.name, "' is not finite at step ", step, ": entry (", firstRow, ", ", firstCol, ") = ",
                                      g(firstRow, firstCol), ", ", bad, " of ", g.size(), " entries non-finite"),
                              step);
     }
@@ -75,11 +76,11 @@ class FiniteGuard {
   // For an error message after a numeric failure elsewhere (cold path, allocates): the first
   // parameter holding a non-finite value, else the one with the largest magnitude.
   std::string parameterReport() const {
-    const std::pair<std::string, Param<S>*>* largest = nullptr;
+    const typename ParamList<S>::Entry* largest = nullptr;
     double largestAbs = -1.0;
     for (const auto& np : m_params) {
-      const MatX<S>& v = np.second->value;
-      if (!v.allFinite()) return "parameter '" + np.first + "' holds non-finite values";
+      const MatX<S>& v = np.param->value;
+      if (!v.allFinite()) return "parameter '" + np.name + "' holds non-finite values";
       const double a = v.size() > 0 ? static_cast<double>(v.cwiseAbs().maxCoeff()) : 0.0;
       if (a > largestAbs) {
         largestAbs = a;
@@ -88,14 +89,14 @@ class FiniteGuard {
     }
     if (!largest) return "the model has no parameters";
     std::ostringstream os;
-    os << "every parameter is finite; the largest entry is " << largestAbs << " in '" << largest->first << "'";
+    os << "every parameter is finite; the largest entry is " << largestAbs << " in '" << largest->name << "'";
     return os.str();
   }
 
   std::size_t numParams() const { return m_params.size(); }
 
  private:
-  std::vector<std::pair<std::string, Param<S>*>> m_params;
+  ParamList<S> m_params;
 };
 
 }  // namespace ddl

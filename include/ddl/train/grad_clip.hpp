@@ -1,6 +1,7 @@
 #pragma once
 // ddl/train/grad_clip.hpp: global-norm gradient clipping (torch.nn.utils.clip_grad_norm_ semantics).
-// Sees the model only through model.visitParams(prefix, f), f(name, Param<S>&).
+// Sees the model only through model.visitParams(prefix, f), f(name, Param<S>&). Given a ParamList
+// (core/param_list.hpp) it allocates nothing unless it throws; a module's own walk allocates names.
 #include <cmath>
 #include <string>
 #include <type_traits>

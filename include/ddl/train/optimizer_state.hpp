@@ -13,7 +13,8 @@ namespace detail {
 
 // Throws, naming fn, the parameter and the shapes, unless the walk has exactly slots.size() parameters
 // with the slots' names in order and value-shaped gradients; checkTensors(name, p, slot) then checks the
-// optimizer's own state tensors. Allocates nothing unless it throws.
+// optimizer's own state tensors. Allocates nothing unless it throws (beyond the walk itself: a module's
+// walk builds its dotted names, a ParamList's does not).
 template <class S, class Model, class Slot, class CheckTensors>
 void verifyOptimizerState(Model& model, const std::vector<Slot>& slots, const char* fn, CheckTensors&& checkTensors) {
   std::size_t i = 0;

@@ -9,8 +9,9 @@
 //   p   -= lr g
 // Honouring p.decay equals PyTorch with biases/gains in a param group with weight_decay = 0.
 // State is a list in visit order checked by name and shape on every step (never keyed by address).
-// With momentum == 0 there are no buffers and visitState visits nothing. No heap allocation after
-// the first step.
+// With momentum == 0 there are no buffers and visitState visits nothing. With a ParamList as the
+// model (core/param_list.hpp), no heap allocation after the first step; a module's own walk
+// allocates its dotted names.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>

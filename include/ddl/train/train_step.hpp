@@ -11,17 +11,21 @@
 //   }
 //   ddl::EvalResult r = ddl::evaluate(net, loss, test, 1000);
 //
-// trainStep = zeroGrad, forward, loss, backward, optional global-norm clipping, optimizer step.
+// trainStep = forward, loss, zeroGrad, backward, optional global-norm clipping, optimizer step.
+// The buffers keep the model's parameter list (ParamList: names and addresses, taken from the
+// model's walk once), and zeroGrad, clipping and the optimizer walk that list instead of the model.
 // Once the buffers and the model's caches have their size (the first step at a batch size), a
-// step allocates no Eigen memory (tests/test_train_loop.cpp checks with EIGEN_RUNTIME_NO_MALLOC).
+// step allocates nothing at all, neither Eigen memory nor strings (tests/test_alloc.cpp counts
+// operator new; tests/test_train_loop.cpp checks Eigen with EIGEN_RUNTIME_NO_MALLOC).
 // The model is anything with forward(X, logits), backward(dLogits) and visitParams; the
-// optimizer anything with step(model) (AdamW, Sgd).
+// optimizer anything with step(params) for a ParamList (AdamW, Sgd: any walkable model).
 #include <algorithm>
 #include <cstdint>
 #include <vector>
 
 #include "ddl/core/error.hpp"
 #include "ddl/core/param.hpp"
+#include "ddl/core/param_list.hpp"
 #include "ddl/core/types.hpp"
 #include "ddl/data/dataset.hpp"
 #include "ddl/nn/cross_entropy.hpp"
@@ -42,10 +46,13 @@ struct TrainStepOptions {
 };
 
 // Caller-owned scratch of a training step: kept between steps so that steps do not allocate.
+// params follows the model passed to trainStep: it is rebuilt (once, allocating) when the buffers
+// meet another model object or a parameter of the model got new storage (ParamList::refresh).
 template <class S>
 struct StepBuffers {
-  MatX<S> logits;   // (classes, B) of the last forward
-  MatX<S> dLogits;  // (classes, B)
+  MatX<S> logits;       // (classes, B) of the last forward
+  MatX<S> dLogits;      // (classes, B)
+  ParamList<S> params;  // the model's parameter walk, taken once
 };
 
 // What one step measured, on the batch before the parameter update.
@@ -76,12 +83,13 @@ StepStats trainStep(Model& model, SoftmaxCrossEntropy<S>& loss, Opt& optimizer,
   s.loss = static_cast<double>(loss.forward(buf.logits, labels));  // checks the label range
   s.correct = countCorrect(buf.logits, labels);
   s.count = X.cols();
-  zeroGrad(model);
+  buf.params.refresh(model);
+  zeroGrad(buf.params);
   loss.backward(buf.dLogits);
   model.backward(buf.dLogits);
   beforeUpdate(static_cast<const StepStats&>(s));
-  if (options.clipNorm > 0.0) s.gradNorm = clipGradNorm(model, options.clipNorm);
-  optimizer.step(model);
+  if (options.clipNorm > 0.0) s.gradNorm = clipGradNorm(buf.params, options.clipNorm);
+  optimizer.step(buf.params);
   return s;
 }
 
