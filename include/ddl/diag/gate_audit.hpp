@@ -212,9 +212,15 @@ class GateAccumulator {
 
   Index tokens() const { return m_tokens; }
   Index bins() const { return static_cast<Index>(m_hist.size()); }
-  void reset() { *this = GateAccumulator(bins()); }
+  // Back to no tokens, keeping the bins and their memory (no allocation).
+  void reset() {
+    std::vector<Index> hist = std::move(m_hist);
+    std::fill(hist.begin(), hist.end(), Index(0));
+    *this = GateAccumulator(std::move(hist));
+  }
 
  private:
+  explicit GateAccumulator(std::vector<Index>&& zeroedHistogram) : m_hist(std::move(zeroedHistogram)) {}
   static std::size_t checkedBins(Index bins) {
     require(bins >= 1, "ddl::GateAccumulator", "bins must be >= 1, got ", bins);
     return static_cast<std::size_t>(bins);
@@ -437,7 +443,12 @@ class NetGateAccumulator {
     return out;
   }
   const std::vector<GateAccumulator>& blocks() const { return m_blocks; }
-  void reset() { m_blocks.clear(); }
+  // Zeroes every block's sums in place (no allocation); the next net must have the same depth.
+  void reset() {
+    for (GateAccumulator& a : m_blocks) a.reset();
+  }
+  // Tokens seen so far (of block 0; every block sees the same forwards).
+  Index tokens() const { return m_blocks.empty() ? 0 : m_blocks.front().tokens(); }
 
  private:
   void resizeFor(const char* fn, std::size_t depth) {
