@@ -215,4 +215,11 @@ inline std::vector<AuditRow> readAuditJson(const std::string& path) {
   return rows;
 }
 
+// Writes <dir>/audit.csv and <dir>/audit.json (each atomically). bins: the histogram size of an empty
+// file's header.
+inline void writeAuditFiles(const std::string& dir, const std::vector<AuditRow>& rows, Index bins = 20) {
+  writeAuditCsv(dir + "/audit.csv", rows, bins);
+  writeAuditJson(dir + "/audit.json", rows);
+}
+
 }  // namespace ddl
