@@ -5,12 +5,14 @@
 // The zero-cost property (outputs and allocations without a recorder) is in test_recorder_alloc.cpp.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -19,6 +21,7 @@
 #include "ddl/diag/recorder.hpp"
 #include "ddl/nn/conv_delta_net.hpp"
 #include "ddl/nn/delta_net.hpp"
+#include "ddl/train/epoch_audit.hpp"
 
 using ddl::Index;
 using ddl::MatX;
@@ -504,4 +507,77 @@ TEST_CASE("audit CSV and JSON hold every field and read back exactly", "[recorde
   mixed[0].gate.histogram.push_back(0);
   CHECK(ddl_test::contains(ddl_test::thrownMessage<ddl::ValueError>([&] { ddl::writeAuditJson(json, mixed); }),
                            "histograms of 8 and 7 bins"));
+}
+
+TEST_CASE("auditEveryEpoch: files after every epoch, the onEpoch before it still called, resume keeps rows",
+          "[recorder][trainer]") {
+  // Gaussian blobs: class c has its mean at +3 on feature c
+  auto blobs = [](Index n, std::uint64_t seed) {
+    ddl::Rng rng(seed);
+    ddl::Dataset<float> d;
+    d.numClasses = 3;
+    d.shape = ddl::ImageShape{1, 1, 8};
+    d.images.resize(8, n);
+    d.labels.resize(static_cast<std::size_t>(n));
+    for (Index j = 0; j < n; ++j) {
+      const int y = static_cast<int>(rng.below(3));
+      d.labels[static_cast<std::size_t>(j)] = y;
+      for (Index i = 0; i < 8; ++i) d.images(i, j) = static_cast<float>(rng.normal() + (i == y ? 3.0 : 0.0));
+    }
+    return d;
+  };
+  const ddl::Dataset<float> train = blobs(64, 1), test = blobs(40, 2);
+  ddl::DeltaNetConfig cfg;
+  cfg.inputDim = 8;
+  cfg.classes = 3;
+  cfg.d = 8;
+  cfg.depth = 2;
+  cfg.block.hidden = 16;
+  ddl::TrainerOptions opt;
+  opt.epochs = 3;
+  opt.batchSize = 32;
+  opt.warmupSteps = 1;
+  opt.threads = 1;
+  opt.outDir = tmpPath("trainer");
+  std::filesystem::remove_all(opt.outDir);
+  {
+    ddl::DeltaNet<float> net(cfg, 2);
+    ddl::Trainer<float> t(net, train, opt, nullptr, &test);
+    int seen = 0;
+    t.onEpoch = [&](const ddl::EpochMetrics& m) {
+      ++seen;
+      if (m.epoch == 1) throw std::runtime_error("stop after epoch 1");  // a crash after the audit files
+    };
+    ddl::AuditRecorder audit;
+    ddl::auditEveryEpoch(t, net, audit, opt.outDir);
+    CHECK_THROWS_WITH(t.run(), "stop after epoch 1");
+    CHECK(seen == 1);
+    const std::vector<ddl::AuditRow> rows = ddl::readAuditJson(opt.outDir + "/audit.json");
+    REQUIRE(rows.size() == 2);
+    CHECK(rows[0].epoch == 1);
+    CHECK(rows[0].gate.tokens == 40);  // the test set, as the Trainer evaluated it
+    CHECK(rows[1].gate.errorRatioMeasured());
+  }
+  ddl::DeltaNet<float> net(cfg, 9);
+  ddl::Trainer<float> t(net, train, opt, nullptr, &test);
+  t.resume(t.checkpointPath());
+  ddl::AuditRecorder audit;
+  ddl::auditEveryEpoch(t, net, audit, opt.outDir);
+  CHECK(audit.rows().size() == 2);  // epoch 1 from the file
+  const ddl::EpochMetrics last = t.run();
+  REQUIRE(audit.rows().size() == 6);
+  const std::vector<ddl::AuditRow> rows = ddl::readAuditJson(opt.outDir + "/audit.json");
+  REQUIRE(rows.size() == 6);
+  for (std::size_t i = 0; i < 6; ++i) {
+    CHECK(rows[i].epoch == static_cast<int>(i / 2 + 1));
+    CHECK(rows[i].block == static_cast<Index>(i % 2));
+  }
+  // the last rows are the statistics the Trainer reported for its last epoch
+  CHECK(rows[4].gate.betaMean == last.gates[0].betaMean);
+  CHECK(rows[5].gate.histogram == last.gates[1].histogram);
+  std::ifstream csv(opt.outDir + "/audit.csv");
+  std::string line;
+  int lines = 0;
+  while (std::getline(csv, line)) ++lines;
+  CHECK(lines == 7);
 }
