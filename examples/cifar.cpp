@@ -24,6 +24,7 @@
 #include "ddl/diag/gate_audit.hpp"
 #include "ddl/io/atomic_file.hpp"
 #include "ddl/nn/conv_delta_net.hpp"
+#include "ddl/train/epoch_audit.hpp"
 #include "ddl/train/progress.hpp"
 #include "ddl/train/stop_signal.hpp"
 #include "ddl/train/trainer.hpp"
@@ -72,6 +73,8 @@ ddl::cli::CommandLine makeCommandLine() {
       .option("out", "DIR", "metrics.csv, checkpoint.safetensors, curves.png", "out/cifar")
       .flag("resume", "continue the run saved in --out (same options)")
       .flag("eval-only", "evaluate the checkpoint in --out on the test set");
+  cli.flag("audit", "after every epoch write audit.csv and audit.json into --out: per block the gate, regimes, "
+                    "|k~| vs eps, measured |e_post|/|e_pre| vs |1-beta*rho|, |k^T X|, |v| and the frozen spectrum");
   return cli;
 }
 
@@ -300,6 +303,8 @@ int run(const ddl::cli::CommandLine& cli) {
                   100 * m.test.accuracy, m.seconds, m.samplesPerSec);
     bar.finish(line);
   };
+  ddl::AuditRecorder audit;
+  if (cli.has("audit")) ddl::auditEveryEpoch(trainer, net, audit, out);
   const ddl::EpochMetrics last = trainer.run();
   if (ddl::stopSignal() != 0) {
     std::cout << "\nstopped by signal " << ddl::stopSignal() << "; the checkpoint in " << out

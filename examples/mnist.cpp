@@ -20,6 +20,8 @@
 #include "curves.hpp"
 #include "ddl/data/idx.hpp"
 #include "ddl/diag/gate_audit.hpp"
+#include "ddl/io/atomic_file.hpp"
+#include "ddl/train/epoch_audit.hpp"
 #include "ddl/train/progress.hpp"
 #include "ddl/train/stop_signal.hpp"
 #include "ddl/train/trainer.hpp"
@@ -72,6 +74,8 @@ void declareOptions(ddl::cli::CommandLine& cli) {
       .option("out", "DIR", "metrics.csv, checkpoint.safetensors, curves.png", "out/mnist")
       .flag("resume", "continue the run saved in --out (same options)")
       .flag("eval-only", "evaluate the checkpoint in --out on the test set");
+  cli.flag("audit", "after every epoch write audit.csv and audit.json into --out: per block the gate, regimes, "
+                    "|k~| vs eps, measured |e_post|/|e_pre| vs |1-beta*rho|, |k^T X|, |v| and the frozen spectrum");
 }
 
 // The model: from the command line, or (resume / eval-only) from the checkpoint.
@@ -225,6 +229,8 @@ int run(const ddl::cli::CommandLine& cli) {
     bar.finish(line);
   };
   trainer.shouldStop = [] { return ddl::stopSignal() != 0; };
+  ddl::AuditRecorder audit;
+  if (cli.has("audit")) ddl::auditEveryEpoch(trainer, net, audit, out);
   const ddl::EpochMetrics last = trainer.run();
   if (trainer.stopped()) {
     const int sig = ddl::stopSignal();

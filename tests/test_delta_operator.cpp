@@ -413,3 +413,21 @@ TEST_CASE("regime bands and condition number", "[delta_operator][regime]") {
   const VecD k1 = VecD::Constant(1, 1.0);
   CHECK(ddl::deltaOperator(k1, 0.5).conditionNumber() == 1.0);
 }
+
+TEST_CASE("regime bands inside the gate's range are SPEC §6's thresholds on beta*rho", "[delta_operator][regime]") {
+  // One taxonomy for the operator and the audit: on b in [0, 2] the named bands are identity-like
+  // b < 0.1, projection-like |b - 1| < 0.1 and reflection-like b > 1.9; the rest splits by the side of 1.
+  using R = ddl::DeltaRegime;
+  for (int i = 0; i <= 2000; ++i) {
+    const double b = 0.001 * i + 0.0004;  // off the band edges
+    if (b > 2) break;
+    CAPTURE(b);
+    const R expected = b < 0.1                 ? R::Identity
+                       : std::abs(b - 1) < 0.1 ? R::Projection
+                       : b > 1.9               ? R::Reflection
+                       : b < 1                 ? R::Contraction
+                                               : R::PartialReflection;
+    CHECK(ddl::classifyRegime(b) == expected);
+  }
+  CHECK(ddl::kDeltaRegimeCount == static_cast<int>(R::Expansion) + 1);
+}

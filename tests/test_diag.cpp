@@ -1,6 +1,7 @@
 // diag/gate_audit and diag/spectral: statistics against hand-computed values on residuals whose gate is
 // set so every beta is known, the measured |e_post|/|e_pre| against |1 - beta rho|, accumulation over
 // batches against one audit of the concatenated batch, the net-level audit and its table, errors.
+#include <array>
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -74,10 +75,11 @@ TEST_CASE("constant gate beta0: beta, histogram, |k~| and rho match hand-compute
   REQUIRE(g.histogram.size() == 20);
   for (std::size_t b = 0; b < 20; ++b) CHECK(g.histogram[b] == (b == 5 ? N : 0));  // 0.5 in [0.5, 0.6)
   CHECK(g.saturated == 0);
-  CHECK(g.identityLike == 0);
-  CHECK(g.projectionLike == 0);
-  CHECK(g.reflectionLike == 0);
-  CHECK(g.otherRegime == N);
+  // regimes of b = beta rho: 0.5 rho with rho ~ 1 is a contraction, and so is 0.5 * 0.9 (|k~| = 3e-5)
+  CHECK(g.regimeCount(ddl::DeltaRegime::Contraction) == N);
+  Index regimeTotal = 0;
+  for (Index c : g.regimes) regimeTotal += c;
+  CHECK(regimeTotal == N);
   CHECK(g.norm == norm);
   CHECK(g.epsK == 1e-5);
 
@@ -123,12 +125,23 @@ TEST_CASE("constructed betas: saturation, regime counts and histogram bins", "[d
   const ddl::GateStats g = ddl::auditGate(r);
   CHECK(g.tokens == N);
   CHECK(g.saturated == 2);       // 0.0005, 1.9995
-  CHECK(g.identityLike == 2);    // 0.0005, 0.05
-  CHECK(g.projectionLike == 3);  // 0.95, 1.0, 1.05
-  CHECK(g.reflectionLike == 2);  // 1.95, 1.9995
-  CHECK(g.otherRegime == 3);     // 0.55, 1.55, 1.25
+  // the operator's taxonomy on beta rho (rho = 1 - 1e-10 or closer: no beta sits near a band edge)
+  using R = ddl::DeltaRegime;
+  CHECK(g.regimeCount(R::Identity) == 2);           // 0.0005, 0.05
+  CHECK(g.regimeCount(R::Contraction) == 1);        // 0.55
+  CHECK(g.regimeCount(R::Projection) == 3);         // 0.95, 1.0, 1.05
+  CHECK(g.regimeCount(R::PartialReflection) == 2);  // 1.55, 1.25
+  CHECK(g.regimeCount(R::Reflection) == 2);         // 1.95, 1.9995
+  CHECK(g.regimeCount(R::Expansion) == 0);          // needs beta rho outside [0, 2]
+  // every token is classified exactly as the operator of that token classifies itself
+  std::array<Index, ddl::kDeltaRegimeCount> byOperator{};
+  for (Index t = 0; t < N; ++t) {
+    const ddl::VecX<double> k = r.directions().col(t);
+    ++byOperator[static_cast<std::size_t>(ddl::deltaOperator(k, r.beta()(0, t)).regime())];
+  }
+  CHECK(g.regimes == byOperator);
   CHECK(g.saturatedFraction() == Approx(0.2));
-  CHECK(g.projectionFraction() == Approx(0.3));
+  CHECK(g.regimeFraction(R::Projection) == Approx(0.3));
   double sum = 0;
   for (double b : betas) sum += b;
   CHECK(g.betaMean == Approx(sum / static_cast<double>(N)).epsilon(1e-12));
@@ -212,7 +225,7 @@ TEST_CASE("tokens with a non-finite gate are counted apart and left out", "[diag
   CHECK(g.tokens == 3);
   CHECK(g.betaMean == Approx(1.5).epsilon(1e-12));
   CHECK(g.betaMax == Approx(1.5).epsilon(1e-12));
-  CHECK(g.otherRegime == 3);
+  CHECK(g.regimeCount(ddl::DeltaRegime::PartialReflection) == 3);  // beta = 1.5
   CHECK(g.errorRatioTokens == 3);
   CHECK(g.errorRatioMaxDeviation < 1e-12);
   CHECK(ddl_test::contains(ddl::formatGateSummary({g}), "[1 non-finite tokens skipped]"));
@@ -268,10 +281,7 @@ TEST_CASE("accumulator over batches equals one audit of the concatenated batch",
   CHECK(sum.tokens == whole.tokens);
   CHECK(sum.histogram == whole.histogram);
   CHECK(sum.saturated == whole.saturated);
-  CHECK(sum.identityLike == whole.identityLike);
-  CHECK(sum.projectionLike == whole.projectionLike);
-  CHECK(sum.reflectionLike == whole.reflectionLike);
-  CHECK(sum.otherRegime == whole.otherRegime);
+  CHECK(sum.regimes == whole.regimes);
   CHECK(sum.smallDirections == whole.smallDirections);
   CHECK(sum.errorRatioTokens == whole.errorRatioTokens);
   CHECK(sum.betaMean == Approx(whole.betaMean).epsilon(1e-12));

@@ -37,7 +37,9 @@
 #include "ddl/nn/stage_transition.hpp"
 #include "ddl/nn/window2d.hpp"
 
+#include "ddl/diag/audit_file.hpp"
 #include "ddl/diag/gate_audit.hpp"
+#include "ddl/diag/recorder.hpp"
 #include "ddl/diag/spectral.hpp"
 
 #include "ddl/data/cifar.hpp"
@@ -51,6 +53,7 @@
 #include "ddl/io/safetensors.hpp"
 
 #include "ddl/train/adamw.hpp"
+#include "ddl/train/epoch_audit.hpp"
 #include "ddl/train/finite_guard.hpp"
 #include "ddl/train/grad_clip.hpp"
 #include "ddl/train/lr_schedule.hpp"

@@ -4,19 +4,28 @@
 //
 // Per block and batch (GateStats):
 //   beta        mean / min / max, a histogram of fixed bins over [0, 2], the fraction saturated
-//               (beta < 1e-3 or beta > 2 - 1e-3) and the regime counts on beta: identity-like
-//               beta < 0.1, projection-like |beta - 1| < 0.1, reflection-like beta > 1.9, other
+//               (beta < 1e-3 or beta > 2 - 1e-3)
+//   regimes     token counts per DeltaRegime of the effective gate b = beta rho, classified by the
+//               operator's own classifyRegime (ops/delta_operator.hpp): one taxonomy for the operator
+//               and the audit. In the gate's range its bands are SPEC §6's thresholds on b:
+//               identity-like b < 0.1, projection-like |b - 1| < 0.1, reflection-like b > 1.9, and
+//               between them contraction / partial reflection (expansion only outside [0, 2])
 //   |k~|        against eps_k, recovered from the stored norm n (SqrtEps: |k~| = sqrt(n^2 - eps^2),
 //               AddEps: n = |k~|): min, mean, and how many tokens have |k~| < 10 eps_k
 //   rho         mean |k|^2 (1 for a unit k, < 1 where the guard bites)
 //   error ratio |e_post| / |e_pre| per token, which must equal |1 - beta rho| (SPEC §1). e_pre =
 //               k^T X - v^T = -discrepancy; e_post = k^T Y - v^T is measured on the real output Y of
 //               the same forward when the caller passes it. Delta kind only (the write-only control
-//               has no such identity); the mean of |1 - beta rho| is reported without Y as well.
+//               has no such identity); the mean of |1 - beta rho| is reported without Y as well, and
+//               the k-eigenvalue lambda = 1 - beta rho of the frozen operator by min / mean / max.
+//   magnitudes  |k^T X| (the readout p, a dv-vector per token) and |v| (the target): mean and max of
+//               their Euclidean norms. The readout is k^T X of the input state when the caller passes
+//               X, else v - discrepancy (Delta kind); with X also e_pre = k^T X - v^T is measured on X.
 // GateAccumulator sums the same quantities over many batches (an epoch); auditGate is one batch of it.
 // Every sum is taken in double, token by token in order, so an accumulator over consecutive batches
 // equals one audit of the concatenated batch up to the forward's own rounding.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -28,16 +37,14 @@
 #include "ddl/core/types.hpp"
 #include "ddl/nn/delta_net.hpp"
 #include "ddl/nn/delta_residual.hpp"
+#include "ddl/ops/delta_operator.hpp"
 #include "ddl/ops/direction.hpp"
 
 namespace ddl {
 
-// Thresholds of SPEC §6.
+// Thresholds of SPEC §6 that are not regime bands (those live in classifyRegime, ops/delta_operator.hpp).
 struct GateThresholds {
   static constexpr double saturation = 1e-3;   // beta < 1e-3 or beta > 2 - 1e-3
-  static constexpr double identity = 0.1;      // beta < 0.1
-  static constexpr double projection = 0.1;    // |beta - 1| < 0.1
-  static constexpr double reflection = 1.9;    // beta > 1.9
   static constexpr double smallDirection = 10;  // |k~| < 10 eps_k
 };
 
@@ -52,11 +59,9 @@ struct GateStats {
   double betaMax = std::numeric_limits<double>::quiet_NaN();
   std::vector<Index> histogram;  // fixed bins over [0, 2]; bin b covers [2b/B, 2(b+1)/B), beta = 2 in the last
 
-  Index saturated = 0;       // beta < 1e-3 or beta > 2 - 1e-3
-  Index identityLike = 0;    // beta < 0.1
-  Index projectionLike = 0;  // |beta - 1| < 0.1
-  Index reflectionLike = 0;  // beta > 1.9
-  Index otherRegime = 0;     // none of the three
+  Index saturated = 0;  // beta < 1e-3 or beta > 2 - 1e-3
+  // Tokens per DeltaRegime of beta rho, indexed by static_cast<int>(DeltaRegime); they sum to tokens.
+  std::array<Index, kDeltaRegimeCount> regimes{};
 
   DirectionNorm norm = DirectionNorm::SqrtEps;
   double epsK = 0;
@@ -66,17 +71,25 @@ struct GateStats {
   double rhoMean = std::numeric_limits<double>::quiet_NaN();      // mean |k|^2
 
   double expectedRatioMean = std::numeric_limits<double>::quiet_NaN();  // mean |1 - beta rho| (Delta kind)
+  double lambdaMin = std::numeric_limits<double>::quiet_NaN();   // min of 1 - beta rho (Delta kind)
+  double lambdaMean = std::numeric_limits<double>::quiet_NaN();  // mean of 1 - beta rho
+  double lambdaMax = std::numeric_limits<double>::quiet_NaN();   // max of 1 - beta rho
   // Measured on the block output Y (see auditGate); NaN and 0 tokens when Y was not given or the kind is
   // not Delta. Tokens whose |e_pre| is rounding noise (below sqrt(eps_S) (|v| + |X^T k|)) are left out.
   Index errorRatioTokens = 0;
   double errorRatioMean = std::numeric_limits<double>::quiet_NaN();          // mean |e_post| / |e_pre|
   double errorRatioMaxDeviation = std::numeric_limits<double>::quiet_NaN();  // max | ratio - |1 - beta rho| |
 
+  // |v| per token (always) and |k^T X| (readoutTokens of them; 0 for the write-only control without X).
+  double valueNormMean = std::numeric_limits<double>::quiet_NaN();
+  double valueNormMax = std::numeric_limits<double>::quiet_NaN();
+  Index readoutTokens = 0;
+  double readoutNormMean = std::numeric_limits<double>::quiet_NaN();
+  double readoutNormMax = std::numeric_limits<double>::quiet_NaN();
+
+  Index regimeCount(DeltaRegime r) const { return regimes[static_cast<std::size_t>(r)]; }
+  double regimeFraction(DeltaRegime r) const { return fraction(regimeCount(r)); }
   double saturatedFraction() const { return fraction(saturated); }
-  double identityFraction() const { return fraction(identityLike); }
-  double projectionFraction() const { return fraction(projectionLike); }
-  double reflectionFraction() const { return fraction(reflectionLike); }
-  double otherFraction() const { return fraction(otherRegime); }
   double smallDirectionFraction() const { return fraction(smallDirections); }
   bool errorRatioMeasured() const { return errorRatioTokens > 0; }
 
@@ -96,7 +109,7 @@ class GateAccumulator {
   // ran. Without Y the error ratio is not measured.
   template <class S>
   void add(const DeltaResidual<S>& r) {
-    addImpl<S>(r, nullptr);
+    addImpl<S>(r, nullptr, nullptr);
   }
   // Same, measuring |e_post| / |e_pre| on Y: (d, dv*N), the output of r's last forward (Delta kind;
   // for the write-only control Y is checked but not used).
@@ -104,7 +117,16 @@ class GateAccumulator {
   void add(const DeltaResidual<S>& r, const Eigen::MatrixBase<DY>& Y) {
     static_assert(std::is_same<typename DY::Scalar, S>::value, "ddl::GateAccumulator::add: Y must have the residual's scalar");
     const Eigen::Ref<const MatX<S>> ref(Y.derived());
-    addImpl<S>(r, &ref);
+    addImpl<S>(r, nullptr, &ref);
+  }
+  // Same with the input state X: (d, dv*N) of that forward as well: the readout k^T X and e_pre are
+  // measured on X (also for the write-only control), e_post on Y.
+  template <class S, class DX, class DY>
+  void add(const DeltaResidual<S>& r, const Eigen::MatrixBase<DX>& X, const Eigen::MatrixBase<DY>& Y) {
+    static_assert(std::is_same<typename DX::Scalar, S>::value && std::is_same<typename DY::Scalar, S>::value,
+                  "ddl::GateAccumulator::add: X and Y must have the residual's scalar");
+    const Eigen::Ref<const MatX<S>> refX(X.derived()), refY(Y.derived());
+    addImpl<S>(r, &refX, &refY);
   }
 
   // Adds another accumulator of the same block (same bins).
@@ -126,16 +148,21 @@ class GateAccumulator {
     m_betaMax = std::max(m_betaMax, o.m_betaMax);
     for (std::size_t b = 0; b < m_hist.size(); ++b) m_hist[b] += o.m_hist[b];
     m_saturated += o.m_saturated;
-    m_identity += o.m_identity;
-    m_projection += o.m_projection;
-    m_reflection += o.m_reflection;
-    m_other += o.m_other;
+    for (std::size_t i = 0; i < m_regimes.size(); ++i) m_regimes[i] += o.m_regimes[i];
     m_kTildeSum += o.m_kTildeSum;
     m_kTildeMin = std::min(m_kTildeMin, o.m_kTildeMin);
     m_small += o.m_small;
     m_rhoSum += o.m_rhoSum;
     m_expectedTokens += o.m_expectedTokens;
     m_expectedSum += o.m_expectedSum;
+    m_lambdaSum += o.m_lambdaSum;
+    m_lambdaMin = std::min(m_lambdaMin, o.m_lambdaMin);
+    m_lambdaMax = std::max(m_lambdaMax, o.m_lambdaMax);
+    m_valueSum += o.m_valueSum;
+    m_valueMax = std::max(m_valueMax, o.m_valueMax);
+    m_readoutTokens += o.m_readoutTokens;
+    m_readoutSum += o.m_readoutSum;
+    m_readoutMax = std::max(m_readoutMax, o.m_readoutMax);
     m_ratioTokens += o.m_ratioTokens;
     m_ratioSum += o.m_ratioSum;
     m_ratioMaxDev = std::max(m_ratioMaxDev, o.m_ratioMaxDev);
@@ -157,14 +184,24 @@ class GateAccumulator {
       s.kTildeMin = m_kTildeMin;
       s.kTildeMean = m_kTildeSum / n;
       s.rhoMean = m_rhoSum / n;
+      s.valueNormMean = m_valueSum / n;
+      s.valueNormMax = m_valueMax;
     }
     s.saturated = m_saturated;
-    s.identityLike = m_identity;
-    s.projectionLike = m_projection;
-    s.reflectionLike = m_reflection;
-    s.otherRegime = m_other;
+    s.regimes = m_regimes;
     s.smallDirections = m_small;
-    if (m_expectedTokens > 0) s.expectedRatioMean = m_expectedSum / static_cast<double>(m_expectedTokens);
+    if (m_expectedTokens > 0) {
+      const double n = static_cast<double>(m_expectedTokens);
+      s.expectedRatioMean = m_expectedSum / n;
+      s.lambdaMean = m_lambdaSum / n;
+      s.lambdaMin = m_lambdaMin;
+      s.lambdaMax = m_lambdaMax;
+    }
+    s.readoutTokens = m_readoutTokens;
+    if (m_readoutTokens > 0) {
+      s.readoutNormMean = m_readoutSum / static_cast<double>(m_readoutTokens);
+      s.readoutNormMax = m_readoutMax;
+    }
     s.errorRatioTokens = m_ratioTokens;
     if (m_ratioTokens > 0) {
       s.errorRatioMean = m_ratioSum / static_cast<double>(m_ratioTokens);
@@ -175,16 +212,22 @@ class GateAccumulator {
 
   Index tokens() const { return m_tokens; }
   Index bins() const { return static_cast<Index>(m_hist.size()); }
-  void reset() { *this = GateAccumulator(bins()); }
+  // Back to no tokens, keeping the bins and their memory (no allocation).
+  void reset() {
+    std::vector<Index> hist = std::move(m_hist);
+    std::fill(hist.begin(), hist.end(), Index(0));
+    *this = GateAccumulator(std::move(hist));
+  }
 
  private:
+  explicit GateAccumulator(std::vector<Index>&& zeroedHistogram) : m_hist(std::move(zeroedHistogram)) {}
   static std::size_t checkedBins(Index bins) {
     require(bins >= 1, "ddl::GateAccumulator", "bins must be >= 1, got ", bins);
     return static_cast<std::size_t>(bins);
   }
 
   template <class S>
-  void addImpl(const DeltaResidual<S>& r, const Eigen::Ref<const MatX<S>>* Y) {
+  void addImpl(const DeltaResidual<S>& r, const Eigen::Ref<const MatX<S>>* X, const Eigen::Ref<const MatX<S>>* Y) {
     const char* fn = "ddl::GateAccumulator::add";
     const DeltaResidualOptions& opt = r.options();
     if (opt.residual == ResidualKind::Additive)
@@ -202,6 +245,7 @@ class GateAccumulator {
     const bool delta = opt.residual == ResidualKind::Delta;
     const MatX<S>& D = r.discrepancy();
     if (delta) checkShape(fn, "discrepancy", D, dv, N);
+    if (X) checkShape(fn, "X (the input of the audited forward)", *X, d, dv * N);
     if (Y) checkShape(fn, "Y (the output of the audited forward)", *Y, d, dv * N);
     if (m_tokens > 0 && (opt.norm != m_norm || opt.epsK != m_epsK))
       throw ValueError(message(fn, "this residual guards its direction with ", toString(opt.norm), ", eps_k = ", opt.epsK,
@@ -227,42 +271,59 @@ class GateAccumulator {
       const Index bin = std::min<Index>(B - 1, std::max<Index>(0, static_cast<Index>(std::floor(b / 2.0 * static_cast<double>(B)))));
       ++m_hist[static_cast<std::size_t>(bin)];
       if (b < GateThresholds::saturation || b > 2.0 - GateThresholds::saturation) ++m_saturated;
-      if (b < GateThresholds::identity)
-        ++m_identity;
-      else if (std::abs(b - 1.0) < GateThresholds::projection)
-        ++m_projection;
-      else if (b > GateThresholds::reflection)
-        ++m_reflection;
-      else
-        ++m_other;
+      ++m_regimes[static_cast<std::size_t>(classifyRegime(b * rho))];
       // direction
       const double kt = opt.norm == DirectionNorm::SqrtEps ? std::sqrt(std::max(0.0, n * n - eps * eps)) : n;
       m_kTildeSum += kt;
       m_kTildeMin = std::min(m_kTildeMin, kt);
       if (kt < GateThresholds::smallDirection * eps) ++m_small;
       m_rhoSum += rho;
+      // magnitudes: |v| always, the readout p = k^T X from X (or v - discrepancy, Delta kind)
+      double v2 = 0, p2 = 0, pre2 = 0, post2 = 0;
+      for (Index j = 0; j < dv; ++j) {
+        const double vj = static_cast<double>(V(j, t));
+        const double pj = X ? dotInDouble(K, t, *X, j * N + t) : delta ? vj - static_cast<double>(D(j, t)) : 0.0;
+        v2 += vj * vj;
+        p2 += pj * pj;
+        pre2 += (pj - vj) * (pj - vj);  // e_pre = k^T X - v^T
+        if (delta && Y) {
+          const double post = dotInDouble(K, t, *Y, j * N + t) - vj;
+          post2 += post * post;
+        }
+      }
+      const double vNorm = std::sqrt(v2), pNorm = std::sqrt(p2);
+      m_valueSum += vNorm;
+      m_valueMax = std::max(m_valueMax, vNorm);
+      if (X || delta) {
+        ++m_readoutTokens;
+        m_readoutSum += pNorm;
+        m_readoutMax = std::max(m_readoutMax, pNorm);
+      }
       if (!delta) continue;
-      // write: e_post = (1 - beta rho) e_pre
-      const double expected = std::abs(1.0 - b * rho);
+      // write: e_post = (1 - beta rho) e_pre, lambda = 1 - beta rho the k-eigenvalue
+      const double lambda = 1.0 - b * rho;
+      const double expected = std::abs(lambda);
       ++m_expectedTokens;
       m_expectedSum += expected;
+      m_lambdaSum += lambda;
+      m_lambdaMin = std::min(m_lambdaMin, lambda);
+      m_lambdaMax = std::max(m_lambdaMax, lambda);
       if (!Y) continue;
-      double pre2 = 0, post2 = 0, v2 = 0, p2 = 0;
-      for (Index j = 0; j < dv; ++j) {
-        const double vj = static_cast<double>(V(j, t)), dj = static_cast<double>(D(j, t));
-        const double readout = static_cast<double>(K.col(t).template cast<double>().dot((*Y).col(j * N + t).template cast<double>()));
-        pre2 += dj * dj;  // e_pre = -discrepancy
-        post2 += (readout - vj) * (readout - vj);
-        v2 += vj * vj;
-        p2 += (vj - dj) * (vj - dj);  // X^T k = v - discrepancy
-      }
       const double pre = std::sqrt(pre2);
-      if (!(pre > noise * (std::sqrt(v2) + std::sqrt(p2)))) continue;
+      if (!(pre > noise * (vNorm + pNorm))) continue;
       const double ratio = std::sqrt(post2) / pre;
       ++m_ratioTokens;
       m_ratioSum += ratio;
       m_ratioMaxDev = std::max(m_ratioMaxDev, std::abs(ratio - expected));
     }
+  }
+
+  // k_t^T M.col(c) in double.
+  template <class S>
+  static double dotInDouble(const MatX<S>& K, Index t, const Eigen::Ref<const MatX<S>>& M, Index c) {
+    double sum = 0;
+    for (Index i = 0; i < K.rows(); ++i) sum += static_cast<double>(K(i, t)) * static_cast<double>(M(i, c));
+    return sum;
   }
 
   static constexpr double inf = std::numeric_limits<double>::infinity();
@@ -271,12 +332,17 @@ class GateAccumulator {
   double m_epsK = 0;
   Index m_tokens = 0, m_nonFinite = 0;
   double m_betaSum = 0, m_betaMin = inf, m_betaMax = -inf;
-  Index m_saturated = 0, m_identity = 0, m_projection = 0, m_reflection = 0, m_other = 0;
+  Index m_saturated = 0;
+  std::array<Index, kDeltaRegimeCount> m_regimes{};
   double m_kTildeSum = 0, m_kTildeMin = inf;
   Index m_small = 0;
   double m_rhoSum = 0;
   Index m_expectedTokens = 0;
   double m_expectedSum = 0;
+  double m_lambdaSum = 0, m_lambdaMin = inf, m_lambdaMax = -inf;
+  double m_valueSum = 0, m_valueMax = -inf;
+  Index m_readoutTokens = 0;
+  double m_readoutSum = 0, m_readoutMax = -inf;
   Index m_ratioTokens = 0;
   double m_ratioSum = 0, m_ratioMaxDev = 0;
 };
@@ -297,6 +363,14 @@ GateStats auditGate(const DeltaResidual<S>& r, const Eigen::MatrixBase<DY>& Y, I
   acc.add(r, Y);
   return acc.stats();
 }
+// Same, with the input state X: (d, dv*N) of that forward too (readout and e_pre measured on X).
+template <class S, class DX, class DY>
+GateStats auditGate(const DeltaResidual<S>& r, const Eigen::MatrixBase<DX>& X, const Eigen::MatrixBase<DY>& Y,
+                    Index bins = 20) {
+  GateAccumulator acc(bins);
+  acc.add(r, X, Y);
+  return acc.stats();
+}
 
 namespace detail {
 // Net: DeltaNet, ConvDeltaNet or any net whose config().block.residual names the residual kind.
@@ -313,12 +387,15 @@ void checkNetStates(const char* fn, const DeltaNet<S>& net, const std::vector<Ma
 }
 }  // namespace detail
 
-// Every block of the last forward of net, in order; empty for an additive (plain residual) net.
-template <class S>
-std::vector<GateStats> auditNet(const DeltaNet<S>& net, Index bins = 20) {
+// Every block of the last forward of net, in order, measured on the block inputs and outputs the net
+// kept (blockInput / blockOutput); empty for an additive (plain residual) net.
+// Net: DeltaNet<S> or ConvDeltaNet<S>.
+template <class Net>
+std::vector<GateStats> auditNet(const Net& net, Index bins = 20) {
   std::vector<GateStats> out;
   if (!detail::netHasGates(net)) return out;
-  for (const auto& b : net.blocks()) out.push_back(auditGate(b.residual(), bins));
+  for (std::size_t i = 0; i < net.blocks().size(); ++i)
+    out.push_back(auditGate(net.blocks()[i].residual(), net.blockInput(i), net.blockOutput(i), bins));
   return out;
 }
 // Same, measuring the error ratio on the block outputs: states has depth + 1 entries, states[i] the
@@ -341,12 +418,14 @@ class NetGateAccumulator {
     require(bins >= 1, "ddl::NetGateAccumulator", "bins must be >= 1, got ", bins);
   }
 
-  // Net: DeltaNet<S>, ConvDeltaNet<S> (blocks() in order, each with residual()).
+  // The last forward of net, measured on its block inputs and outputs (as auditNet(net)).
+  // Net: DeltaNet<S>, ConvDeltaNet<S> (blocks() in order, each with residual(); blockInput/Output).
   template <class Net>
   void add(const Net& net) {
     if (!detail::netHasGates(net)) return;
     resizeFor("ddl::NetGateAccumulator::add", net.blocks().size());
-    for (std::size_t i = 0; i < net.blocks().size(); ++i) m_blocks[i].add(net.blocks()[i].residual());
+    for (std::size_t i = 0; i < net.blocks().size(); ++i)
+      m_blocks[i].add(net.blocks()[i].residual(), net.blockInput(i), net.blockOutput(i));
   }
   // states as for auditNet(net, states).
   template <class S>
@@ -364,7 +443,12 @@ class NetGateAccumulator {
     return out;
   }
   const std::vector<GateAccumulator>& blocks() const { return m_blocks; }
-  void reset() { m_blocks.clear(); }
+  // Zeroes every block's sums in place (no allocation); the next net must have the same depth.
+  void reset() {
+    for (GateAccumulator& a : m_blocks) a.reset();
+  }
+  // Tokens seen so far (of block 0; every block sees the same forwards).
+  Index tokens() const { return m_blocks.empty() ? 0 : m_blocks.front().tokens(); }
 
  private:
   void resizeFor(const char* fn, std::size_t depth) {
@@ -388,20 +472,20 @@ inline std::string formatPercent(double fraction) {
 }  // namespace detail
 
 // A readable table for the end of training: a title, a header, then one line per block starting
-// "block <i>": tokens, beta mean/min/max, % saturated, % identity/projection/reflection/other,
-// min |k~|, % |k~| < 10 eps_k, the measured mean |e_post|/|e_pre| ("-" when not measured) and, in
+// "block <i>": tokens, beta mean/min/max, % saturated, % of tokens in each DeltaRegime of beta rho
+// (identity, contraction, projection, partial reflection, reflection, expansion), min |k~|, % |k~| < 10 eps_k, the measured mean |e_post|/|e_pre| ("-" when not measured) and, in
 // parentheses, the mean |1 - beta rho| it should equal. An empty vector gives one line saying so.
 inline std::string formatGateSummary(const std::vector<GateStats>& blocks) {
   using detail::formatNumber;
   using detail::formatPercent;
   std::string s;
   if (blocks.empty()) return "gate audit: no gated blocks (additive residual)\n";
-  s += "gate audit (beta = 2 sigma(z) in [0, 2]; regimes: identity beta<0.1, projection |beta-1|<0.1, "
-       "reflection beta>1.9)\n";
+  s += "gate audit (beta = 2 sigma(z) in [0, 2]; regimes of b = beta*rho: identity b<0.1, contraction, "
+       "projection |b-1|<0.1, partial reflection, reflection b>1.9, expansion outside [0, 2])\n";
   char header[256];
-  std::snprintf(header, sizeof header, "%-10s %7s  %9s %8s %8s %6s %6s %6s %6s %6s  %9s %11s  %8s (%s)\n", "block", "tokens",
-                "beta_mean", "beta_min", "beta_max", "%sat", "%ident", "%proj", "%refl", "%other", "min|k~|",
-                "%|k~|<10eps", "e_ratio", "|1-beta*rho|");
+  std::snprintf(header, sizeof header, "%-10s %7s  %9s %8s %8s %6s %6s %6s %6s %6s %6s %6s  %9s %11s  %8s (%s)\n", "block",
+                "tokens", "beta_mean", "beta_min", "beta_max", "%sat", "%ident", "%contr", "%proj", "%prefl", "%refl",
+                "%expan", "min|k~|", "%|k~|<10eps", "e_ratio", "|1-beta*rho|");
   s += header;
   for (std::size_t i = 0; i < blocks.size(); ++i) {
     const GateStats& g = blocks[i];
@@ -409,9 +493,8 @@ inline std::string formatGateSummary(const std::vector<GateStats>& blocks) {
     std::snprintf(head, sizeof head, "block %-4lld %7lld", static_cast<long long>(i), static_cast<long long>(g.tokens));
     s += head;
     s += formatNumber("  %9.4f", g.betaMean) + formatNumber(" %8.4f", g.betaMin) + formatNumber(" %8.4f", g.betaMax);
-    s += " " + formatPercent(g.saturatedFraction()) + " " + formatPercent(g.identityFraction()) + " " +
-         formatPercent(g.projectionFraction()) + " " + formatPercent(g.reflectionFraction()) + " " +
-         formatPercent(g.otherFraction());
+    s += " " + formatPercent(g.saturatedFraction());
+    for (int r = 0; r < kDeltaRegimeCount; ++r) s += " " + formatPercent(g.regimeFraction(static_cast<DeltaRegime>(r)));
     s += formatNumber("  %9.3e", g.kTildeMin) + "      " + formatPercent(g.smallDirectionFraction());
     if (g.errorRatioMeasured())
       s += formatNumber("  %8.4f", g.errorRatioMean) + formatNumber(" (%.4f)", g.expectedRatioMean);

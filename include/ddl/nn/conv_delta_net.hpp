@@ -179,6 +179,12 @@ class ConvDeltaNet {
   // All blocks of all stages in order (the gate audit walks them like a DeltaNet's).
   const std::vector<DeltaConvBlock<S>>& blocks() const { return m_blocks; }
   Index stageOfBlock(std::size_t i) const { return m_stageOfBlock.at(i); }
+  // Input and output (width, dv*pixels) of block i in the last forward (what the gate audit measures
+  // on); the s transitions before stage s sit between the blocks in the state list.
+  const MatX<S>& blockInput(std::size_t i) const { return m_states.at(i + static_cast<std::size_t>(stageOfBlock(i))); }
+  const MatX<S>& blockOutput(std::size_t i) const {
+    return m_states.at(i + static_cast<std::size_t>(stageOfBlock(i)) + 1);
+  }
 
   // images (C*H*W, B) CHW per column -> pixels (C, B*H*W), column (b*H + y)*W + x.
   static void imagesToPixels(const Eigen::Ref<const MatX<S>>& X, Index C, Index HW, MatX<S>& P) {

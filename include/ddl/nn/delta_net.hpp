@@ -110,6 +110,9 @@ class DeltaNet {
   const std::vector<DeltaBlock<S>>& blocks() const { return m_blocks; }
   // States of the last forward: states()[i] is the input of block i, back() the last block's output.
   const std::vector<MatX<S>>& states() const { return m_states; }
+  // Input and output (d, dv*N) of block i in the last forward (what the gate audit measures on).
+  const MatX<S>& blockInput(std::size_t i) const { return m_states.at(i); }
+  const MatX<S>& blockOutput(std::size_t i) const { return m_states.at(i + 1); }
 
  private:
   static const DeltaNetConfig& validated(const DeltaNetConfig& c) {

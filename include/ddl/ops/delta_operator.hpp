@@ -75,7 +75,12 @@ namespace ddl {
 //   Reflection         1.9 < b < 2.1         lambda in (-1.1, -0.9): (almost) the Householder mirror
 //   Expansion          b <= -0.1 or b >= 2.1 |lambda| >= 1.1: amplifies it (outside the gate's
 //                                            range [0, 2]; inverses of contractions land here)
+// This is the one regime taxonomy of ddl: the gate audit (diag/gate_audit.hpp) counts tokens by it too.
+// Inside the gate's range (beta in [0, 2], rho <= 1, so b in [0, 2]) the three named bands are exactly the
+// thresholds of SPEC §6 applied to b: identity-like b < 0.1, projection-like |b - 1| < 0.1,
+// reflection-like b > 1.9.
 enum class DeltaRegime { Identity, Contraction, Projection, PartialReflection, Reflection, Expansion };
+inline constexpr int kDeltaRegimeCount = 6;  // the enumerators above, in order (0 .. 5)
 
 inline const char* regimeName(DeltaRegime r) {
   switch (r) {
