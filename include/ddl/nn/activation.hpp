@@ -219,6 +219,16 @@ class ActivationLayer {
     m_hasForward = true;
   }
 
+  // Same Y as forward, bit for bit; caches nothing (backward still refers to the last forward) and
+  // allocates nothing once Y has its shape. Y may alias X.
+  void forwardInference(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) const {
+    Y.resize(X.rows(), X.cols());  // a no-op when Y is X
+    const Activation kind = m_kind;
+    detail::forColumnRanges(X.rows(), X.cols(), [&](Index j0, Index n) {
+      detail::activateRange(kind, X.middleCols(j0, n), Y.middleCols(j0, n));
+    });
+  }
+
   // dY: (d, B) of the last forward -> dX: (d, B) overwritten. dX may alias dY.
   void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) {
     const char* fn = "ddl::ActivationLayer::backward";

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "ddl/core/alias.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/types.hpp"
@@ -46,27 +47,20 @@ class Compressor {
 
   // X: (d, dv*N) -> Xin: (d, N). Caches X for backward.
   void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Xin) {
-    const char* fn = "ddl::Compressor::forward";
-    if (X.rows() != m_d || X.cols() % m_dv != 0)
-      throw ShapeError(message(fn, "X has shape ", shapeOf(X), ", expected (", m_d, ", ", m_dv, "*N)"));
-    const Index N = X.cols() / m_dv;
+    const Index N = checkedTokens("ddl::Compressor::forward", X);
     m_X = X;
     m_N = N;
     if (m_kind == CompressorKind::Structured) effectiveWeights(m_weff);
-    Xin.resize(m_d, N);
-    for (Index j = 0; j < m_dv; ++j) {
-      if (m_kind == CompressorKind::Free) {
-        if (j == 0)
-          Xin = X.middleCols(0, N).array().colwise() * m_W.value.col(0).array();
-        else
-          Xin.array() += X.middleCols(j * N, N).array().colwise() * m_W.value.col(j).array();
-      } else {
-        if (j == 0)
-          Xin = m_weff(0) * X.middleCols(0, N);
-        else
-          Xin += m_weff(j) * X.middleCols(j * N, N);
-      }
-    }
+    compress(X, N, m_weff, Xin);
+  }
+
+  // Same Xin as forward, bit for bit; caches nothing (backward still refers to the last forward) and
+  // allocates nothing once Xin has its shape. Xin must not alias X.
+  void forwardInference(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Xin) {
+    const Index N = checkedTokens("ddl::Compressor::forwardInference", X);
+    requireNoAlias("ddl::Compressor::forwardInference", "X", X, "Xin", Xin);
+    if (m_kind == CompressorKind::Structured) effectiveWeights(m_weffInference);
+    compress(X, N, m_weffInference, Xin);
   }
 
   // dXin: (d, N) -> dX: (d, dv*N) overwritten; parameter gradients accumulate.
@@ -112,6 +106,30 @@ class Compressor {
   CompressorKind kind() const { return m_kind; }
 
  private:
+  Index checkedTokens(const char* fn, const Eigen::Ref<const MatX<S>>& X) const {
+    if (X.rows() != m_d || X.cols() % m_dv != 0)
+      throw ShapeError(message(fn, "X has shape ", shapeOf(X), ", expected (", m_d, ", ", m_dv, "*N)"));
+    return X.cols() / m_dv;
+  }
+
+  // Xin = sum_j W_j ⊙ X_j (Free) or sum_j weff[j] X_j (Structured).
+  void compress(const Eigen::Ref<const MatX<S>>& X, Index N, const VecX<S>& weff, MatX<S>& Xin) const {
+    Xin.resize(m_d, N);
+    for (Index j = 0; j < m_dv; ++j) {
+      if (m_kind == CompressorKind::Free) {
+        if (j == 0)
+          Xin = X.middleCols(0, N).array().colwise() * m_W.value.col(0).array();
+        else
+          Xin.array() += X.middleCols(j * N, N).array().colwise() * m_W.value.col(j).array();
+      } else {
+        if (j == 0)
+          Xin = weff(0) * X.middleCols(0, N);
+        else
+          Xin += weff(j) * X.middleCols(j * N, N);
+      }
+    }
+  }
+
   void effectiveWeights(VecX<S>& weff) const {
     weff.setZero(m_dv);
     const Index half = m_kernel / 2;
@@ -128,7 +146,7 @@ class Compressor {
   Index m_N = -1;
   Param<S> m_W, m_conv, m_read;
   MatX<S> m_X;
-  VecX<S> m_weff, m_dweff;
+  VecX<S> m_weff, m_dweff, m_weffInference;
 };
 
 }  // namespace ddl

@@ -6,6 +6,7 @@
 // x: (d, N) -> X: (d, dv*N), channel j = X.middleCols(j*N, N).
 #include <string>
 
+#include "ddl/core/alias.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/types.hpp"
@@ -26,16 +27,17 @@ class Expansion {
   // x: (d, N) -> X: (d, dv*N)
   void forward(const Eigen::Ref<const MatX<S>>& x, MatX<S>& X) {
     checkShape("ddl::Expansion::forward", "x", x, m_d, -1);
-    const Index N = x.cols();
     if (m_learned) m_x = x;
-    m_N = N;
-    X.resize(m_d, m_dv * N);
-    for (Index j = 0; j < m_dv; ++j) {
-      if (m_learned)
-        X.middleCols(j * N, N) = x.array().colwise() * m_e.value.col(j).array();
-      else
-        X.middleCols(j * N, N) = x;
-    }
+    m_N = x.cols();
+    expand(x, X);
+  }
+
+  // Same X as forward, bit for bit; caches nothing and allocates nothing once X has its shape.
+  // X must not alias x.
+  void forwardInference(const Eigen::Ref<const MatX<S>>& x, MatX<S>& X) const {
+    checkShape("ddl::Expansion::forwardInference", "x", x, m_d, -1);
+    requireNoAlias("ddl::Expansion::forwardInference", "x", x, "X", X);
+    expand(x, X);
   }
 
   // dX: (d, dv*N) -> dx: (d, N) overwritten; de accumulates.
@@ -70,6 +72,17 @@ class Expansion {
   bool learned() const { return m_learned; }
 
  private:
+  void expand(const Eigen::Ref<const MatX<S>>& x, MatX<S>& X) const {
+    const Index N = x.cols();
+    X.resize(m_d, m_dv * N);
+    for (Index j = 0; j < m_dv; ++j) {
+      if (m_learned)
+        X.middleCols(j * N, N) = x.array().colwise() * m_e.value.col(j).array();
+      else
+        X.middleCols(j * N, N) = x;
+    }
+  }
+
   Index m_d, m_dv;
   bool m_learned;
   Index m_N = -1;

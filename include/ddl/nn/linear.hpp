@@ -78,20 +78,17 @@ class Linear {
   void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) {
     checkShape("ddl::Linear::forward", "X", X, m_in, -1);
     requireNoAlias("ddl::Linear::forward", "X", X, "Y", Y);
-    const Index B = X.cols();
-    m_X.resize(m_in, B);  // no allocation when B is unchanged
+    m_X.resize(m_in, X.cols());  // no allocation when B is unchanged
     m_hasForward = true;
-    Y.resize(m_out, B);
-    reserveWorkspaces();
-    // One task per thread, each a column range of Y; the task also caches its columns of X, so the
-    // copy is threaded and still in cache for the product.
-    detail::runProductTasks(m_in * m_out * B, [](int threads) { return threads; }, [&](int t, int tasks) {
-      const Index j0 = detail::partBegin(B, t, tasks), n = detail::partBegin(B, t + 1, tasks) - j0;
-      m_X.middleCols(j0, n) = X.middleCols(j0, n);
-      auto Yj = Y.middleCols(j0, n);
-      m_gemmForward[t].product(m_W.value, false, m_X.middleCols(j0, n), false, Yj, S(1), false);
-      if (m_hasBias) Yj.colwise() += m_b.value.col(0);
-    });
+    runForward(X, Y, /*cacheInput=*/true);
+  }
+
+  // Same Y as forward, bit for bit; caches nothing, so backward still refers to the last forward.
+  // Allocates nothing once Y has its shape (the product workspaces persist). Y must not alias X.
+  void forwardInference(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) {
+    checkShape("ddl::Linear::forwardInference", "X", X, m_in, -1);
+    requireNoAlias("ddl::Linear::forwardInference", "X", X, "Y", Y);
+    runForward(X, Y, /*cacheInput=*/false);
   }
 
   // dY: (out, B) of the last forward -> dX: (in, B) overwritten; dW, db accumulate (+=).
@@ -149,6 +146,25 @@ class Linear {
     const char* fn = "ddl::Linear::backward";
     if (!m_hasForward) throw Error(message(fn, "called before forward"));
     checkShape(fn, "dY", dY, m_out, m_X.cols());
+  }
+
+  void runForward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y, bool cacheInput) {
+    const Index B = X.cols();
+    Y.resize(m_out, B);
+    reserveWorkspaces();
+    // One task per thread, each a column range of Y; the task also caches its columns of X, so the
+    // copy is threaded and still in cache for the product.
+    detail::runProductTasks(m_in * m_out * B, [](int threads) { return threads; }, [&](int t, int tasks) {
+      const Index j0 = detail::partBegin(B, t, tasks), n = detail::partBegin(B, t + 1, tasks) - j0;
+      auto Yj = Y.middleCols(j0, n);
+      if (cacheInput) {
+        m_X.middleCols(j0, n) = X.middleCols(j0, n);
+        m_gemmForward[t].product(m_W.value, false, m_X.middleCols(j0, n), false, Yj, S(1), false);
+      } else {
+        m_gemmForward[t].product(m_W.value, false, X.middleCols(j0, n), false, Yj, S(1), false);
+      }
+      if (m_hasBias) Yj.colwise() += m_b.value.col(0);
+    });
   }
 
   // dW += dY Xᵀ and db += dY 1 on row range `part` of `parts` (out is split, so parts never overlap).

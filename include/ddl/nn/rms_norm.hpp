@@ -43,6 +43,20 @@ class RmsNorm {
     Y = m_xhat.array().colwise() * m_g.value.col(0).array();
   }
 
+  // Same Y as forward, bit for bit (x̂ = X r is rounded before the gain multiplies it, as there);
+  // caches nothing and allocates nothing once Y has its shape. Y may alias X.
+  void forwardInference(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) const {
+    checkShape("ddl::RmsNorm::forwardInference", "X", X, m_d, -1);
+    const Index B = X.cols();
+    Y.resize(m_d, B);  // a no-op when Y is X
+    const S invD = S(1) / static_cast<S>(m_d);
+    const auto g = m_g.value.col(0).array();
+    for (Index b = 0; b < B; ++b) {
+      const S r = S(1) / std::sqrt(X.col(b).squaredNorm() * invD + m_eps);
+      Y.col(b).array() = (X.col(b).array() * r) * g;
+    }
+  }
+
   // dY: (d, B) of the last forward -> dX: (d, B) overwritten; the gain gradient accumulates (+=).
   // dX may alias dY.
   void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) {
