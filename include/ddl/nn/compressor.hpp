@@ -14,6 +14,7 @@
 #include "ddl/core/error.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/types.hpp"
+#include "ddl/core/view.hpp"
 
 namespace ddl {
 
@@ -45,10 +46,12 @@ class Compressor {
     }
   }
 
-  // X: (d, dv*N) -> Xin: (d, N). Caches X for backward.
+  // X: (d, dv*N) -> Xin: (d, N). Keeps a view of X for backward: X must stay alive and unchanged
+  // until then. Xin must not alias X.
   void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Xin) {
     const Index N = checkedTokens("ddl::Compressor::forward", X);
-    m_X = X;
+    requireNoAlias("ddl::Compressor::forward", "X", X, "Xin", Xin);
+    m_X.bind(X);
     m_N = N;
     if (m_kind == CompressorKind::Structured) effectiveWeights(m_weff);
     compress(X, N, m_weff, Xin);
@@ -69,17 +72,18 @@ class Compressor {
     if (m_N < 0) throw Error(message(fn, "called before forward"));
     const Index N = m_N;
     checkShape(fn, "dXin", dXin, m_d, N);
+    const auto X = m_X.map();
     dX.resize(m_d, m_dv * N);
     if (m_kind == CompressorKind::Free) {
       for (Index j = 0; j < m_dv; ++j) {
         dX.middleCols(j * N, N) = dXin.array().colwise() * m_W.value.col(j).array();
-        m_W.grad.col(j) += (dXin.array() * m_X.middleCols(j * N, N).array()).rowwise().sum().matrix();
+        m_W.grad.col(j) += (dXin.array() * X.middleCols(j * N, N).array()).rowwise().sum().matrix();
       }
     } else {
       m_dweff.resize(m_dv);
       for (Index j = 0; j < m_dv; ++j) {
         dX.middleCols(j * N, N) = m_weff(j) * dXin;
-        m_dweff(j) = (dXin.array() * m_X.middleCols(j * N, N).array()).sum();
+        m_dweff(j) = (dXin.array() * X.middleCols(j * N, N).array()).sum();
       }
       // w_eff[j] = sum_j' r[j'] a[t] with t = j - j' + K/2 in [0, K)
       const Index half = m_kernel / 2;
@@ -145,7 +149,7 @@ class Compressor {
   Index m_kernel;
   Index m_N = -1;
   Param<S> m_W, m_conv, m_read;
-  MatX<S> m_X;
+  ConstView<S> m_X;  // (d, dv*N) input of the last forward, owned by the caller
   VecX<S> m_weff, m_dweff, m_weffInference;
 };
 

@@ -57,11 +57,15 @@ class DeltaNet {
   // X: (inputDim, N) one column per sample -> logits: (classes, N)
   void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& logits) {
     checkShape("ddl::DeltaNet::forward", "X", X, m_cfg.inputDim, -1);
-    m_input.forward(X, m_x);
-    if (m_cfg.dv == 1)
-      m_states[0] = m_x;
-    else
+    // The layers keep views of their inputs (core/view.hpp); the net's own input is the one buffer it
+    // does not own, so it keeps a copy: a caller's temporary X may die before backward.
+    m_inputCopy = X;
+    if (m_cfg.dv == 1) {
+      m_input.forward(m_inputCopy, m_states[0]);
+    } else {
+      m_input.forward(m_inputCopy, m_x);
       m_expand.forward(m_x, m_states[0]);
+    }
     for (std::size_t i = 0; i < m_blocks.size(); ++i) m_blocks[i].forward(m_states[i], m_states[i + 1]);
     const MatX<S>& last = m_states.back();
     if (m_cfg.dv == 1) {
@@ -152,7 +156,7 @@ class DeltaNet {
   RmsNorm<S> m_norm;
   Linear<S> m_head;
   std::vector<MatX<S>> m_states;  // m_states[i] is the input of block i; back() the last output
-  MatX<S> m_x, m_xin, m_z;
+  MatX<S> m_inputCopy, m_x, m_xin, m_z;
   MatX<S> m_dz, m_dA, m_dB, m_dx;
   MatX<S> m_inferX, m_inferA, m_inferB, m_inferZ;  // forwardInference
 };

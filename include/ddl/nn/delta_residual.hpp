@@ -29,6 +29,7 @@
 #include "ddl/core/param.hpp"
 #include "ddl/core/rng.hpp"
 #include "ddl/core/types.hpp"
+#include "ddl/core/view.hpp"
 #include "ddl/nn/activation.hpp"
 #include "ddl/nn/linear.hpp"
 #include "ddl/ops/delta_write.hpp"
@@ -154,6 +155,8 @@ class DeltaResidual {
 
   // X: (d, dv*N) state, channel j = X.middleCols(j*N, N); Xin: (d, N) the branch input (X for dv = 1);
   // C: (d, N) = RMSNorm(Xin); H: (d, N) branch output -> Y: (d, dv*N). Y must not alias X.
+  // Keeps views of X, C and (through the value and aux layers) Xin or H: all four must stay alive and
+  // unchanged until backward.
   void forward(const Eigen::Ref<const MatX<S>>& X, const Eigen::Ref<const MatX<S>>& Xin,
                const Eigen::Ref<const MatX<S>>& C, const Eigen::Ref<const MatX<S>>& H, MatX<S>& Y) {
     const Index N = checkForward("ddl::DeltaResidual::forward", X, Xin, C, H, Y);
@@ -163,8 +166,8 @@ class DeltaResidual {
       additiveResidual(H, X, Y);
       return;
     }
-    m_cCache = C;  // the gate's backward needs c
-    if (m_opt.residual == ResidualKind::Delta) m_X = X;  // the write's backward needs the old state
+    m_C.bind(C);  // the gate's backward needs c
+    if (m_opt.residual == ResidualKind::Delta) m_X.bind(X);  // the write's backward needs the old state
     run(X, Xin, C, H, Y, m_train, /*training=*/true);
   }
 
@@ -196,15 +199,15 @@ class DeltaResidual {
       return;
     }
     if (m_opt.residual == ResidualKind::Delta)
-      deltaWriteBackward(t.K, t.beta, m_X, t.delta, dY, dX, m_dK, m_dBeta, m_dV);
+      deltaWriteBackward(t.K, t.beta, m_X.map(), t.delta, dY, dX, m_dK, m_dBeta, m_dV);
     else
       writeOnlyBackward(t.K, t.beta, t.V, dY, dX, m_dK, m_dBeta, m_dV);
     // gate -> dC
     gateFromLogitsBackward(t.Z, m_dBeta, m_dZ);
     if (m_opt.gate == GateKind::Linear)
-      linearGateLogitsBackward(m_gateW.value, m_cCache, m_dZ, dC, m_gateW.grad, m_gateB.grad);
+      linearGateLogitsBackward(m_gateW.value, m_C.map(), m_dZ, dC, m_gateW.grad, m_gateB.grad);
     else
-      twoLayerGateLogitsBackward(m_gateW1.value, m_gateW.value, m_cCache, t.gateHid, m_dZ, dC, m_gateW1.grad,
+      twoLayerGateLogitsBackward(m_gateW1.value, m_gateW.value, m_C.map(), t.gateHid, m_dZ, dC, m_gateW1.grad,
                                  m_gateW.grad, m_gateB.grad, m_gateDPre);
     // direction -> dH (k-Map) or dX (aux MLP)
     normalizeDirectionsBackward(t.K, t.kNorm, m_opt.norm, static_cast<S>(m_opt.epsK), m_dK, m_dKt);
@@ -359,7 +362,7 @@ class DeltaResidual {
   ActivationLayer<S> m_auxAct;
   Param<S> m_gateW, m_gateW1, m_gateB;
   // forward caches; m_inference holds what forwardInference computes (diagnostics only)
-  MatX<S> m_X, m_cCache;
+  ConstView<S> m_X, m_C;  // the state and c of the last forward, owned by the caller
   Tensors m_train, m_inference;
   bool m_lastInference = false;
   // backward workspaces

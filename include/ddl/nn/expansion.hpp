@@ -10,6 +10,7 @@
 #include "ddl/core/error.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/types.hpp"
+#include "ddl/core/view.hpp"
 
 namespace ddl {
 
@@ -27,7 +28,8 @@ class Expansion {
   // x: (d, N) -> X: (d, dv*N)
   void forward(const Eigen::Ref<const MatX<S>>& x, MatX<S>& X) {
     checkShape("ddl::Expansion::forward", "x", x, m_d, -1);
-    if (m_learned) m_x = x;
+    requireNoAlias("ddl::Expansion::forward", "x", x, "X", X);
+    if (m_learned) m_x.bind(x);  // a view: x must stay alive and unchanged until backward
     m_N = x.cols();
     expand(x, X);
   }
@@ -46,11 +48,12 @@ class Expansion {
     if (m_N < 0) throw Error(message(fn, "called before forward"));
     checkShape(fn, "dX", dX, m_d, m_dv * m_N);
     const Index N = m_N;
+    const auto x = m_x.map();
     dx.resize(m_d, N);
     for (Index j = 0; j < m_dv; ++j) {
       const auto dXj = dX.middleCols(j * N, N);
       if (m_learned) {
-        m_e.grad.col(j) += (dXj.array() * m_x.array()).rowwise().sum().matrix();
+        m_e.grad.col(j) += (dXj.array() * x.array()).rowwise().sum().matrix();
         if (j == 0)
           dx = dXj.array().colwise() * m_e.value.col(0).array();
         else
@@ -87,7 +90,7 @@ class Expansion {
   bool m_learned;
   Index m_N = -1;
   Param<S> m_e;
-  MatX<S> m_x;
+  ConstView<S> m_x;  // (d, N) input of the last forward (learned only), owned by the caller
 };
 
 }  // namespace ddl

@@ -4,8 +4,8 @@
 //   X: (in, B)   W: (out, in)   b: (out, 1)   Y: (out, B)
 //   backward:  dW += dY Xᵀ,  db += dY 1,  dX = Wᵀ dY
 //
-// Steady state allocates nothing: the input cache is a member resized only when B changes, and every
-// product goes through a GemmWorkspace per task (core/gemm.hpp) whose packing buffers persist, where
+// The cache is a view of X, not a copy (core/view.hpp): X must stay alive and unchanged until
+// backward. Steady state allocates nothing: every product goes through a GemmWorkspace per task (core/gemm.hpp) whose packing buffers persist, where
 // Eigen's own product would heap-allocate them on every call at these sizes.
 //
 // Threads: a large product is cut into independent pieces, one single-threaded Eigen product per
@@ -25,6 +25,7 @@
 #include "ddl/core/rng.hpp"
 #include "ddl/core/threading.hpp"
 #include "ddl/core/types.hpp"
+#include "ddl/core/view.hpp"
 #include "ddl/nn/init.hpp"
 
 namespace ddl {
@@ -74,13 +75,14 @@ class Linear {
     initLinearParams(m_W.value, m_hasBias ? &m_b.value : nullptr, rng, scheme);
   }
 
-  // X: (in, B) one column per token -> Y: (out, B). Caches X for backward. Y must not alias X.
+  // X: (in, B) one column per token -> Y: (out, B). Keeps a view of X for backward: X must stay
+  // alive and unchanged until then. Y must not alias X.
   void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) {
     checkShape("ddl::Linear::forward", "X", X, m_in, -1);
     requireNoAlias("ddl::Linear::forward", "X", X, "Y", Y);
-    m_X.resize(m_in, X.cols());  // no allocation when B is unchanged
+    m_X.bind(X);
     m_hasForward = true;
-    runForward(X, Y, /*cacheInput=*/true);
+    runForward(X, Y);
   }
 
   // Same Y as forward, bit for bit; caches nothing, so backward still refers to the last forward.
@@ -88,7 +90,7 @@ class Linear {
   void forwardInference(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) {
     checkShape("ddl::Linear::forwardInference", "X", X, m_in, -1);
     requireNoAlias("ddl::Linear::forwardInference", "X", X, "Y", Y);
-    runForward(X, Y, /*cacheInput=*/false);
+    runForward(X, Y);
   }
 
   // dY: (out, B) of the last forward -> dX: (in, B) overwritten; dW, db accumulate (+=).
@@ -148,21 +150,15 @@ class Linear {
     checkShape(fn, "dY", dY, m_out, m_X.cols());
   }
 
-  void runForward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y, bool cacheInput) {
+  void runForward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) {
     const Index B = X.cols();
     Y.resize(m_out, B);
     reserveWorkspaces();
-    // One task per thread, each a column range of Y; the task also caches its columns of X, so the
-    // copy is threaded and still in cache for the product.
+    // One task per thread, each a column range of Y.
     detail::runProductTasks(m_in * m_out * B, [](int threads) { return threads; }, [&](int t, int tasks) {
       const Index j0 = detail::partBegin(B, t, tasks), n = detail::partBegin(B, t + 1, tasks) - j0;
       auto Yj = Y.middleCols(j0, n);
-      if (cacheInput) {
-        m_X.middleCols(j0, n) = X.middleCols(j0, n);
-        m_gemmForward[t].product(m_W.value, false, m_X.middleCols(j0, n), false, Yj, S(1), false);
-      } else {
-        m_gemmForward[t].product(m_W.value, false, X.middleCols(j0, n), false, Yj, S(1), false);
-      }
+      m_gemmForward[t].product(m_W.value, false, X.middleCols(j0, n), false, Yj, S(1), false);
       if (m_hasBias) Yj.colwise() += m_b.value.col(0);
     });
   }
@@ -171,7 +167,7 @@ class Linear {
   void accumulateParamGrads(const Eigen::Ref<const MatX<S>>& dY, int part, int parts) {
     const Index r0 = detail::partBegin(m_out, part, parts), rn = detail::partBegin(m_out, part + 1, parts) - r0;
     if (rn == 0) return;
-    m_gemmWeight[part].product(dY.middleRows(r0, rn), false, m_X, true, m_W.grad.middleRows(r0, rn), S(1), true);
+    m_gemmWeight[part].product(dY.middleRows(r0, rn), false, m_X.map(), true, m_W.grad.middleRows(r0, rn), S(1), true);
     if (m_hasBias) {
       // Column sweep: contiguous, vectorised, no temporary (rowwise().sum() strides across columns).
       auto db = m_b.grad.col(0).segment(r0, rn);
@@ -193,7 +189,7 @@ class Linear {
   bool m_hasBias;
   bool m_hasForward = false;
   Param<S> m_W, m_b;
-  MatX<S> m_X;  // (in, B) input of the last forward
+  ConstView<S> m_X;  // (in, B) input of the last forward, owned by the caller
   std::vector<GemmWorkspace<S>> m_gemmForward, m_gemmWeight, m_gemmInput;  // per task: Y, dW rows, dX
 };
 
