@@ -46,14 +46,25 @@ class Compressor {
     }
   }
 
+  // What backward needs of one application: a view of its input. SPEC §3 shares one compressor between
+  // a block's sublayers: each application passes its own Cache, and the backwards run in reverse order
+  // of the forwards (docs/decisions.md, "Modules applied more than once per step").
+  struct Cache {
+    ConstView<S> X;  // (d, dv*N) input of the application, owned by the caller
+    Index N = -1;
+  };
+
   // X: (d, dv*N) -> Xin: (d, N). Keeps a view of X for backward: X must stay alive and unchanged
   // until then. Xin must not alias X.
-  void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Xin) {
+  void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Xin) { forward(X, Xin, m_cache); }
+
+  // The same, recording this application in cache.
+  void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Xin, Cache& cache) {
     const Index N = checkedTokens("ddl::Compressor::forward", X);
     requireNoAlias("ddl::Compressor::forward", "X", X, "Xin", Xin);
-    m_X.bind(X);
-    m_N = N;
-    if (m_kind == CompressorKind::Structured) effectiveWeights(m_weff);
+    cache.X.bind(X);
+    cache.N = N;
+    if (m_kind == CompressorKind::Structured) effectiveWeights(m_weff);  // depends on the parameters only
     compress(X, N, m_weff, Xin);
   }
 
@@ -67,12 +78,15 @@ class Compressor {
   }
 
   // dXin: (d, N) -> dX: (d, dv*N) overwritten; parameter gradients accumulate.
-  void backward(const Eigen::Ref<const MatX<S>>& dXin, MatX<S>& dX) {
+  void backward(const Eigen::Ref<const MatX<S>>& dXin, MatX<S>& dX) { backward(dXin, dX, m_cache); }
+
+  // The same for the application recorded in cache.
+  void backward(const Eigen::Ref<const MatX<S>>& dXin, MatX<S>& dX, const Cache& cache) {
     const char* fn = "ddl::Compressor::backward";
-    if (m_N < 0) throw Error(message(fn, "called before forward"));
-    const Index N = m_N;
+    if (cache.N < 0) throw Error(message(fn, "called before forward"));
+    const Index N = cache.N;
     checkShape(fn, "dXin", dXin, m_d, N);
-    const auto X = m_X.map();
+    const auto X = cache.X.map();
     dX.resize(m_d, m_dv * N);
     if (m_kind == CompressorKind::Free) {
       for (Index j = 0; j < m_dv; ++j) {
@@ -147,9 +161,8 @@ class Compressor {
   Index m_d, m_dv;
   CompressorKind m_kind;
   Index m_kernel;
-  Index m_N = -1;
   Param<S> m_W, m_conv, m_read;
-  ConstView<S> m_X;  // (d, dv*N) input of the last forward, owned by the caller
+  Cache m_cache;  // the application of forward(X, Xin) without a Cache
   VecX<S> m_weff, m_dweff, m_weffInference;
 };
 

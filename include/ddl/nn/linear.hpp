@@ -75,13 +75,25 @@ class Linear {
     initLinearParams(m_W.value, m_hasBias ? &m_b.value : nullptr, rng, scheme);
   }
 
+  // What backward needs of one application: a view of its input. forward/backward without a Cache
+  // use the layer's own; a layer applied more than once per step (a shared projection) takes one
+  // Cache per application from the caller and runs the backwards in reverse order of the forwards
+  // (docs/decisions.md, "Modules applied more than once per step").
+  struct Cache {
+    ConstView<S> X;  // (in, B) input of the application, owned by the caller
+    bool valid = false;
+  };
+
   // X: (in, B) one column per token -> Y: (out, B). Keeps a view of X for backward: X must stay
   // alive and unchanged until then. Y must not alias X.
-  void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) {
+  void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) { forward(X, Y, m_cache); }
+
+  // The same, recording this application in cache.
+  void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y, Cache& cache) {
     checkShape("ddl::Linear::forward", "X", X, m_in, -1);
     requireNoAlias("ddl::Linear::forward", "X", X, "Y", Y);
-    m_X.bind(X);
-    m_hasForward = true;
+    cache.X.bind(X);
+    cache.valid = true;
     runForward(X, Y);
   }
 
@@ -95,8 +107,11 @@ class Linear {
 
   // dY: (out, B) of the last forward -> dX: (in, B) overwritten; dW, db accumulate (+=).
   // dX must not alias dY.
-  void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) {
-    checkBackward(dY);
+  void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) { backward(dY, dX, m_cache); }
+
+  // The same for the application recorded in cache.
+  void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX, const Cache& cache) {
+    checkBackward(dY, cache);
     requireNoAlias("ddl::Linear::backward", "dY", dY, "dX", dX);
     const Index B = dY.cols();
     dX.resize(m_in, B);
@@ -106,7 +121,7 @@ class Linear {
                             [&](int t, int tasks) {
                               const int half = tasks / 2;
                               if (t < half) {
-                                accumulateParamGrads(dY, t, half);
+                                accumulateParamGrads(dY, cache, t, half);
                               } else {
                                 const Index j0 = detail::partBegin(B, t - half, half);
                                 const Index n = detail::partBegin(B, t - half + 1, half) - j0;
@@ -118,11 +133,13 @@ class Linear {
 
   // dY: (out, B): accumulates dW and db only; for a layer whose input needs no gradient
   // (the first layer of a net), which saves the Wᵀ dY product.
-  void backwardParamsOnly(const Eigen::Ref<const MatX<S>>& dY) {
-    checkBackward(dY);
+  void backwardParamsOnly(const Eigen::Ref<const MatX<S>>& dY) { backwardParamsOnly(dY, m_cache); }
+
+  void backwardParamsOnly(const Eigen::Ref<const MatX<S>>& dY, const Cache& cache) {
+    checkBackward(dY, cache);
     reserveWorkspaces();
     detail::runProductTasks(m_in * m_out * dY.cols(), [](int threads) { return threads; },
-                            [&](int t, int tasks) { accumulateParamGrads(dY, t, tasks); });
+                            [&](int t, int tasks) { accumulateParamGrads(dY, cache, t, tasks); });
   }
 
   // Parameters in a fixed order: "weight" (out, in), then "bias" [out] (held as (out, 1)) when present.
@@ -144,10 +161,10 @@ class Linear {
   Index outFeatures() const { return m_out; }
 
  private:
-  void checkBackward(const Eigen::Ref<const MatX<S>>& dY) const {
+  void checkBackward(const Eigen::Ref<const MatX<S>>& dY, const Cache& cache) const {
     const char* fn = "ddl::Linear::backward";
-    if (!m_hasForward) throw Error(message(fn, "called before forward"));
-    checkShape(fn, "dY", dY, m_out, m_X.cols());
+    if (!cache.valid) throw Error(message(fn, "called before forward"));
+    checkShape(fn, "dY", dY, m_out, cache.X.cols());
   }
 
   void runForward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) {
@@ -164,10 +181,10 @@ class Linear {
   }
 
   // dW += dY Xᵀ and db += dY 1 on row range `part` of `parts` (out is split, so parts never overlap).
-  void accumulateParamGrads(const Eigen::Ref<const MatX<S>>& dY, int part, int parts) {
+  void accumulateParamGrads(const Eigen::Ref<const MatX<S>>& dY, const Cache& cache, int part, int parts) {
     const Index r0 = detail::partBegin(m_out, part, parts), rn = detail::partBegin(m_out, part + 1, parts) - r0;
     if (rn == 0) return;
-    m_gemmWeight[part].product(dY.middleRows(r0, rn), false, m_X.map(), true, m_W.grad.middleRows(r0, rn), S(1), true);
+    m_gemmWeight[part].product(dY.middleRows(r0, rn), false, cache.X.map(), true, m_W.grad.middleRows(r0, rn), S(1), true);
     if (m_hasBias) {
       // Column sweep: contiguous, vectorised, no temporary (rowwise().sum() strides across columns).
       auto db = m_b.grad.col(0).segment(r0, rn);
@@ -187,9 +204,8 @@ class Linear {
 
   Index m_in, m_out;
   bool m_hasBias;
-  bool m_hasForward = false;
   Param<S> m_W, m_b;
-  ConstView<S> m_X;  // (in, B) input of the last forward, owned by the caller
+  Cache m_cache;  // the application of forward(X, Y) without a Cache
   std::vector<GemmWorkspace<S>> m_gemmForward, m_gemmWeight, m_gemmInput;  // per task: Y, dW rows, dX
 };
 
