@@ -5,8 +5,9 @@
 //   backward:  dW += dY Xᵀ,  db += dY 1,  dX = Wᵀ dY
 //
 // The cache is a view of X, not a copy (core/view.hpp): X must stay alive and unchanged until
-// backward. Steady state allocates nothing: every product goes through a GemmWorkspace per task (core/gemm.hpp) whose packing buffers persist, where
-// Eigen's own product would heap-allocate them on every call at these sizes.
+// backward. Steady state allocates nothing: every product goes through a GemmWorkspace per task
+// (core/gemm.hpp) whose packing buffers persist, where Eigen's own product would heap-allocate them
+// on every call at these sizes.
 //
 // Threads: a large product is cut into independent pieces, one single-threaded Eigen product per
 // OpenMP thread (forward: column ranges of Y; backward: row ranges of dW and column ranges of dX
