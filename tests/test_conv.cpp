@@ -252,7 +252,8 @@ TEST_CASE("Conv2d in float agrees with double", "[conv2d]") {
   MatX<double> Yd;
   MatX<float> Yf;
   convD.forward(X, layout, Yd);
-  convF.forward(X.cast<float>(), layout, Yf);
+  const MatX<float> Xf = X.cast<float>();  // the layer keeps a view of its input until backward
+  convF.forward(Xf, layout, Yf);
   CHECK(ddl::testing::relErr(Yf.cast<double>(), Yd) < 1e-5);
   MatX<float> dXf;
   convF.backward(MatX<float>::Ones(5, Yf.cols()), dXf);

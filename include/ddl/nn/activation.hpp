@@ -17,10 +17,12 @@
 #include <Eigen/Core>
 #include <unsupported/Eigen/SpecialFunctions>
 
+#include "ddl/core/alias.hpp"
 #include "ddl/core/config.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/threading.hpp"
 #include "ddl/core/types.hpp"
+#include "ddl/core/view.hpp"
 
 namespace ddl {
 
@@ -193,7 +195,9 @@ void activateBackward(Activation kind, const Eigen::MatrixBase<DX>& X, const Eig
   });
 }
 
-// A parameter-free layer applying one activation. Caches the input (or, for Tanh, the output).
+// A parameter-free layer applying one activation. Keeps a view of the input (or, for Tanh, of the
+// output), which must stay alive and unchanged until backward; only an in-place forward (Y is X) of a
+// kind that reads the input makes a copy, since the output overwrites it.
 template <class S>
 class ActivationLayer {
  public:
@@ -203,20 +207,29 @@ class ActivationLayer {
   // X: (d, B) -> Y: (d, B). Y may alias X.
   void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) {
     const Index rows = X.rows(), cols = X.cols();
-    m_cache.resize(rows, cols);
-    Y.resize(rows, cols);
     const Activation kind = m_kind;
-    // The cache copy runs in the same column ranges (and threads) as the activation.
+    const bool inPlace = detail::sharesStorage(X, Y);
+    if (inPlace && !activationNeedsOutput(kind)) {
+      m_copy = X;  // Y overwrites the input the derivative reads
+      m_cache.bind(m_copy);
+    }
+    Y.resize(rows, cols);  // a no-op when Y is X
+    if (!inPlace && !activationNeedsOutput(kind)) m_cache.bind(X);
     detail::forColumnRanges(rows, cols, [&](Index j0, Index n) {
-      if (activationNeedsOutput(kind)) {
-        detail::activateRange(kind, X.middleCols(j0, n), Y.middleCols(j0, n));
-        m_cache.middleCols(j0, n) = Y.middleCols(j0, n);
-      } else {
-        m_cache.middleCols(j0, n) = X.middleCols(j0, n);
-        detail::activateRange(kind, m_cache.middleCols(j0, n), Y.middleCols(j0, n));
-      }
+      detail::activateRange(kind, X.middleCols(j0, n), Y.middleCols(j0, n));
     });
+    if (activationNeedsOutput(kind)) m_cache.bind(Y);
     m_hasForward = true;
+  }
+
+  // Same Y as forward, bit for bit; caches nothing (backward still refers to the last forward) and
+  // allocates nothing once Y has its shape. Y may alias X.
+  void forwardInference(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) const {
+    Y.resize(X.rows(), X.cols());  // a no-op when Y is X
+    const Activation kind = m_kind;
+    detail::forColumnRanges(X.rows(), X.cols(), [&](Index j0, Index n) {
+      detail::activateRange(kind, X.middleCols(j0, n), Y.middleCols(j0, n));
+    });
   }
 
   // dY: (d, B) of the last forward -> dX: (d, B) overwritten. dX may alias dY.
@@ -224,7 +237,8 @@ class ActivationLayer {
     const char* fn = "ddl::ActivationLayer::backward";
     if (!m_hasForward) throw Error(message(fn, "called before forward"));
     checkShape(fn, "dY", dY, m_cache.rows(), m_cache.cols());
-    activateBackward(m_kind, m_cache, m_cache, dY, dX);
+    const auto cache = m_cache.map();
+    activateBackward(m_kind, cache, cache, dY, dX);
   }
 
   // No parameters.
@@ -236,7 +250,8 @@ class ActivationLayer {
  private:
   Activation m_kind;
   bool m_hasForward = false;
-  MatX<S> m_cache;  // (d, B): the input X, or the output Y for Tanh
+  ConstView<S> m_cache;  // (d, B): the input X, or the output Y for Tanh
+  MatX<S> m_copy;        // the input of an in-place forward
 };
 
 }  // namespace ddl

@@ -10,9 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "ddl/core/alias.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/types.hpp"
+#include "ddl/core/view.hpp"
 
 namespace ddl {
 
@@ -44,48 +46,58 @@ class Compressor {
     }
   }
 
-  // X: (d, dv*N) -> Xin: (d, N). Caches X for backward.
-  void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Xin) {
-    const char* fn = "ddl::Compressor::forward";
-    if (X.rows() != m_d || X.cols() % m_dv != 0)
-      throw ShapeError(message(fn, "X has shape ", shapeOf(X), ", expected (", m_d, ", ", m_dv, "*N)"));
-    const Index N = X.cols() / m_dv;
-    m_X = X;
-    m_N = N;
-    if (m_kind == CompressorKind::Structured) effectiveWeights(m_weff);
-    Xin.resize(m_d, N);
-    for (Index j = 0; j < m_dv; ++j) {
-      if (m_kind == CompressorKind::Free) {
-        if (j == 0)
-          Xin = X.middleCols(0, N).array().colwise() * m_W.value.col(0).array();
-        else
-          Xin.array() += X.middleCols(j * N, N).array().colwise() * m_W.value.col(j).array();
-      } else {
-        if (j == 0)
-          Xin = m_weff(0) * X.middleCols(0, N);
-        else
-          Xin += m_weff(j) * X.middleCols(j * N, N);
-      }
-    }
+  // What backward needs of one application: a view of its input. SPEC §3 shares one compressor between
+  // a block's sublayers: each application passes its own Cache, and the backwards run in reverse order
+  // of the forwards (docs/decisions.md, "Modules applied more than once per step").
+  struct Cache {
+    ConstView<S> X;  // (d, dv*N) input of the application, owned by the caller
+    Index N = -1;
+  };
+
+  // X: (d, dv*N) -> Xin: (d, N). Keeps a view of X for backward: X must stay alive and unchanged
+  // until then. Xin must not alias X.
+  void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Xin) { forward(X, Xin, m_cache); }
+
+  // The same, recording this application in cache.
+  void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Xin, Cache& cache) {
+    const Index N = checkedTokens("ddl::Compressor::forward", X);
+    requireNoAlias("ddl::Compressor::forward", "X", X, "Xin", Xin);
+    cache.X.bind(X);
+    cache.N = N;
+    if (m_kind == CompressorKind::Structured) effectiveWeights(m_weff);  // depends on the parameters only
+    compress(X, N, m_weff, Xin);
+  }
+
+  // Same Xin as forward, bit for bit; caches nothing (backward still refers to the last forward) and
+  // allocates nothing once Xin has its shape. Xin must not alias X.
+  void forwardInference(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Xin) {
+    const Index N = checkedTokens("ddl::Compressor::forwardInference", X);
+    requireNoAlias("ddl::Compressor::forwardInference", "X", X, "Xin", Xin);
+    if (m_kind == CompressorKind::Structured) effectiveWeights(m_weffInference);
+    compress(X, N, m_weffInference, Xin);
   }
 
   // dXin: (d, N) -> dX: (d, dv*N) overwritten; parameter gradients accumulate.
-  void backward(const Eigen::Ref<const MatX<S>>& dXin, MatX<S>& dX) {
+  void backward(const Eigen::Ref<const MatX<S>>& dXin, MatX<S>& dX) { backward(dXin, dX, m_cache); }
+
+  // The same for the application recorded in cache.
+  void backward(const Eigen::Ref<const MatX<S>>& dXin, MatX<S>& dX, const Cache& cache) {
     const char* fn = "ddl::Compressor::backward";
-    if (m_N < 0) throw Error(message(fn, "called before forward"));
-    const Index N = m_N;
+    if (cache.N < 0) throw Error(message(fn, "called before forward"));
+    const Index N = cache.N;
     checkShape(fn, "dXin", dXin, m_d, N);
+    const auto X = cache.X.map();
     dX.resize(m_d, m_dv * N);
     if (m_kind == CompressorKind::Free) {
       for (Index j = 0; j < m_dv; ++j) {
         dX.middleCols(j * N, N) = dXin.array().colwise() * m_W.value.col(j).array();
-        m_W.grad.col(j) += (dXin.array() * m_X.middleCols(j * N, N).array()).rowwise().sum().matrix();
+        m_W.grad.col(j) += (dXin.array() * X.middleCols(j * N, N).array()).rowwise().sum().matrix();
       }
     } else {
       m_dweff.resize(m_dv);
       for (Index j = 0; j < m_dv; ++j) {
         dX.middleCols(j * N, N) = m_weff(j) * dXin;
-        m_dweff(j) = (dXin.array() * m_X.middleCols(j * N, N).array()).sum();
+        m_dweff(j) = (dXin.array() * X.middleCols(j * N, N).array()).sum();
       }
       // w_eff[j] = sum_j' r[j'] a[t] with t = j - j' + K/2 in [0, K)
       const Index half = m_kernel / 2;
@@ -112,6 +124,30 @@ class Compressor {
   CompressorKind kind() const { return m_kind; }
 
  private:
+  Index checkedTokens(const char* fn, const Eigen::Ref<const MatX<S>>& X) const {
+    if (X.rows() != m_d || X.cols() % m_dv != 0)
+      throw ShapeError(message(fn, "X has shape ", shapeOf(X), ", expected (", m_d, ", ", m_dv, "*N)"));
+    return X.cols() / m_dv;
+  }
+
+  // Xin = sum_j W_j ⊙ X_j (Free) or sum_j weff[j] X_j (Structured).
+  void compress(const Eigen::Ref<const MatX<S>>& X, Index N, const VecX<S>& weff, MatX<S>& Xin) const {
+    Xin.resize(m_d, N);
+    for (Index j = 0; j < m_dv; ++j) {
+      if (m_kind == CompressorKind::Free) {
+        if (j == 0)
+          Xin = X.middleCols(0, N).array().colwise() * m_W.value.col(0).array();
+        else
+          Xin.array() += X.middleCols(j * N, N).array().colwise() * m_W.value.col(j).array();
+      } else {
+        if (j == 0)
+          Xin = weff(0) * X.middleCols(0, N);
+        else
+          Xin += weff(j) * X.middleCols(j * N, N);
+      }
+    }
+  }
+
   void effectiveWeights(VecX<S>& weff) const {
     weff.setZero(m_dv);
     const Index half = m_kernel / 2;
@@ -125,10 +161,9 @@ class Compressor {
   Index m_d, m_dv;
   CompressorKind m_kind;
   Index m_kernel;
-  Index m_N = -1;
   Param<S> m_W, m_conv, m_read;
-  MatX<S> m_X;
-  VecX<S> m_weff, m_dweff;
+  Cache m_cache;  // the application of forward(X, Xin) without a Cache
+  VecX<S> m_weff, m_dweff, m_weffInference;
 };
 
 }  // namespace ddl

@@ -12,12 +12,12 @@
 //   forward:  Y = Wp P + b 1ᵀ
 //   backward: dWp += dY Pᵀ,  db += dY 1,  dP = Wpᵀ dY,  dX = col2im(dP)  (scatter-add into pixels)
 //
-// Memory: the layer caches its input X (in × N), not P (kh*kw times larger: 150 MB for 64 channels,
-// 3×3, batch 64 at 32×32 in float). P is built in chunks of output columns that stay in cache, into a
-// per-thread workspace, once in forward and again in backward; the rebuild is a copy, small next to
-// the products. Every product goes through a GemmWorkspace (core/gemm.hpp) reserved before any
-// parallel region, so a steady-state step allocates nothing and parallel regions neither allocate
-// nor throw.
+// Memory: the layer keeps a view of its input X (in × N, owned by the caller), not P (kh*kw times
+// larger: 150 MB for 64 channels, 3×3, batch 64 at 32×32 in float). P is built in chunks of output
+// columns that stay in cache, into a per-thread workspace, once in forward and again in backward;
+// the rebuild is a copy, small next to the products. Every product goes through a GemmWorkspace
+// (core/gemm.hpp) reserved before any parallel region, so a steady-state step allocates nothing and
+// parallel regions neither allocate nor throw.
 //
 // Threads (OpenMP, above kConvParallelMin multiply-adds): forward splits the output columns evenly
 // over the threads; backward splits the images (images share no pixels, so the col2im scatter has no
@@ -36,6 +36,7 @@
 #include "ddl/core/threading.hpp"
 #include "ddl/core/token_layout.hpp"
 #include "ddl/core/types.hpp"
+#include "ddl/core/view.hpp"
 #include "ddl/nn/init.hpp"
 #include "ddl/nn/window2d.hpp"
 
@@ -79,15 +80,15 @@ class Conv2d {
   TokenLayout outputLayout(const TokenLayout& in) const { return m_win.outputLayout(in, "ddl::Conv2d"); }
 
   // X: (in, layout.tokens()) -> Y: (out, outputLayout(layout).tokens()); returns the output layout.
-  // Caches X for backward. Y must not alias X.
+  // Keeps a view of X for backward (X must stay alive and unchanged until then). Y must not alias X.
   TokenLayout forward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
     requireNoAlias("ddl::Conv2d::forward", "X", X, "Y", Y);
     const TokenLayout outL = prepareForward("ddl::Conv2d::forward", X, layout, Y);
-    m_X.resize(m_in, X.cols());  // no allocation when the shape is unchanged
+    m_X.bind(X);  // a view: X must stay alive and unchanged until backward
     m_inLayout = layout;
     m_outLayout = outL;
     m_hasForward = true;
-    runForward(X, layout, outL, Y, /*cacheInput=*/true);
+    runForward(X, layout, outL, Y);
     return outL;
   }
 
@@ -95,7 +96,7 @@ class Conv2d {
   TokenLayout forwardInference(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
     requireNoAlias("ddl::Conv2d::forwardInference", "X", X, "Y", Y);
     const TokenLayout outL = prepareForward("ddl::Conv2d::forwardInference", X, layout, Y);
-    runForward(X, layout, outL, Y, /*cacheInput=*/false);
+    runForward(X, layout, outL, Y);
     return outL;
   }
 
@@ -207,18 +208,13 @@ class Conv2d {
     }
   }
 
-  void runForward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& inL, const TokenLayout& outL, MatX<S>& Y,
-                  bool cacheInput) {
-    const Index No = outL.tokens(), N = inL.tokens();
+  void runForward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& inL, const TokenLayout& outL, MatX<S>& Y) {
+    const Index No = outL.tokens();
     if (No == 0) return;
     const int tasks = detail::windowThreads(m_out * m_K * No, detail::kConvParallelMin, No);
     auto range = [&](int t) { return detail::windowPartBegin(No, t + 1, tasks) - detail::windowPartBegin(No, t, tasks); };
     reserveTasks(tasks, range, /*forwardProducts=*/true, false);
     detail::runWindowTasks(tasks, [&](int t) {
-      if (cacheInput) {
-        const Index j0 = detail::windowPartBegin(N, t, tasks), j1 = detail::windowPartBegin(N, t + 1, tasks);
-        m_X.middleCols(j0, j1 - j0) = X.middleCols(j0, j1 - j0);
-      }
       Task& task = m_tasks[static_cast<std::size_t>(t)];
       const Index c1 = detail::windowPartBegin(No, t + 1, tasks);
       for (Index o = detail::windowPartBegin(No, t, tasks); o < c1; o += m_chunk) {
@@ -324,7 +320,7 @@ class Conv2d {
   bool m_hasForward = false;
   Param<S> m_W, m_b;
   MatX<S> m_Wp;  // (out, K) weight in patch row order
-  MatX<S> m_X;   // (in, N) input of the last forward
+  ConstView<S> m_X;  // (in, N) input of the last forward, owned by the caller
   TokenLayout m_inLayout, m_outLayout;
   std::vector<Task> m_tasks;
 };

@@ -40,6 +40,13 @@ class ConvBranch {
     m_conv2.forward(m_hid, layout, H);
   }
 
+  // Same H as forward, bit for bit; caches nothing (one hidden scratch, reused in place).
+  void forwardInference(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H) {
+    m_conv1.forwardInference(C, layout, m_inference);
+    m_act.forwardInference(m_inference, m_inference);  // in place: nothing is kept
+    m_conv2.forwardInference(m_inference, layout, H);
+  }
+
   // dH: (d, N) -> dC: (d, N) overwritten; parameter gradients accumulate.
   void backward(const Eigen::Ref<const MatX<S>>& dH, MatX<S>& dC) {
     m_conv2.backward(dH, m_dHid);
@@ -61,6 +68,7 @@ class ConvBranch {
   ActivationLayer<S> m_act;
   Conv2d<S> m_conv2;
   MatX<S> m_pre, m_hid, m_dHid;
+  MatX<S> m_inference;  // (hidden, N) scratch of forwardInference
 };
 
 }  // namespace ddl

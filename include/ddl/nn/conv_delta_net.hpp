@@ -124,6 +124,49 @@ class ConvDeltaNet {
     m_head.forward(m_pooled, logits);
   }
 
+  // Same logits as forward, bit for bit; writes none of the caches backward reads and allocates nothing
+  // once its buffers have the batch's shapes (two states per width, used in turn).
+  void forwardInference(const Eigen::Ref<const MatX<S>>& X, MatX<S>& logits) {
+    checkShape("ddl::ConvDeltaNet::forwardInference", "X", X, m_cfg.inputDim(), -1);
+    const Index B = X.cols();
+    const TokenLayout input = TokenLayout::image(B, m_cfg.height, m_cfg.width);
+    imagesToPixels(X, m_inferPixels);
+    TokenLayout layout = m_stem.outputLayout(input);
+    const Index stages = m_cfg.stages();
+    m_inferStates.resize(static_cast<std::size_t>(2 * stages));  // [2s], [2s+1]: the states of stage s
+    MatX<S>* cur = &m_inferStates[0];
+    if (m_cfg.dv == 1) {
+      m_stem.forwardInference(m_inferPixels, input, *cur);
+    } else {
+      m_stem.forwardInference(m_inferPixels, input, m_inferX);
+      m_expand.forwardInference(m_inferX, *cur);
+    }
+    std::size_t b = 0;
+    for (Index s = 0; s < stages; ++s) {
+      MatX<S>* a = &m_inferStates[static_cast<std::size_t>(2 * s)];
+      MatX<S>* other = &m_inferStates[static_cast<std::size_t>(2 * s + 1)];
+      if (s > 0) {
+        StageTransition<S>& t = m_transitions[static_cast<std::size_t>(s - 1)];
+        t.forwardInference(*cur, layout, *a);
+        layout = t.outputLayout(layout);
+        cur = a;
+      }
+      for (Index i = 0; i < m_cfg.depths[static_cast<std::size_t>(s)]; ++i, ++b) {
+        MatX<S>* next = cur == a ? other : a;
+        m_blocks[b].forwardInference(*cur, layout, *next);
+        cur = next;
+      }
+    }
+    if (m_cfg.dv == 1) {
+      m_norm.forwardInference(*cur, m_inferZ);
+    } else {
+      m_readout.forwardInference(*cur, m_inferZ);
+      m_norm.forwardInference(m_inferZ, m_inferZ);
+    }
+    m_pool.forwardInference(m_inferZ, layout, m_inferPooled);
+    m_head.forwardInference(m_inferPooled, logits);
+  }
+
   // dLogits: (classes, B) -> parameter gradients accumulate (the input needs no gradient).
   void backward(const Eigen::Ref<const MatX<S>>& dLogits) {
     m_head.backward(dLogits, m_dPooled);
@@ -216,6 +259,8 @@ class ConvDeltaNet {
   MatX<S> m_pixels, m_x, m_xin, m_z, m_pooled;
   MatX<S> m_dPooled, m_dz, m_dx;
   std::vector<MatX<S>> m_dStage;  // two gradient buffers per stage (backward)
+  std::vector<MatX<S>> m_inferStates;  // forwardInference: two per stage
+  MatX<S> m_inferPixels, m_inferX, m_inferZ, m_inferPooled;
 };
 
 }  // namespace ddl

@@ -54,9 +54,7 @@ class DeltaBlock {
   void forward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
     const char* fn = "ddl::DeltaBlock::forward";
     requireNoAlias(fn, "X", X, "Y", Y);
-    if (X.rows() != m_d || X.cols() != m_dv * layout.tokens())
-      throw ShapeError(message(fn, "X has shape ", shapeOf(X), ", expected (", m_d, ", ", m_dv, "*N) with N = ",
-                               layout.tokens(), " tokens of the layout ", toString(layout)));
+    checkInput(fn, X, layout);
     if (m_dv == 1) {
       m_norm.forward(X, m_c);
       m_branch.forward(m_c, layout, m_h);
@@ -71,10 +69,29 @@ class DeltaBlock {
 
   // Vector tokens: X: (d, dv*N), one token per column of each value channel.
   void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) {
-    if (X.rows() != m_d || X.cols() % m_dv != 0)
-      throw ShapeError(message("ddl::DeltaBlock::forward", "X has shape ", shapeOf(X), ", expected (", m_d, ", ",
-                               m_dv, "*N)"));
-    forward(X, TokenLayout::vectors(X.cols() / m_dv), Y);
+    forward(X, vectorLayout("ddl::DeltaBlock::forward", X), Y);
+  }
+
+  // Same Y as forward, bit for bit; writes none of the caches backward reads (it has buffers of its
+  // own, so steady state allocates nothing). The residual's diagnostics then describe this call.
+  void forwardInference(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
+    const char* fn = "ddl::DeltaBlock::forwardInference";
+    requireNoAlias(fn, "X", X, "Y", Y);
+    checkInput(fn, X, layout);
+    if (m_dv == 1) {
+      m_norm.forwardInference(X, m_inferC);
+      m_branch.forwardInference(m_inferC, layout, m_inferH);
+      m_delta.forwardInference(X, X, m_inferC, m_inferH, Y);
+    } else {
+      m_compress.forwardInference(X, m_inferXin);
+      m_norm.forwardInference(m_inferXin, m_inferC);
+      m_branch.forwardInference(m_inferC, layout, m_inferH);
+      m_delta.forwardInference(X, m_inferXin, m_inferC, m_inferH, Y);
+    }
+  }
+
+  void forwardInference(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) {
+    forwardInference(X, vectorLayout("ddl::DeltaBlock::forwardInference", X), Y);
   }
 
   // dY: (d, dv*N) -> dX: (d, dv*N) overwritten; parameter gradients accumulate.
@@ -115,12 +132,24 @@ class DeltaBlock {
     return d;
   }
 
+  void checkInput(const char* fn, const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout) const {
+    if (X.rows() != m_d || X.cols() != m_dv * layout.tokens())
+      throw ShapeError(message(fn, "X has shape ", shapeOf(X), ", expected (", m_d, ", ", m_dv, "*N) with N = ",
+                               layout.tokens(), " tokens of the layout ", toString(layout)));
+  }
+  TokenLayout vectorLayout(const char* fn, const Eigen::Ref<const MatX<S>>& X) const {
+    if (X.rows() != m_d || X.cols() % m_dv != 0)
+      throw ShapeError(message(fn, "X has shape ", shapeOf(X), ", expected (", m_d, ", ", m_dv, "*N)"));
+    return TokenLayout::vectors(X.cols() / m_dv);
+  }
+
   Index m_d, m_dv;
   Compressor<S> m_compress;
   RmsNorm<S> m_norm;
   Branch m_branch;
   DeltaResidual<S> m_delta;
   MatX<S> m_xin, m_c, m_h;                     // forward
+  MatX<S> m_inferXin, m_inferC, m_inferH;      // forwardInference
   MatX<S> m_dXin, m_dC, m_dH, m_dTmp, m_dXc;  // backward workspaces
 };
 

@@ -7,6 +7,7 @@
 // Initialisation from one seed; draw order: input, blocks in order, head (torch.nn.Linear default).
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ddl/core/error.hpp"
@@ -56,11 +57,15 @@ class DeltaNet {
   // X: (inputDim, N) one column per sample -> logits: (classes, N)
   void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& logits) {
     checkShape("ddl::DeltaNet::forward", "X", X, m_cfg.inputDim, -1);
-    m_input.forward(X, m_x);
-    if (m_cfg.dv == 1)
-      m_states[0] = m_x;
-    else
+    // The layers keep views of their inputs (core/view.hpp); the net's own input is the one buffer it
+    // does not own, so it keeps a copy: a caller's temporary X may die before backward.
+    m_inputCopy = X;
+    if (m_cfg.dv == 1) {
+      m_input.forward(m_inputCopy, m_states[0]);
+    } else {
+      m_input.forward(m_inputCopy, m_x);
       m_expand.forward(m_x, m_states[0]);
+    }
     for (std::size_t i = 0; i < m_blocks.size(); ++i) m_blocks[i].forward(m_states[i], m_states[i + 1]);
     const MatX<S>& last = m_states.back();
     if (m_cfg.dv == 1) {
@@ -70,6 +75,32 @@ class DeltaNet {
       m_norm.forward(m_xin, m_z);
     }
     m_head.forward(m_z, logits);
+  }
+
+  // Same logits as forward, bit for bit; writes none of the caches backward reads and allocates nothing
+  // once its buffers have the batch's shape (two states, used in turn). states() still describes the
+  // last forward; the blocks' residual diagnostics describe this call.
+  void forwardInference(const Eigen::Ref<const MatX<S>>& X, MatX<S>& logits) {
+    checkShape("ddl::DeltaNet::forwardInference", "X", X, m_cfg.inputDim, -1);
+    m_input.forwardInference(X, m_inferX);
+    MatX<S>* cur = &m_inferA;
+    MatX<S>* next = &m_inferB;
+    if (m_cfg.dv == 1)
+      cur = &m_inferX;
+    else
+      m_expand.forwardInference(m_inferX, m_inferA);
+    for (auto& block : m_blocks) {
+      block.forwardInference(*cur, *next);
+      std::swap(cur, next);
+      if (next == &m_inferX) next = &m_inferA;  // dv = 1: the input buffer was the first state
+    }
+    if (m_cfg.dv == 1) {
+      m_norm.forwardInference(*cur, m_inferZ);
+    } else {
+      m_readout.forwardInference(*cur, m_inferZ);
+      m_norm.forwardInference(m_inferZ, m_inferZ);
+    }
+    m_head.forwardInference(m_inferZ, logits);
   }
 
   // dLogits: (classes, N) -> parameter gradients accumulate; dX: (inputDim, N) when requested.
@@ -128,8 +159,9 @@ class DeltaNet {
   RmsNorm<S> m_norm;
   Linear<S> m_head;
   std::vector<MatX<S>> m_states;  // m_states[i] is the input of block i; back() the last output
-  MatX<S> m_x, m_xin, m_z;
+  MatX<S> m_inputCopy, m_x, m_xin, m_z;
   MatX<S> m_dz, m_dA, m_dB, m_dx;
+  MatX<S> m_inferX, m_inferA, m_inferB, m_inferZ;  // forwardInference
 };
 
 }  // namespace ddl

@@ -29,6 +29,7 @@
 #include "ddl/core/param.hpp"
 #include "ddl/core/rng.hpp"
 #include "ddl/core/types.hpp"
+#include "ddl/core/view.hpp"
 #include "ddl/nn/activation.hpp"
 #include "ddl/nn/linear.hpp"
 #include "ddl/ops/delta_write.hpp"
@@ -154,56 +155,34 @@ class DeltaResidual {
 
   // X: (d, dv*N) state, channel j = X.middleCols(j*N, N); Xin: (d, N) the branch input (X for dv = 1);
   // C: (d, N) = RMSNorm(Xin); H: (d, N) branch output -> Y: (d, dv*N). Y must not alias X.
+  // Keeps views of X, C and (through the value and aux layers) Xin or H: all four must stay alive and
+  // unchanged until backward.
   void forward(const Eigen::Ref<const MatX<S>>& X, const Eigen::Ref<const MatX<S>>& Xin,
                const Eigen::Ref<const MatX<S>>& C, const Eigen::Ref<const MatX<S>>& H, MatX<S>& Y) {
-    const char* fn = "ddl::DeltaResidual::forward";
-    requireNoAlias(fn, "X", X, "Y", Y);
-    const Index N = H.cols();
-    checkShape(fn, "H", H, m_d, -1);
-    checkShape(fn, "X", X, m_d, m_dv * N);
-    checkShape(fn, "Xin", Xin, m_d, N);
-    checkShape(fn, "C", C, m_d, N);
+    const Index N = checkForward("ddl::DeltaResidual::forward", X, Xin, C, H, Y);
     m_N = N;
+    m_lastInference = false;
     if (m_opt.residual == ResidualKind::Additive) {
       additiveResidual(H, X, Y);
       return;
     }
-    // direction
-    if (usesAuxMlp()) {
-      poolChannels(X, m_pool);
-      m_auxFc1.forward(m_pool, m_auxPre);
-      m_auxAct.forward(m_auxPre, m_auxHid);
-      m_auxFc2.forward(m_auxHid, m_Kt);
-      normalizeDirections(m_Kt, m_opt.norm, static_cast<S>(m_opt.epsK), m_K, m_kNorm);
-    } else {
-      normalizeDirections(H, m_opt.norm, static_cast<S>(m_opt.epsK), m_K, m_kNorm);
+    m_C.bind(C);  // the gate's backward needs c
+    if (m_opt.residual == ResidualKind::Delta) m_X.bind(X);  // the write's backward needs the old state
+    run(X, Xin, C, H, Y, m_train, /*training=*/true);
+  }
+
+  // Same Y as forward, bit for bit; writes none of forward's caches, so backward still refers to the
+  // last forward. The diagnostics (beta(), directions(), ...) then describe this call; they live in
+  // buffers of their own, so steady state allocates nothing. Y must not alias X.
+  void forwardInference(const Eigen::Ref<const MatX<S>>& X, const Eigen::Ref<const MatX<S>>& Xin,
+                        const Eigen::Ref<const MatX<S>>& C, const Eigen::Ref<const MatX<S>>& H, MatX<S>& Y) {
+    checkForward("ddl::DeltaResidual::forwardInference", X, Xin, C, H, Y);
+    m_lastInference = true;
+    if (m_opt.residual == ResidualKind::Additive) {
+      additiveResidual(H, X, Y);
+      return;
     }
-    // gate
-    m_cCache = C;  // the gate's backward needs c
-    if (m_opt.gate == GateKind::Linear)
-      linearGateLogits(m_gateW.value, m_gateB.value(0, 0), C, m_Z);
-    else
-      twoLayerGateLogits(m_gateW1.value, m_gateW.value, m_gateB.value(0, 0), C, m_gateHid, m_Z);
-    gateFromLogits(m_Z, m_beta);
-    // value
-    switch (m_opt.value) {
-      case ValueKind::SigmoidScaled: {
-        m_value.forward(Xin, m_V);
-        const S s = static_cast<S>(m_opt.valueScale);
-        m_V = m_V.unaryExpr([s](S a) { return s * stableSigmoid(a); });
-        break;
-      }
-      case ValueKind::LinearOnC: m_value.forward(C, m_V); break;
-      case ValueKind::FromBranch: m_value.forward(H, m_V); break;
-      case ValueKind::Constant: m_V.setConstant(m_dv, N, static_cast<S>(m_opt.valueConstant)); break;
-    }
-    // rewrite
-    if (m_opt.residual == ResidualKind::Delta) {
-      m_X = X;  // the write's backward needs the old state
-      deltaWrite(m_K, m_beta, m_V, X, Y, m_delta);
-    } else {
-      writeOnly(m_K, m_beta, m_V, X, Y);
-    }
+    run(X, Xin, C, H, Y, m_inference, /*training=*/false);
   }
 
   // dY: (d, dv*N) -> dX: (d, dv*N), dXin, dC, dH: (d, N); all overwritten. Parameter grads accumulate.
@@ -212,6 +191,7 @@ class DeltaResidual {
     if (m_N < 0) throw Error(message(fn, "called before forward"));
     checkShape(fn, "dY", dY, m_d, m_dv * m_N);
     const Index N = m_N;
+    const Tensors& t = m_train;
     dXin.setZero(m_d, N);
     if (m_opt.residual == ResidualKind::Additive) {
       additiveResidualBackward(dY, N, dX, dH);
@@ -219,18 +199,18 @@ class DeltaResidual {
       return;
     }
     if (m_opt.residual == ResidualKind::Delta)
-      deltaWriteBackward(m_K, m_beta, m_X, m_delta, dY, dX, m_dK, m_dBeta, m_dV);
+      deltaWriteBackward(t.K, t.beta, m_X.map(), t.delta, dY, dX, m_dK, m_dBeta, m_dV);
     else
-      writeOnlyBackward(m_K, m_beta, m_V, dY, dX, m_dK, m_dBeta, m_dV);
+      writeOnlyBackward(t.K, t.beta, t.V, dY, dX, m_dK, m_dBeta, m_dV);
     // gate -> dC
-    gateFromLogitsBackward(m_Z, m_dBeta, m_dZ);
+    gateFromLogitsBackward(t.Z, m_dBeta, m_dZ);
     if (m_opt.gate == GateKind::Linear)
-      linearGateLogitsBackward(m_gateW.value, m_cCache, m_dZ, dC, m_gateW.grad, m_gateB.grad);
+      linearGateLogitsBackward(m_gateW.value, m_C.map(), m_dZ, dC, m_gateW.grad, m_gateB.grad);
     else
-      twoLayerGateLogitsBackward(m_gateW1.value, m_gateW.value, m_cCache, m_gateHid, m_dZ, dC, m_gateW1.grad,
+      twoLayerGateLogitsBackward(m_gateW1.value, m_gateW.value, m_C.map(), t.gateHid, m_dZ, dC, m_gateW1.grad,
                                  m_gateW.grad, m_gateB.grad, m_gateDPre);
     // direction -> dH (k-Map) or dX (aux MLP)
-    normalizeDirectionsBackward(m_K, m_kNorm, m_opt.norm, static_cast<S>(m_opt.epsK), m_dK, m_dKt);
+    normalizeDirectionsBackward(t.K, t.kNorm, m_opt.norm, static_cast<S>(m_opt.epsK), m_dK, m_dKt);
     if (usesAuxMlp()) {
       dH.setZero(m_d, N);
       m_auxFc2.backward(m_dKt, m_dAuxHid);
@@ -245,7 +225,7 @@ class DeltaResidual {
     switch (m_opt.value) {
       case ValueKind::SigmoidScaled: {
         const S s = static_cast<S>(m_opt.valueScale);
-        m_dV.array() *= m_V.array() * (1 - m_V.array() / s);  // v = s sigma(a): dv/da = v (1 - v/s)
+        m_dV.array() *= t.V.array() * (1 - t.V.array() / s);  // v = s sigma(a): dv/da = v (1 - v/s)
         m_value.backward(m_dV, m_dTmp);
         dXin += m_dTmp;
         break;
@@ -280,15 +260,82 @@ class DeltaResidual {
     if (hasValueParams()) m_value.visitParams(joinName(prefix, "value"), f);
   }
 
-  // Diagnostics of the last forward (empty for the additive baseline).
-  const RowX<S>& beta() const { return m_beta; }     // (1, N)
-  const MatX<S>& directions() const { return m_K; }  // (d, N)
-  const RowX<S>& directionNorms() const { return m_kNorm; }  // (1, N): n (SqrtEps) or |k~| (AddEps)
-  const MatX<S>& values() const { return m_V; }      // (dv, N)
-  const MatX<S>& discrepancy() const { return m_delta; }  // (dv, N): v - X^T k, Delta kind only
+  // Diagnostics of the last forward or forwardInference (empty for the additive baseline).
+  const RowX<S>& beta() const { return last().beta; }     // (1, N)
+  const MatX<S>& directions() const { return last().K; }  // (d, N)
+  const RowX<S>& directionNorms() const { return last().kNorm; }  // (1, N): n (SqrtEps) or |k~| (AddEps)
+  const MatX<S>& values() const { return last().V; }      // (dv, N)
+  const MatX<S>& discrepancy() const { return last().delta; }  // (dv, N): v - X^T k, Delta kind only
   const DeltaResidualOptions& options() const { return m_opt; }
 
  private:
+  // What one forward computes per token: kept for backward (training) or for the diagnostics only.
+  struct Tensors {
+    MatX<S> K, Kt, V, delta, gateHid, pool, auxPre, auxHid;  // (d|dv|hg, N)
+    RowX<S> kNorm, Z, beta;                                   // (1, N)
+  };
+  const Tensors& last() const { return m_lastInference ? m_inference : m_train; }
+
+  Index checkForward(const char* fn, const Eigen::Ref<const MatX<S>>& X, const Eigen::Ref<const MatX<S>>& Xin,
+                     const Eigen::Ref<const MatX<S>>& C, const Eigen::Ref<const MatX<S>>& H, const MatX<S>& Y) const {
+    requireNoAlias(fn, "X", X, "Y", Y);
+    const Index N = H.cols();
+    checkShape(fn, "H", H, m_d, -1);
+    checkShape(fn, "X", X, m_d, m_dv * N);
+    checkShape(fn, "Xin", Xin, m_d, N);
+    checkShape(fn, "C", C, m_d, N);
+    return N;
+  }
+
+  // Direction, gate, value and the write of a non-additive residual into t; training selects the
+  // caching forward of the inner layers.
+  void run(const Eigen::Ref<const MatX<S>>& X, const Eigen::Ref<const MatX<S>>& Xin, const Eigen::Ref<const MatX<S>>& C,
+           const Eigen::Ref<const MatX<S>>& H, MatX<S>& Y, Tensors& t, bool training) {
+    const Index N = H.cols();
+    auto linear = [training](Linear<S>& layer, const Eigen::Ref<const MatX<S>>& in, MatX<S>& out) {
+      if (training)
+        layer.forward(in, out);
+      else
+        layer.forwardInference(in, out);
+    };
+    // direction
+    if (usesAuxMlp()) {
+      poolChannels(X, t.pool);
+      linear(m_auxFc1, t.pool, t.auxPre);
+      if (training)
+        m_auxAct.forward(t.auxPre, t.auxHid);
+      else
+        m_auxAct.forwardInference(t.auxPre, t.auxHid);
+      linear(m_auxFc2, t.auxHid, t.Kt);
+      normalizeDirections(t.Kt, m_opt.norm, static_cast<S>(m_opt.epsK), t.K, t.kNorm);
+    } else {
+      normalizeDirections(H, m_opt.norm, static_cast<S>(m_opt.epsK), t.K, t.kNorm);
+    }
+    // gate
+    if (m_opt.gate == GateKind::Linear)
+      linearGateLogits(m_gateW.value, m_gateB.value(0, 0), C, t.Z);
+    else
+      twoLayerGateLogits(m_gateW1.value, m_gateW.value, m_gateB.value(0, 0), C, t.gateHid, t.Z);
+    gateFromLogits(t.Z, t.beta);
+    // value
+    switch (m_opt.value) {
+      case ValueKind::SigmoidScaled: {
+        linear(m_value, Xin, t.V);
+        const S s = static_cast<S>(m_opt.valueScale);
+        t.V = t.V.unaryExpr([s](S a) { return s * stableSigmoid(a); });
+        break;
+      }
+      case ValueKind::LinearOnC: linear(m_value, C, t.V); break;
+      case ValueKind::FromBranch: linear(m_value, H, t.V); break;
+      case ValueKind::Constant: t.V.setConstant(m_dv, N, static_cast<S>(m_opt.valueConstant)); break;
+    }
+    // rewrite
+    if (m_opt.residual == ResidualKind::Delta)
+      deltaWrite(t.K, t.beta, t.V, X, Y, t.delta);
+    else
+      writeOnly(t.K, t.beta, t.V, X, Y);
+  }
+
   static Index auxHiddenOf(Index d, const DeltaResidualOptions& opt) {
     if (opt.auxHidden > 0) return opt.auxHidden;
     return d / 4 > 0 ? d / 4 : 1;
@@ -314,9 +361,10 @@ class DeltaResidual {
   Linear<S> m_auxFc1, m_auxFc2;
   ActivationLayer<S> m_auxAct;
   Param<S> m_gateW, m_gateW1, m_gateB;
-  // forward caches
-  MatX<S> m_X, m_cCache, m_K, m_Kt, m_V, m_delta, m_gateHid, m_pool, m_auxPre, m_auxHid;
-  RowX<S> m_kNorm, m_Z, m_beta;
+  // forward caches; m_inference holds what forwardInference computes (diagnostics only)
+  ConstView<S> m_X, m_C;  // the state and c of the last forward, owned by the caller
+  Tensors m_train, m_inference;
+  bool m_lastInference = false;
   // backward workspaces
   MatX<S> m_dK, m_dKt, m_dV, m_dTmp, m_gateDPre, m_dAuxHid, m_dPool;
   RowX<S> m_dBeta, m_dZ;

@@ -6,9 +6,11 @@
 // x: (d, N) -> X: (d, dv*N), channel j = X.middleCols(j*N, N).
 #include <string>
 
+#include "ddl/core/alias.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/types.hpp"
+#include "ddl/core/view.hpp"
 
 namespace ddl {
 
@@ -26,16 +28,18 @@ class Expansion {
   // x: (d, N) -> X: (d, dv*N)
   void forward(const Eigen::Ref<const MatX<S>>& x, MatX<S>& X) {
     checkShape("ddl::Expansion::forward", "x", x, m_d, -1);
-    const Index N = x.cols();
-    if (m_learned) m_x = x;
-    m_N = N;
-    X.resize(m_d, m_dv * N);
-    for (Index j = 0; j < m_dv; ++j) {
-      if (m_learned)
-        X.middleCols(j * N, N) = x.array().colwise() * m_e.value.col(j).array();
-      else
-        X.middleCols(j * N, N) = x;
-    }
+    requireNoAlias("ddl::Expansion::forward", "x", x, "X", X);
+    if (m_learned) m_x.bind(x);  // a view: x must stay alive and unchanged until backward
+    m_N = x.cols();
+    expand(x, X);
+  }
+
+  // Same X as forward, bit for bit; caches nothing and allocates nothing once X has its shape.
+  // X must not alias x.
+  void forwardInference(const Eigen::Ref<const MatX<S>>& x, MatX<S>& X) const {
+    checkShape("ddl::Expansion::forwardInference", "x", x, m_d, -1);
+    requireNoAlias("ddl::Expansion::forwardInference", "x", x, "X", X);
+    expand(x, X);
   }
 
   // dX: (d, dv*N) -> dx: (d, N) overwritten; de accumulates.
@@ -44,11 +48,12 @@ class Expansion {
     if (m_N < 0) throw Error(message(fn, "called before forward"));
     checkShape(fn, "dX", dX, m_d, m_dv * m_N);
     const Index N = m_N;
+    const auto x = m_x.map();
     dx.resize(m_d, N);
     for (Index j = 0; j < m_dv; ++j) {
       const auto dXj = dX.middleCols(j * N, N);
       if (m_learned) {
-        m_e.grad.col(j) += (dXj.array() * m_x.array()).rowwise().sum().matrix();
+        m_e.grad.col(j) += (dXj.array() * x.array()).rowwise().sum().matrix();
         if (j == 0)
           dx = dXj.array().colwise() * m_e.value.col(0).array();
         else
@@ -70,11 +75,22 @@ class Expansion {
   bool learned() const { return m_learned; }
 
  private:
+  void expand(const Eigen::Ref<const MatX<S>>& x, MatX<S>& X) const {
+    const Index N = x.cols();
+    X.resize(m_d, m_dv * N);
+    for (Index j = 0; j < m_dv; ++j) {
+      if (m_learned)
+        X.middleCols(j * N, N) = x.array().colwise() * m_e.value.col(j).array();
+      else
+        X.middleCols(j * N, N) = x;
+    }
+  }
+
   Index m_d, m_dv;
   bool m_learned;
   Index m_N = -1;
   Param<S> m_e;
-  MatX<S> m_x;
+  ConstView<S> m_x;  // (d, N) input of the last forward (learned only), owned by the caller
 };
 
 }  // namespace ddl

@@ -4,9 +4,10 @@
 //   X: (in, B)   W: (out, in)   b: (out, 1)   Y: (out, B)
 //   backward:  dW += dY Xᵀ,  db += dY 1,  dX = Wᵀ dY
 //
-// Steady state allocates nothing: the input cache is a member resized only when B changes, and every
-// product goes through a GemmWorkspace per task (core/gemm.hpp) whose packing buffers persist, where
-// Eigen's own product would heap-allocate them on every call at these sizes.
+// The cache is a view of X, not a copy (core/view.hpp): X must stay alive and unchanged until
+// backward. Steady state allocates nothing: every product goes through a GemmWorkspace per task
+// (core/gemm.hpp) whose packing buffers persist, where Eigen's own product would heap-allocate them
+// on every call at these sizes.
 //
 // Threads: a large product is cut into independent pieces, one single-threaded Eigen product per
 // OpenMP thread (forward: column ranges of Y; backward: row ranges of dW and column ranges of dX
@@ -25,6 +26,7 @@
 #include "ddl/core/rng.hpp"
 #include "ddl/core/threading.hpp"
 #include "ddl/core/types.hpp"
+#include "ddl/core/view.hpp"
 #include "ddl/nn/init.hpp"
 
 namespace ddl {
@@ -74,30 +76,43 @@ class Linear {
     initLinearParams(m_W.value, m_hasBias ? &m_b.value : nullptr, rng, scheme);
   }
 
-  // X: (in, B) one column per token -> Y: (out, B). Caches X for backward. Y must not alias X.
-  void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) {
+  // What backward needs of one application: a view of its input. forward/backward without a Cache
+  // use the layer's own; a layer applied more than once per step (a shared projection) takes one
+  // Cache per application from the caller and runs the backwards in reverse order of the forwards
+  // (docs/decisions.md, "Modules applied more than once per step").
+  struct Cache {
+    ConstView<S> X;  // (in, B) input of the application, owned by the caller
+    bool valid = false;
+  };
+
+  // X: (in, B) one column per token -> Y: (out, B). Keeps a view of X for backward: X must stay
+  // alive and unchanged until then. Y must not alias X.
+  void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) { forward(X, Y, m_cache); }
+
+  // The same, recording this application in cache.
+  void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y, Cache& cache) {
     checkShape("ddl::Linear::forward", "X", X, m_in, -1);
     requireNoAlias("ddl::Linear::forward", "X", X, "Y", Y);
-    const Index B = X.cols();
-    m_X.resize(m_in, B);  // no allocation when B is unchanged
-    m_hasForward = true;
-    Y.resize(m_out, B);
-    reserveWorkspaces();
-    // One task per thread, each a column range of Y; the task also caches its columns of X, so the
-    // copy is threaded and still in cache for the product.
-    detail::runProductTasks(m_in * m_out * B, [](int threads) { return threads; }, [&](int t, int tasks) {
-      const Index j0 = detail::partBegin(B, t, tasks), n = detail::partBegin(B, t + 1, tasks) - j0;
-      m_X.middleCols(j0, n) = X.middleCols(j0, n);
-      auto Yj = Y.middleCols(j0, n);
-      m_gemmForward[t].product(m_W.value, false, m_X.middleCols(j0, n), false, Yj, S(1), false);
-      if (m_hasBias) Yj.colwise() += m_b.value.col(0);
-    });
+    cache.X.bind(X);
+    cache.valid = true;
+    runForward(X, Y);
+  }
+
+  // Same Y as forward, bit for bit; caches nothing, so backward still refers to the last forward.
+  // Allocates nothing once Y has its shape (the product workspaces persist). Y must not alias X.
+  void forwardInference(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) {
+    checkShape("ddl::Linear::forwardInference", "X", X, m_in, -1);
+    requireNoAlias("ddl::Linear::forwardInference", "X", X, "Y", Y);
+    runForward(X, Y);
   }
 
   // dY: (out, B) of the last forward -> dX: (in, B) overwritten; dW, db accumulate (+=).
   // dX must not alias dY.
-  void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) {
-    checkBackward(dY);
+  void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) { backward(dY, dX, m_cache); }
+
+  // The same for the application recorded in cache.
+  void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX, const Cache& cache) {
+    checkBackward(dY, cache);
     requireNoAlias("ddl::Linear::backward", "dY", dY, "dX", dX);
     const Index B = dY.cols();
     dX.resize(m_in, B);
@@ -107,7 +122,7 @@ class Linear {
                             [&](int t, int tasks) {
                               const int half = tasks / 2;
                               if (t < half) {
-                                accumulateParamGrads(dY, t, half);
+                                accumulateParamGrads(dY, cache, t, half);
                               } else {
                                 const Index j0 = detail::partBegin(B, t - half, half);
                                 const Index n = detail::partBegin(B, t - half + 1, half) - j0;
@@ -119,11 +134,13 @@ class Linear {
 
   // dY: (out, B): accumulates dW and db only; for a layer whose input needs no gradient
   // (the first layer of a net), which saves the Wᵀ dY product.
-  void backwardParamsOnly(const Eigen::Ref<const MatX<S>>& dY) {
-    checkBackward(dY);
+  void backwardParamsOnly(const Eigen::Ref<const MatX<S>>& dY) { backwardParamsOnly(dY, m_cache); }
+
+  void backwardParamsOnly(const Eigen::Ref<const MatX<S>>& dY, const Cache& cache) {
+    checkBackward(dY, cache);
     reserveWorkspaces();
     detail::runProductTasks(m_in * m_out * dY.cols(), [](int threads) { return threads; },
-                            [&](int t, int tasks) { accumulateParamGrads(dY, t, tasks); });
+                            [&](int t, int tasks) { accumulateParamGrads(dY, cache, t, tasks); });
   }
 
   // Parameters in a fixed order: "weight" (out, in), then "bias" [out] (held as (out, 1)) when present.
@@ -145,17 +162,30 @@ class Linear {
   Index outFeatures() const { return m_out; }
 
  private:
-  void checkBackward(const Eigen::Ref<const MatX<S>>& dY) const {
+  void checkBackward(const Eigen::Ref<const MatX<S>>& dY, const Cache& cache) const {
     const char* fn = "ddl::Linear::backward";
-    if (!m_hasForward) throw Error(message(fn, "called before forward"));
-    checkShape(fn, "dY", dY, m_out, m_X.cols());
+    if (!cache.valid) throw Error(message(fn, "called before forward"));
+    checkShape(fn, "dY", dY, m_out, cache.X.cols());
+  }
+
+  void runForward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) {
+    const Index B = X.cols();
+    Y.resize(m_out, B);
+    reserveWorkspaces();
+    // One task per thread, each a column range of Y.
+    detail::runProductTasks(m_in * m_out * B, [](int threads) { return threads; }, [&](int t, int tasks) {
+      const Index j0 = detail::partBegin(B, t, tasks), n = detail::partBegin(B, t + 1, tasks) - j0;
+      auto Yj = Y.middleCols(j0, n);
+      m_gemmForward[t].product(m_W.value, false, X.middleCols(j0, n), false, Yj, S(1), false);
+      if (m_hasBias) Yj.colwise() += m_b.value.col(0);
+    });
   }
 
   // dW += dY Xᵀ and db += dY 1 on row range `part` of `parts` (out is split, so parts never overlap).
-  void accumulateParamGrads(const Eigen::Ref<const MatX<S>>& dY, int part, int parts) {
+  void accumulateParamGrads(const Eigen::Ref<const MatX<S>>& dY, const Cache& cache, int part, int parts) {
     const Index r0 = detail::partBegin(m_out, part, parts), rn = detail::partBegin(m_out, part + 1, parts) - r0;
     if (rn == 0) return;
-    m_gemmWeight[part].product(dY.middleRows(r0, rn), false, m_X, true, m_W.grad.middleRows(r0, rn), S(1), true);
+    m_gemmWeight[part].product(dY.middleRows(r0, rn), false, cache.X.map(), true, m_W.grad.middleRows(r0, rn), S(1), true);
     if (m_hasBias) {
       // Column sweep: contiguous, vectorised, no temporary (rowwise().sum() strides across columns).
       auto db = m_b.grad.col(0).segment(r0, rn);
@@ -175,9 +205,8 @@ class Linear {
 
   Index m_in, m_out;
   bool m_hasBias;
-  bool m_hasForward = false;
   Param<S> m_W, m_b;
-  MatX<S> m_X;  // (in, B) input of the last forward
+  Cache m_cache;  // the application of forward(X, Y) without a Cache
   std::vector<GemmWorkspace<S>> m_gemmForward, m_gemmWeight, m_gemmInput;  // per task: Y, dW rows, dX
 };
 

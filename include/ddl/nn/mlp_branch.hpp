@@ -6,6 +6,7 @@
 // The branch contract (what DeltaBlock<S, Branch> calls; a conv or attention branch has the same):
 //   Branch(d, const DeltaBlockBranchOptions&);   static const char* name();   void init(Rng&);
 //   void forward(const Ref<const MatX>& C, const TokenLayout&, MatX& H);   C, H: (d, N)
+//   void forwardInference(same);   the same H bit for bit, caching nothing
 //   void backward(const Ref<const MatX>& dH, MatX& dC);                    dC overwritten
 //   template <class F> void visitParams(prefix, f);   Index hidden() const;
 #include <string>
@@ -43,12 +44,18 @@ class MlpBranch {
 
   // C: (d, N) -> H: (d, N); N == layout.tokens().
   void forward(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H) {
-    if (C.cols() != layout.tokens())
-      throw ShapeError(message("ddl::MlpBranch::forward", "C has ", C.cols(), " columns but the layout ",
-                               toString(layout), " has ", layout.tokens(), " tokens"));
+    checkLayout("ddl::MlpBranch::forward", C, layout);
     m_fc1.forward(C, m_pre);
     m_act.forward(m_pre, m_hid);
     m_fc2.forward(m_hid, H);
+  }
+
+  // Same H as forward, bit for bit; caches nothing (one hidden scratch, reused in place).
+  void forwardInference(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H) {
+    checkLayout("ddl::MlpBranch::forwardInference", C, layout);
+    m_fc1.forwardInference(C, m_inference);
+    m_act.forwardInference(m_inference, m_inference);  // in place: nothing is kept
+    m_fc2.forwardInference(m_inference, H);
   }
 
   // dH: (d, N) -> dC: (d, N) overwritten; parameter gradients accumulate.
@@ -67,11 +74,18 @@ class MlpBranch {
   Index hidden() const { return m_hidden; }
 
  private:
+  static void checkLayout(const char* fn, const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout) {
+    if (C.cols() != layout.tokens())
+      throw ShapeError(message(fn, "C has ", C.cols(), " columns but the layout ", toString(layout), " has ",
+                               layout.tokens(), " tokens"));
+  }
+
   Index m_d, m_hidden;
   Linear<S> m_fc1;
   ActivationLayer<S> m_act;
   Linear<S> m_fc2;
   MatX<S> m_pre, m_hid, m_dHid;
+  MatX<S> m_inference;  // (hidden, N) scratch of forwardInference
 };
 
 }  // namespace ddl

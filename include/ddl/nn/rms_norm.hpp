@@ -9,9 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "ddl/core/alias.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/types.hpp"
+#include "ddl/core/view.hpp"
 
 namespace ddl {
 
@@ -26,21 +28,42 @@ class RmsNorm {
     m_g.value.setOnes();
   }
 
-  // X: (d, B) one column per token -> Y: (d, B). Caches x̂ and r. Y may alias X.
+  // X: (d, B) one column per token -> Y: (d, B). Keeps r and a view of X (backward recomputes
+  // x̂ = X r, the same bits as forward), so X must stay alive and unchanged until backward. Y may
+  // alias X: then X is copied first, as the output overwrites it.
   void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) {
     checkShape("ddl::RmsNorm::forward", "X", X, m_d, -1);
+    if (detail::sharesStorage(X, Y)) {
+      m_copy = X;
+      m_X.bind(m_copy);
+    } else {
+      m_X.bind(X);
+    }
     const Index B = X.cols();
-    m_xhat.resize(m_d, B);
     m_rstd.resize(B);
+    Y.resize(m_d, B);  // a no-op when Y is X
     const S invD = S(1) / static_cast<S>(m_d);
+    const auto g = m_g.value.col(0).array();
     for (Index b = 0; b < B; ++b) {
       const S r = S(1) / std::sqrt(X.col(b).squaredNorm() * invD + m_eps);
       m_rstd(b) = r;
-      m_xhat.col(b) = X.col(b) * r;
+      Y.col(b).array() = (X.col(b).array() * r) * g;
     }
     m_hasForward = true;
-    Y.resize(m_d, B);
-    Y = m_xhat.array().colwise() * m_g.value.col(0).array();
+  }
+
+  // Same Y as forward, bit for bit (x̂ = X r is rounded before the gain multiplies it, as there);
+  // caches nothing and allocates nothing once Y has its shape. Y may alias X.
+  void forwardInference(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) const {
+    checkShape("ddl::RmsNorm::forwardInference", "X", X, m_d, -1);
+    const Index B = X.cols();
+    Y.resize(m_d, B);  // a no-op when Y is X
+    const S invD = S(1) / static_cast<S>(m_d);
+    const auto g = m_g.value.col(0).array();
+    for (Index b = 0; b < B; ++b) {
+      const S r = S(1) / std::sqrt(X.col(b).squaredNorm() * invD + m_eps);
+      Y.col(b).array() = (X.col(b).array() * r) * g;
+    }
   }
 
   // dY: (d, B) of the last forward -> dX: (d, B) overwritten; the gain gradient accumulates (+=).
@@ -48,14 +71,15 @@ class RmsNorm {
   void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) {
     const char* fn = "ddl::RmsNorm::backward";
     if (!m_hasForward) throw Error(message(fn, "called before forward"));
-    checkShape(fn, "dY", dY, m_d, m_xhat.cols());
+    checkShape(fn, "dY", dY, m_d, m_X.cols());
+    const auto X = m_X.map();
     const Index B = dY.cols();
     const S invD = S(1) / static_cast<S>(m_d);
     auto g = m_g.value.col(0).array();
     auto dg = m_g.grad.col(0).array();
     if (dX.rows() != m_d || dX.cols() != B) dX.resize(m_d, B);
     for (Index b = 0; b < B; ++b) {
-      auto xh = m_xhat.col(b).array();
+      const auto xh = X.col(b).array() * m_rstd(b);  // x̂ exactly as forward rounded it
       auto dy = dY.col(b).array();
       dg += dy * xh;
       const S c = (g * dy * xh).sum() * invD;
@@ -81,7 +105,8 @@ class RmsNorm {
   S m_eps;
   bool m_hasForward = false;
   Param<S> m_g;
-  MatX<S> m_xhat;  // (d, B) normalised input of the last forward
+  ConstView<S> m_X;  // (d, B) input of the last forward, owned by the caller (or m_copy)
+  MatX<S> m_copy;     // the input of an in-place forward
   VecX<S> m_rstd;  // (B)
 };
 

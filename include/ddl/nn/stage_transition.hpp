@@ -48,6 +48,23 @@ class StageTransition {
     }
   }
 
+  // Same Y as forward, bit for bit; caches nothing (buffers of its own). Y must not alias X.
+  void forwardInference(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
+    const char* fn = "ddl::StageTransition::forwardInference";
+    if (X.rows() != m_cin || X.cols() != m_dv * layout.tokens())
+      throw ShapeError(message(fn, "X has shape ", shapeOf(X), ", expected (", m_cin, ", ", m_dv, "*", layout.tokens(),
+                               ") for the layout ", toString(layout)));
+    if (m_dv == 1) {
+      m_norm.forwardInference(X, m_inferC);
+      m_conv.forwardInference(m_inferC, layout, Y);
+    } else {
+      m_compress.forwardInference(X, m_inferXin);
+      m_norm.forwardInference(m_inferXin, m_inferXin);
+      m_conv.forwardInference(m_inferXin, layout, m_inferY);
+      m_expand.forwardInference(m_inferY, Y);
+    }
+  }
+
   // dY: (cout, dv*N') -> dX: (cin, dv*N) overwritten; parameter gradients accumulate.
   void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) {
     if (m_dv == 1) {
@@ -76,6 +93,7 @@ class StageTransition {
   Conv2d<S> m_conv;
   Expansion<S> m_expand;
   MatX<S> m_xin, m_c, m_y, m_dy, m_dC;
+  MatX<S> m_inferXin, m_inferC, m_inferY;  // forwardInference
 };
 
 }  // namespace ddl

@@ -21,6 +21,8 @@
 // optimizer anything with step(params) for a ParamList (AdamW, Sgd: any walkable model).
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "ddl/core/error.hpp"
@@ -39,6 +41,15 @@ template <class T>
 struct NonDeduced {
   using type = T;
 };
+
+// Whether Model has forwardInference(X, logits), the forward that caches nothing (evaluate prefers it).
+template <class Model, class S, class = void>
+struct HasForwardInference : std::false_type {};
+template <class Model, class S>
+struct HasForwardInference<Model, S,
+                           std::void_t<decltype(std::declval<Model&>().forwardInference(
+                               std::declval<const Eigen::Ref<const MatX<S>>&>(), std::declval<MatX<S>&>()))>>
+    : std::true_type {};
 }  // namespace detail
 
 struct TrainStepOptions {
@@ -107,7 +118,9 @@ struct EvalResult {
 };
 
 // Mean loss and accuracy of model on data, in batches of batchSize columns (no parameter change).
-// onBatch(), when given, is called after each batch's forward (e.g. to accumulate gate statistics).
+// Uses the model's forwardInference when it has one (same logits, no training caches written),
+// else forward. onBatch(), when given, is called after each batch's forward (e.g. to accumulate gate
+// statistics: the residuals' diagnostics describe the inference call too).
 // logits is reused scratch: pass the same matrix to avoid reallocating it.
 template <class S, class Model, class OnBatch>
 EvalResult evaluate(Model& model, SoftmaxCrossEntropy<S>& loss, const Dataset<S>& data, Index batchSize,
@@ -122,7 +135,10 @@ EvalResult evaluate(Model& model, SoftmaxCrossEntropy<S>& loss, const Dataset<S>
   for (Index start = 0; start < data.size(); start += batchSize) {
     const Index b = std::min(batchSize, data.size() - start);
     const Eigen::Map<const Eigen::VectorXi> y(data.labels.data() + start, b);
-    model.forward(data.images.middleCols(start, b), logits);
+    if constexpr (detail::HasForwardInference<Model, S>::value)
+      model.forwardInference(data.images.middleCols(start, b), logits);
+    else
+      model.forward(data.images.middleCols(start, b), logits);
     lossSum += static_cast<double>(loss.forward(logits, y)) * static_cast<double>(b);
     correct += countCorrect(logits, y);
     onBatch();

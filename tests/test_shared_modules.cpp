@@ -1,0 +1,106 @@
+// Modules applied more than once per step (nn/linear.hpp and nn/compressor.hpp, Cache): one Linear
+// and one Compressor each applied twice in a step, back-propagated in reverse order with one Cache per
+// application, against central differences in double; the parameter gradients are the sums over both
+// applications.
+#include <cstdlib>
+#include <random>
+#include <string>
+
+#include "catch_compat.hpp"
+#include "fd_check.hpp"
+#include "ddl/nn/compressor.hpp"
+#include "ddl/nn/linear.hpp"
+#include "ddl/testing/grad_check.hpp"
+
+using ddl::Index;
+using ddl::MatX;
+using ddl::testing::numericGrad;
+
+TEST_CASE("Linear applied twice in one step: per-application caches match central differences",
+          "[linear][shared][grad]") {
+  const unsigned seed = GENERATE(1u, 2u, 3u, 4u);
+  std::mt19937 rng(seed);
+  std::srand(seed);
+  const Index d = std::uniform_int_distribution<int>(1, 6)(rng), B = std::uniform_int_distribution<int>(1, 4)(rng);
+  CAPTURE(seed, d, B);
+  ddl::Linear<double> lin(d, d);
+  ddl::Rng init(seed);
+  lin.init(init);
+  lin.bias().value.setRandom();
+  MatX<double> X = MatX<double>::Random(d, B);
+  const MatX<double> A = MatX<double>::Random(d, B), C = MatX<double>::Random(d, B);
+  // loss = <A, Y1> + <C, tanh(Y2)>, Y1 = lin(X), Y2 = lin(Y1): the weight is used on two inputs
+  auto loss = [&] {
+    MatX<double> Y1, Y2;
+    lin.forward(X, Y1);
+    lin.forward(Y1, Y2);
+    return (A.array() * Y1.array()).sum() + (C.array() * Y2.array().tanh()).sum();
+  };
+  ddl::Linear<double>::Cache first, second;
+  MatX<double> Y1, Y2, dY1, dX;
+  lin.forward(X, Y1, first);
+  lin.forward(Y1, Y2, second);
+  ddl::zeroGrad(lin);
+  const MatX<double> dY2 = (C.array() * (1 - Y2.array().tanh().square())).matrix();
+  lin.backward(dY2, dY1, second);  // reverse order of the applications
+  dY1 += A;
+  lin.backward(dY1, dX, first);
+  FD_CHECK(dX, numericGrad(X, loss));
+  lin.visitParams("", [&](const std::string& name, ddl::Param<double>& p) {
+    CAPTURE(name);
+    FD_CHECK(p.grad, numericGrad(p.value, loss));
+  });
+}
+
+TEST_CASE("Linear::Cache: backward needs a forward of that cache", "[linear][shared][errors]") {
+  ddl::Linear<double> lin(3, 2);
+  ddl::Linear<double>::Cache unused, used;
+  const MatX<double> X = MatX<double>::Random(3, 4);
+  MatX<double> Y, dX;
+  lin.forward(X, Y, used);
+  const MatX<double> dY = MatX<double>::Zero(2, 4);
+  CHECK(ddl_test::contains(ddl_test::thrownMessage<ddl::Error>([&] { lin.backward(dY, dX, unused); }),
+                           "ddl::Linear::backward: called before forward"));
+  // the layer's own cache saw no forward either
+  CHECK(ddl_test::contains(ddl_test::thrownMessage<ddl::Error>([&] { lin.backward(dY, dX); }), "before forward"));
+  lin.backward(dY, dX, used);
+  CHECK(dX.cols() == 4);
+}
+
+TEST_CASE("Compressor shared by two sublayers: per-application caches match central differences",
+          "[compressor][shared][grad]") {
+  const unsigned seed = GENERATE(5u, 6u, 7u);
+  std::mt19937 rng(seed);
+  std::srand(seed);
+  const Index d = std::uniform_int_distribution<int>(1, 5)(rng), dv = std::uniform_int_distribution<int>(2, 4)(rng);
+  const Index N = std::uniform_int_distribution<int>(1, 4)(rng);
+  for (ddl::CompressorKind kind : {ddl::CompressorKind::Free, ddl::CompressorKind::Structured}) {
+    CAPTURE(seed, d, dv, N, ddl::toString(kind));
+    ddl::Compressor<double> cc(d, dv, kind, 3);
+    cc.visitParams("", [](const std::string&, ddl::Param<double>& p) { p.value.setRandom(); });
+    MatX<double> X1 = MatX<double>::Random(d, dv * N), X2 = MatX<double>::Random(d, dv * N);
+    const MatX<double> A = MatX<double>::Random(d, N), B = MatX<double>::Random(d, N);
+    // loss = <A, x1> + <B, x1 ⊙ x2>: both applications feed one value, as two sublayers of a block would
+    auto loss = [&] {
+      MatX<double> x1, x2;
+      cc.forward(X1, x1);
+      cc.forward(X2, x2);
+      return (A.array() * x1.array()).sum() + (B.array() * x1.array() * x2.array()).sum();
+    };
+    ddl::Compressor<double>::Cache c1, c2;
+    MatX<double> x1, x2, dX1, dX2;
+    cc.forward(X1, x1, c1);
+    cc.forward(X2, x2, c2);
+    ddl::zeroGrad(cc);
+    const MatX<double> dx2 = (B.array() * x1.array()).matrix();
+    const MatX<double> dx1 = (A.array() + B.array() * x2.array()).matrix();
+    cc.backward(dx2, dX2, c2);
+    cc.backward(dx1, dX1, c1);
+    FD_CHECK(dX1, numericGrad(X1, loss));
+    FD_CHECK(dX2, numericGrad(X2, loss));
+    cc.visitParams("", [&](const std::string& name, ddl::Param<double>& p) {
+      CAPTURE(name);
+      FD_CHECK(p.grad, numericGrad(p.value, loss));
+    });
+  }
+}
