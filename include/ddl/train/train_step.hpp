@@ -117,14 +117,11 @@ struct EvalResult {
   Index count = 0;        // samples evaluated
 };
 
-// Mean loss and accuracy of model on data, in batches of batchSize columns (no parameter change).
-// Uses the model's forwardInference when it has one (same logits, no training caches written),
-// else forward. onBatch(), when given, is called after each batch's forward (e.g. to accumulate gate
-// statistics: the residuals' diagnostics describe the inference call too).
-// logits is reused scratch: pass the same matrix to avoid reallocating it.
-template <class S, class Model, class OnBatch>
-EvalResult evaluate(Model& model, SoftmaxCrossEntropy<S>& loss, const Dataset<S>& data, Index batchSize,
-                    MatX<S>& logits, OnBatch&& onBatch) {
+namespace detail {
+// The batches of evaluate(); Observed runs the training forward and calls onBatch() after each batch.
+template <bool Observed, class S, class Model, class OnBatch>
+EvalResult evaluateBatches(Model& model, SoftmaxCrossEntropy<S>& loss, const Dataset<S>& data, Index batchSize,
+                           MatX<S>& logits, OnBatch&& onBatch) {
   const char* fn = "ddl::evaluate";
   require(batchSize > 0, fn, "batchSize must be > 0, got ", batchSize);
   require(data.size() > 0, fn, "the data set is empty");
@@ -135,24 +132,43 @@ EvalResult evaluate(Model& model, SoftmaxCrossEntropy<S>& loss, const Dataset<S>
   for (Index start = 0; start < data.size(); start += batchSize) {
     const Index b = std::min(batchSize, data.size() - start);
     const Eigen::Map<const Eigen::VectorXi> y(data.labels.data() + start, b);
-    if constexpr (detail::HasForwardInference<Model, S>::value)
+    if constexpr (!Observed && HasForwardInference<Model, S>::value)
       model.forwardInference(data.images.middleCols(start, b), logits);
     else
       model.forward(data.images.middleCols(start, b), logits);
     lossSum += static_cast<double>(loss.forward(logits, y)) * static_cast<double>(b);
     correct += countCorrect(logits, y);
-    onBatch();
+    if constexpr (Observed) onBatch();
   }
   r.count = data.size();
   r.loss = lossSum / static_cast<double>(r.count);
   r.accuracy = static_cast<double>(correct) / static_cast<double>(r.count);
   return r;
 }
+}  // namespace detail
+
+// Mean loss and accuracy of model on data, in batches of batchSize columns (no parameter change).
+// Uses the model's forwardInference when it has one (same logits, no training caches written), else
+// forward. logits is reused scratch: pass the same matrix to avoid reallocating it.
+template <class S, class Model>
+EvalResult evaluate(Model& model, SoftmaxCrossEntropy<S>& loss, const Dataset<S>& data, Index batchSize,
+                    MatX<S>& logits) {
+  return detail::evaluateBatches<false>(model, loss, data, batchSize, logits, [] {});
+}
+
+// The same through the model's training forward, with onBatch() called after each batch: the layers
+// then hold what they computed for that batch, which is what an observer reads (the gate audit reads
+// the residuals' caches and the net's block inputs and outputs). The training caches are overwritten.
+template <class S, class Model, class OnBatch>
+EvalResult evaluate(Model& model, SoftmaxCrossEntropy<S>& loss, const Dataset<S>& data, Index batchSize,
+                    MatX<S>& logits, OnBatch&& onBatch) {
+  return detail::evaluateBatches<true>(model, loss, data, batchSize, logits, onBatch);
+}
 
 template <class S, class Model>
 EvalResult evaluate(Model& model, SoftmaxCrossEntropy<S>& loss, const Dataset<S>& data, Index batchSize = 1000) {
   MatX<S> logits;
-  return evaluate(model, loss, data, batchSize, logits, [] {});
+  return evaluate(model, loss, data, batchSize, logits);
 }
 
 }  // namespace ddl

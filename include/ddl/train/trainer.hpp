@@ -383,11 +383,11 @@ class Trainer {
   }
 
   // Mean loss and accuracy on data; gates, when given, accumulates the gate statistics of every
-  // block over the whole set (it stays empty for an additive net).
+  // block over the whole set (it stays empty for an additive net) through the caching forward, which
+  // the audit reads; without it the evaluation is the forward that caches nothing.
   EvalResult evaluate(const Dataset<S>& data, NetGateAccumulator* gates = nullptr) {
-    return ddl::evaluate(m_model, m_loss, data, m_opt.evalBatch, m_logits, [&] {
-      if (gates) gates->add(m_model);
-    });
+    if (!gates) return ddl::evaluate(m_model, m_loss, data, m_opt.evalBatch, m_logits);
+    return ddl::evaluate(m_model, m_loss, data, m_opt.evalBatch, m_logits, [&] { gates->add(m_model); });
   }
 
   std::string checkpointPath() const { return m_opt.outDir + "/checkpoint.safetensors"; }
