@@ -64,8 +64,8 @@ ddl::cli::CommandLine makeCommandLine() {
       .option("warmup", "W", "linear warmup steps (default: 200, at most 1/10 of all steps)")
       .option("weight-decay", "WD", "AdamW decoupled weight decay", "0.05")
       .option("augment", "A", "training images: none | flip | crop | both", "both")
-      .option("crop-pad", "P", "random crop offsets in [-P, P] pixels (zero padding)", "4")
-      .option("label-smoothing", "E", "label smoothing", "0")
+      .option("crop-pad", "P", "random crop offsets in [-P, P] pixels (zero padding)", "2")
+      .option("label-smoothing", "E", "label smoothing", "0.1")
       .option("seed", "S", "initialisation and batch order", "1")
       .option("threads", "T", "0 = all cores", "0")
       .flag("no-nan-guard", "do not stop on a non-finite loss or gradient");
