@@ -11,6 +11,7 @@
 //   curves.png       equal-step and equal-time curves (mean over seeds), via gnuplot (curves.gp)
 //   beta.png         β histograms per block of the delta and write_only nets (beta.gp, beta.dat)
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -388,23 +389,28 @@ void writeReport(const Setup& su, const std::vector<Run>& runs, bool haveBeta) {
 
     if (haveBeta) {
       os << "\n## Gate β per block (validation set after the last epoch, all seeds)\n\n![beta histograms](beta.png)\n\n"
-         << "| dv | kind | block | β mean | identity-like (β < 0.1) | projection-like (β within 0.1 of 1) | "
-            "reflection-like (β > 1.9) | saturated |\n|---|---|---|---|---|---|---|---|\n";
+         << "Regimes of the effective gate b = βρ, the operator's taxonomy (`classifyRegime`, SPEC §6 bands).\n\n"
+         << "| dv | kind | block | β mean |";
+      for (int r = 0; r < ddl::kDeltaRegimeCount; ++r) os << " " << ddl::regimeName(static_cast<ddl::DeltaRegime>(r)) << " |";
+      os << " saturated |\n|---|---|---|---|";
+      for (int r = 0; r <= ddl::kDeltaRegimeCount; ++r) os << "---|";
+      os << "\n";
       for (ddl::Index dv : su.dvs)
         for (const char* kind : kGatedKinds) {
           const std::vector<const Run*> g = runsOf(runs, kind, dv);
           for (std::size_t b = 0; b < g.front()->gates.size(); ++b) {
-            double tokens = 0, sum = 0, id = 0, pr = 0, re = 0, sat = 0;
+            double tokens = 0, sum = 0, sat = 0;
+            std::array<double, ddl::kDeltaRegimeCount> regime{};
             for (const Run* r : g) {
               const ddl::GateStats& st = r->gates[b];
               const double n = static_cast<double>(st.tokens);
-              tokens += n, sum += n * st.betaMean;
-              id += static_cast<double>(st.identityLike), pr += static_cast<double>(st.projectionLike);
-              re += static_cast<double>(st.reflectionLike), sat += static_cast<double>(st.saturated);
+              tokens += n, sum += n * st.betaMean, sat += static_cast<double>(st.saturated);
+              for (std::size_t i = 0; i < regime.size(); ++i) regime[i] += static_cast<double>(st.regimes[i]);
             }
             auto pct = [&](double c) { return fmt("%.1f %%", tokens > 0 ? 100 * c / tokens : 0); };
-            os << "| " << dv << " | " << kind << " | " << b << " | " << fmt("%.3f", tokens > 0 ? sum / tokens : 0)
-               << " | " << pct(id) << " | " << pct(pr) << " | " << pct(re) << " | " << pct(sat) << " |\n";
+            os << "| " << dv << " | " << kind << " | " << b << " | " << fmt("%.3f", tokens > 0 ? sum / tokens : 0) << " |";
+            for (double c : regime) os << " " << pct(c) << " |";
+            os << " " << pct(sat) << " |\n";
           }
         }
     }

@@ -1,14 +1,18 @@
 #pragma once
 // ddl/ddl.hpp: the umbrella header. Include this, or only the headers you need.
+#include "ddl/core/alias.hpp"
 #include "ddl/core/config.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/gemm.hpp"
+#include "ddl/core/key_values.hpp"
 #include "ddl/core/param.hpp"
+#include "ddl/core/param_list.hpp"
 #include "ddl/core/parse.hpp"
 #include "ddl/core/rng.hpp"
 #include "ddl/core/threading.hpp"
 #include "ddl/core/token_layout.hpp"
 #include "ddl/core/types.hpp"
+#include "ddl/core/view.hpp"
 
 #include "ddl/ops/delta_operator.hpp"
 #include "ddl/ops/delta_write.hpp"
