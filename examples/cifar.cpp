@@ -57,7 +57,7 @@ ddl::cli::CommandLine makeCommandLine() {
       .option("dv", "V", "value channels of the expanded state", "1")
       .option("stem-stride", "S", "1 | 2: a stride-2 stem runs every stage at half the resolution", "2");
   cli.section("training")
-      .option("epochs", "E", "training epochs", "12")
+      .option("epochs", "E", "training epochs", "18")
       .option("batch", "B", "batch size", "128")
       .option("lr", "LR", "AdamW peak learning rate", "0.003")
       .option("schedule", "S", "cosine | constant | step", "cosine")
