@@ -658,6 +658,23 @@ TEST_CASE("safetensors: deeply nested JSON is refused, not recursed into", "[io]
   }
 }
 
+TEST_CASE("safetensors: a number beyond double's range is refused, not thrown past the reader",
+          "[io][safetensors][hostile]") {
+  // nlohmann reports such a number as out_of_range (406), not parse_error; found by fuzz_safetensors.
+  for (const std::string& number : {std::string("1e400"), std::string("-7e7777777777777"), std::string(400, '7')}) {
+    for (const std::string& hdr :
+         {R"({"w":{"dtype":"F64","shape":[)" + number + R"(,2],"data_offsets":[0,48]}})",
+          R"({"w":{"dtype":"F64","shape":[3,2],"data_offsets":[0,48],"x":)" + number + "}}",
+          R"({"__metadata__":{"a":"b"},"z":)" + number + "}"}) {
+      std::string padded = hdr;
+      padded.append((8 - padded.size() % 8) % 8, ' ');
+      const std::string msg = genericLoadFails("bignum.safetensors", makeFile(padded, std::string(48, '\0')));
+      CHECK(contains(msg, "invalid JSON header"));
+      CHECK(contains(msg, "number overflow"));
+    }
+  }
+}
+
 TEST_CASE("safetensors: NUL bytes and padding other than spaces are refused", "[io][safetensors][hostile]") {
   const std::string good = kGoodHeader;
   // NUL padding after the JSON (the old reader accepted it).

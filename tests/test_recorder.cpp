@@ -501,6 +501,13 @@ TEST_CASE("audit CSV and JSON hold every field and read back exactly", "[recorde
   std::ofstream(tmpPath("notaudit.json")) << "{\"format\": \"other\"}";
   CHECK(ddl_test::contains(ddl_test::thrownMessage<ddl::IoError>([&] { ddl::readAuditJson(tmpPath("notaudit.json")); }),
                            "not a ddl audit file"));
+  // Fields of the wrong JSON type are IoErrors too, not nlohmann's type_error.
+  std::ofstream(tmpPath("numformat.json")) << "{\"format\": 3, \"rows\": []}";
+  CHECK(ddl_test::contains(ddl_test::thrownMessage<ddl::IoError>([&] { ddl::readAuditJson(tmpPath("numformat.json")); }),
+                           "not a ddl audit file"));
+  std::ofstream(tmpPath("strversion.json")) << "{\"format\": \"ddl-audit\", \"version\": \"1\", \"rows\": []}";
+  CHECK(ddl_test::contains(ddl_test::thrownMessage<ddl::IoError>([&] { ddl::readAuditJson(tmpPath("strversion.json")); }),
+                           "unsupported version \"1\""));
   CHECK(ddl_test::contains(ddl_test::thrownMessage<ddl::IoError>([&] { ddl::readAuditJson(tmpPath("missing.json")); }),
                            "cannot open"));
   std::vector<ddl::AuditRow> mixed = rows;

@@ -188,9 +188,12 @@ inline std::vector<AuditRow> readAuditJson(const std::string& path) {
   buf << in.rdbuf();
   const nlohmann::json j = nlohmann::json::parse(buf.str(), nullptr, false);
   const std::string where = "ddl::readAuditJson: " + path;
-  if (!j.is_object() || j.value("format", "") != "ddl-audit" || !j.contains("rows") || !j["rows"].is_array())
+  // Compared as JSON values: j.value("format", "") would throw nlohmann's type_error on a number.
+  if (!j.is_object() || !j.contains("format") || j["format"] != "ddl-audit" || !j.contains("rows") ||
+      !j["rows"].is_array())
     throw IoError(where + ": not a ddl audit file (expected a JSON object with \"format\": \"ddl-audit\" and \"rows\")");
-  if (j.value("version", 0) != 1) throw IoError(where + ": unsupported version " + j.value("version", nlohmann::json()).dump());
+  if (!j.contains("version") || j["version"] != 1)
+    throw IoError(where + ": unsupported version " + (j.contains("version") ? j["version"].dump() : "(none)"));
   std::vector<AuditRow> rows;
   for (std::size_t i = 0; i < j["rows"].size(); ++i) {
     const nlohmann::json& o = j["rows"][i];

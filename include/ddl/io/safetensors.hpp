@@ -243,6 +243,8 @@ inline SafetensorsHeader parseSafetensorsHeader(const std::string& path, const s
   } catch (const nlohmann::json::parse_error& e) {
     detail::ioFail(fn, path, "invalid JSON header at byte offset " + std::to_string(8 + e.byte - (e.byte > 0)) +
                                  ": " + e.what());
+  } catch (const nlohmann::json::exception& e) {  // out_of_range 406: a number beyond double
+    detail::ioFail(fn, path, std::string("invalid JSON header: ") + e.what());
   } catch (const TooDeep&) {
     detail::ioFail(fn, path, "header JSON is nested more than " + std::to_string(detail::kMaxSafetensorsDepth) +
                                  " levels deep (a valid header needs 3)");
