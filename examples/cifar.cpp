@@ -74,7 +74,8 @@ ddl::cli::CommandLine makeCommandLine() {
       .flag("resume", "continue the run saved in --out (same options)")
       .flag("eval-only", "evaluate the checkpoint in --out on the test set");
   cli.flag("audit", "after every epoch write audit.csv and audit.json into --out: per block the gate, regimes, "
-                    "|k~| vs eps, measured |e_post|/|e_pre| vs |1-beta*rho|, |k^T X|, |v| and the frozen spectrum");
+                    "|k~| vs eps, measured |e_post|/|e_pre| vs |1-beta*rho|, |k^T X|, |v| and the frozen spectrum "
+                    "(with --eval-only: eval_audit.csv and eval_audit.json of the test evaluation)");
   return cli;
 }
 
@@ -268,6 +269,10 @@ int run(const ddl::cli::CommandLine& cli) {
     std::printf("%s (epoch %lld): test loss %.4f, test accuracy %.2f%%\n", ckpt.c_str(),
                 static_cast<long long>(saved.epoch), r.loss, 100.0 * r.accuracy);
     std::cout << ddl::formatGateSummary(gates.stats());
+    if (cli.has("audit")) {
+      ddl::writeEvaluationAudit(net, gates.stats(), static_cast<int>(saved.epoch), out);
+      std::cout << "audit of this evaluation: " << out << "/eval_audit.csv, " << out << "/eval_audit.json\n";
+    }
     return 0;
   }
 
@@ -282,7 +287,8 @@ int run(const ddl::cli::CommandLine& cli) {
   opt.evalBatch = 500;
   std::cout << "data: " << train.size() << " train, " << validation.size() << " validation, " << test.size()
             << " test; training: " << opt.toJson().dump() << "\n";
-  ddl::Trainer<float, Net> trainer(net, train, opt, nVal > 0 ? &validation : nullptr, &test);
+  // The test set is not seen during training: it is evaluated once, after the last epoch.
+  ddl::Trainer<float, Net> trainer(net, train, opt, nVal > 0 ? &validation : nullptr, nullptr);
   if (resume) {
     trainer.resume(ckpt);
     std::cout << "resumed " << ckpt << " at epoch " << trainer.epoch() << ", step " << trainer.step() << "\n";
@@ -295,12 +301,12 @@ int run(const ddl::cli::CommandLine& cli) {
   };
   trainer.onBatch = [&](const ddl::BatchProgress& p) { bar.update(p.batch, p.loss, p.accuracy, p.samplesPerSec); };
   trainer.onEpoch = [&](const ddl::EpochMetrics& m) {
-    char val[48] = "";
-    if (m.validation.count > 0) std::snprintf(val, sizeof val, "val acc %.2f%%  ", 100 * m.validation.accuracy);
+    char val[64] = "";
+    if (m.validation.count > 0)
+      std::snprintf(val, sizeof val, "val loss %.4f acc %.2f%%  ", m.validation.loss, 100 * m.validation.accuracy);
     char line[256];
-    std::snprintf(line, sizeof line, "epoch %d/%d  lr %.2e  train loss %.4f acc %.2f%%  %stest loss %.4f acc %.2f%%  %.1fs  %.0f/s",
-                  m.epoch, opt.epochs, m.lr, m.trainLoss, 100 * m.trainAccuracy, val, m.test.loss,
-                  100 * m.test.accuracy, m.seconds, m.samplesPerSec);
+    std::snprintf(line, sizeof line, "epoch %d/%d  lr %.2e  train loss %.4f acc %.2f%%  %s%.1fs  %.0f/s", m.epoch,
+                  opt.epochs, m.lr, m.trainLoss, 100 * m.trainAccuracy, val, m.seconds, m.samplesPerSec);
     bar.finish(line);
   };
   ddl::AuditRecorder audit;
@@ -311,16 +317,21 @@ int run(const ddl::cli::CommandLine& cli) {
               << " holds the last finished step: continue with --resume\n";
     return 130;
   }
-  if (last.test.count == 0) {
+  if (last.epoch == 0) {
     std::cout << "nothing to do: the checkpoint already holds " << trainer.epoch() << " epochs\n";
     return 0;
   }
-  std::printf("final test accuracy: %.2f%% (%s, %s residual, %d epochs)\n", 100.0 * last.test.accuracy,
-              cfg.preset.c_str(), ddl::toString(cfg.block.residual.residual), opt.epochs);
-  std::cout << ddl::formatGateSummary(last.gates) << "metrics: " << trainer.metricsPath()
+  ddl::NetGateAccumulator gates;
+  const ddl::EvalResult tested = trainer.evaluate(test, &gates);
+  if (last.validation.count > 0)
+    std::printf("final validation accuracy: %.2f%% (%lld held-out training samples)\n", 100.0 * last.validation.accuracy,
+                static_cast<long long>(validation.size()));
+  std::printf("final test loss %.4f, final test accuracy: %.2f%% (%s, %s residual, %d epochs)\n", tested.loss,
+              100.0 * tested.accuracy, cfg.preset.c_str(), ddl::toString(cfg.block.residual.residual), opt.epochs);
+  std::cout << ddl::formatGateSummary(gates.stats()) << "metrics: " << trainer.metricsPath()
             << "\ncheckpoint: " << trainer.checkpointPath() << "\n";
-  // metrics.csv columns: 4/5 train, 6/7 validation (empty with --val 0), 8/9 test loss / accuracy.
-  ddl::plot::epochCurves(out, nVal > 0 ? ddl::plot::EpochColumns{{4, 6, 8}, {5, 7, 9}} : ddl::plot::EpochColumns{{4, 8}, {5, 9}});
+  // metrics.csv columns: 4 train_loss, 5 train_acc, 6 val_loss, 7 val_acc (the test set has no rows).
+  ddl::plot::epochCurves(out, nVal > 0 ? ddl::plot::EpochColumns{{4, 6}, {5, 7}} : ddl::plot::EpochColumns{{4}, {5}});
   return 0;
 }
 

@@ -75,7 +75,8 @@ void declareOptions(ddl::cli::CommandLine& cli) {
       .flag("resume", "continue the run saved in --out (same options)")
       .flag("eval-only", "evaluate the checkpoint in --out on the test set");
   cli.flag("audit", "after every epoch write audit.csv and audit.json into --out: per block the gate, regimes, "
-                    "|k~| vs eps, measured |e_post|/|e_pre| vs |1-beta*rho|, |k^T X|, |v| and the frozen spectrum");
+                    "|k~| vs eps, measured |e_post|/|e_pre| vs |1-beta*rho|, |k^T X|, |v| and the frozen spectrum "
+                    "(with --eval-only: eval_audit.csv and eval_audit.json of the test evaluation)");
 }
 
 // The model: from the command line, or (resume / eval-only) from the checkpoint.
@@ -190,6 +191,10 @@ int run(const ddl::cli::CommandLine& cli) {
     std::printf("%s (epoch %lld): test loss %.4f, test accuracy %.2f%%\n", ckpt.c_str(),
                 static_cast<long long>(saved.epoch), r.loss, 100.0 * r.accuracy);
     std::cout << ddl::formatGateSummary(gates.stats());
+    if (cli.has("audit")) {
+      ddl::writeEvaluationAudit(net, gates.stats(), static_cast<int>(saved.epoch), out);
+      std::cout << "audit of this evaluation: " << out << "/eval_audit.csv, " << out << "/eval_audit.json\n";
+    }
     return 0;
   }
 

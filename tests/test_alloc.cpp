@@ -36,56 +36,7 @@ static std::atomic<long> g_eigenAsserts{0};  // Eigen heap allocations while for
 #include "ddl/train/sgd.hpp"
 #include "ddl/train/train_step.hpp"
 
-// ---- counting operator new / delete ------------------------------------------------------------
-// Every replaceable form is replaced, so that each allocation pairs with its own release (ASan
-// checks that). noinline keeps g++ 12 from pairing the inlined malloc()/free() with new/delete.
-static std::atomic<long> g_news{0};
-[[gnu::noinline]] static void* countedMalloc(std::size_t n) noexcept {
-  g_news.fetch_add(1, std::memory_order_relaxed);
-  return std::malloc(n == 0 ? 1 : n);
-}
-[[gnu::noinline]] static void* countedAligned(std::size_t n, std::align_val_t al) noexcept {
-  g_news.fetch_add(1, std::memory_order_relaxed);
-  const std::size_t a = std::max(static_cast<std::size_t>(al), sizeof(void*));
-  void* p = nullptr;
-  return posix_memalign(&p, a, n == 0 ? 1 : n) == 0 ? p : nullptr;
-}
-[[gnu::noinline]] void* operator new(std::size_t n) {
-  if (void* p = countedMalloc(n)) return p;
-  throw std::bad_alloc();
-}
-[[gnu::noinline]] void* operator new[](std::size_t n) {
-  if (void* p = countedMalloc(n)) return p;
-  throw std::bad_alloc();
-}
-[[gnu::noinline]] void* operator new(std::size_t n, const std::nothrow_t&) noexcept { return countedMalloc(n); }
-[[gnu::noinline]] void* operator new[](std::size_t n, const std::nothrow_t&) noexcept { return countedMalloc(n); }
-[[gnu::noinline]] void* operator new(std::size_t n, std::align_val_t a) {
-  if (void* p = countedAligned(n, a)) return p;
-  throw std::bad_alloc();
-}
-[[gnu::noinline]] void* operator new[](std::size_t n, std::align_val_t a) {
-  if (void* p = countedAligned(n, a)) return p;
-  throw std::bad_alloc();
-}
-[[gnu::noinline]] void* operator new(std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
-  return countedAligned(n, a);
-}
-[[gnu::noinline]] void* operator new[](std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
-  return countedAligned(n, a);
-}
-[[gnu::noinline]] void operator delete(void* p) noexcept { std::free(p); }
-[[gnu::noinline]] void operator delete[](void* p) noexcept { std::free(p); }
-[[gnu::noinline]] void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-[[gnu::noinline]] void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-[[gnu::noinline]] void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
-[[gnu::noinline]] void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
-[[gnu::noinline]] void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-[[gnu::noinline]] void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
-[[gnu::noinline]] void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-[[gnu::noinline]] void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-[[gnu::noinline]] void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
-[[gnu::noinline]] void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
+#include "counting_new.hpp"  // counts every global operator new of this executable
 
 using ddl::Index;
 using ddl::MatX;
@@ -95,11 +46,11 @@ namespace {
 // operator new calls plus Eigen heap allocations (all threads) while f runs.
 template <class F>
 long allocationsDuring(F&& f) {
-  const long before = g_news.load() + g_eigenAsserts.load();
+  const long before = ddl_test::operatorNewCount() + g_eigenAsserts.load();
   Eigen::internal::set_is_malloc_allowed(false);
   f();
   Eigen::internal::set_is_malloc_allowed(true);
-  return g_news.load() + g_eigenAsserts.load() - before;
+  return ddl_test::operatorNewCount() + g_eigenAsserts.load() - before;
 }
 
 // Keeps a new/delete pair from being elided (C++14 allows merging or omitting them).

@@ -29,31 +29,7 @@
 #include "ddl/train/stop_signal.hpp"
 #include "ddl/train/trainer.hpp"
 
-// Counts global operator new calls, so a test can prove that a code path allocates nothing at all
-// (std::string included, which EIGEN_RUNTIME_NO_MALLOC cannot see). Every plain and nothrow form is
-// replaced so that allocation and release pair up (ASan checks that); noinline keeps g++ 12 from
-// pairing the inlined malloc()/free() with new/delete (-Wmismatched-new-delete).
-static std::atomic<long> g_news{0};
-[[gnu::noinline]] static void* countedMalloc(std::size_t n) noexcept {
-  ++g_news;
-  return std::malloc(n == 0 ? 1 : n);
-}
-[[gnu::noinline]] void* operator new(std::size_t n) {
-  if (void* p = countedMalloc(n)) return p;
-  throw std::bad_alloc();
-}
-[[gnu::noinline]] void* operator new[](std::size_t n) {
-  if (void* p = countedMalloc(n)) return p;
-  throw std::bad_alloc();
-}
-[[gnu::noinline]] void* operator new(std::size_t n, const std::nothrow_t&) noexcept { return countedMalloc(n); }
-[[gnu::noinline]] void* operator new[](std::size_t n, const std::nothrow_t&) noexcept { return countedMalloc(n); }
-[[gnu::noinline]] void operator delete(void* p) noexcept { std::free(p); }
-[[gnu::noinline]] void operator delete[](void* p) noexcept { std::free(p); }
-[[gnu::noinline]] void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-[[gnu::noinline]] void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-[[gnu::noinline]] void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
-[[gnu::noinline]] void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
+#include "counting_new.hpp"  // counts every global operator new of this executable
 
 using ddl::Index;
 using ddl::MatX;
@@ -206,12 +182,12 @@ TEST_CASE("FiniteGuard::check allocates nothing (counting operator new)", "[trai
   ddl::DeltaNet<float> net(smallConfig(6, 3), 1);
   ddl::zeroGrad(net);
   const ddl::FiniteGuard<float> guard(net);
-  const long before = g_news.load();
+  const long before = ddl_test::operatorNewCount();
   for (int step = 1; step <= 10; ++step) guard.check(0.5, step);
-  CHECK(g_news.load() - before == 0);
-  const long probe = g_news.load();
+  CHECK(ddl_test::operatorNewCount() - before == 0);
+  const long probe = ddl_test::operatorNewCount();
   std::string s(100, 'x');  // the counter sees allocations at all
-  CHECK(g_news.load() - probe >= 1);
+  CHECK(ddl_test::operatorNewCount() - probe >= 1);
 }
 
 TEST_CASE("Trainer stops at a NaN before the update; the last checkpoint stays byte-identical", "[train][guard][trainer]") {

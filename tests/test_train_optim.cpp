@@ -17,32 +17,7 @@
 #include "ddl/train/lr_schedule.hpp"
 #include "ddl/train/sgd.hpp"
 
-// Counts every global operator new in this program (Eigen allocates through malloc; the Eigen
-// check covers that), so a test can show that a step allocates no std::string/vector either.
-// Every plain and nothrow form is replaced so that allocation and release always pair up (ASan
-// checks that). noinline: g++ 12 otherwise pairs the inlined malloc()/free() with new/delete and
-// warns (-Wmismatched-new-delete).
-static std::atomic<long> g_newCalls{0};
-[[gnu::noinline]] static void* countedMalloc(std::size_t n) noexcept {
-  ++g_newCalls;
-  return std::malloc(n == 0 ? 1 : n);
-}
-[[gnu::noinline]] void* operator new(std::size_t n) {
-  if (void* p = countedMalloc(n)) return p;
-  throw std::bad_alloc();
-}
-[[gnu::noinline]] void* operator new[](std::size_t n) {
-  if (void* p = countedMalloc(n)) return p;
-  throw std::bad_alloc();
-}
-[[gnu::noinline]] void* operator new(std::size_t n, const std::nothrow_t&) noexcept { return countedMalloc(n); }
-[[gnu::noinline]] void* operator new[](std::size_t n, const std::nothrow_t&) noexcept { return countedMalloc(n); }
-[[gnu::noinline]] void operator delete(void* p) noexcept { std::free(p); }
-[[gnu::noinline]] void operator delete[](void* p) noexcept { std::free(p); }
-[[gnu::noinline]] void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-[[gnu::noinline]] void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-[[gnu::noinline]] void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
-[[gnu::noinline]] void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
+#include "counting_new.hpp"  // counts every global operator new of this executable
 
 namespace {
 
@@ -510,10 +485,10 @@ TEST_CASE("the no-malloc guard of this file does fire", "[train][alloc]") {
   const std::string msg = ddl_test::thrownMessage<std::logic_error>([] { MatX<float> big(64, 64); });
   Eigen::internal::set_is_malloc_allowed(true);
   CHECK(ddl_test::contains(msg, "heap allocation is forbidden"));
-  const long before = g_newCalls.load();
+  const long before = ddl_test::operatorNewCount();
   std::vector<int> v(100);
   g_escape = v.data();  // the allocation escapes: clang may not elide it
-  CHECK(g_newCalls.load() > before);
+  CHECK(ddl_test::operatorNewCount() > before);
   g_escape = nullptr;
 }
 
@@ -531,7 +506,7 @@ TEST_CASE("AdamW and Sgd steps allocate nothing after the first step", "[train][
   adam.step(m);  // first steps allocate the state
   sgd.step(m);
 
-  const long before = g_newCalls.load();
+  const long before = ddl_test::operatorNewCount();
   Eigen::internal::set_is_malloc_allowed(false);
   std::string failure;
   try {
@@ -542,7 +517,7 @@ TEST_CASE("AdamW and Sgd steps allocate nothing after the first step", "[train][
     failure = e.what();
   }
   Eigen::internal::set_is_malloc_allowed(true);
-  const long newCalls = g_newCalls.load() - before;
+  const long newCalls = ddl_test::operatorNewCount() - before;
   CHECK(failure.empty());
   CHECK(newCalls == 0);
   CHECK(adam.stepCount() == 3);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # --audit: after every epoch the program writes audit.csv and audit.json into --out, one row per gated
 # block per epoch, with the measured |e_post|/|e_pre| (never "nan" for the delta kind, and the printed
-# gate table shows it instead of "-"). (Resume keeping earlier rows: tests/test_recorder.cpp.)
+# gate table shows it instead of "-"); with --eval-only the test evaluation's rows go to eval_audit.*.
+# (Resume keeping earlier rows: tests/test_recorder.cpp.)
 #   audit.sh PROGRAM WORK_DIR BLOCKS ARGS...   (ARGS: data and model options, without --epochs / --out)
 set -uo pipefail
 exe=$1 work=$2 blocks=$3
@@ -43,6 +44,23 @@ checkRows 2
 grep -E '^block [0-9]+ ' <<<"$out" | grep -qE ' - \(' && fail "the gate table still prints '-' for e_ratio"
 grep -qE '^block 0 ' <<<"$out" || fail "no gate table printed"
 "$exe" --help | grep -q -- "--audit" || fail "--help does not list --audit"
+
+# --eval-only --audit: one row per block from the test evaluation, in eval_audit.csv / eval_audit.json,
+# labelled with the checkpoint's epoch; the training run's audit.csv stays as it was.
+trained=$(cat "$work/audit.csv")
+out=$("$exe" "$@" --eval-only --audit --out "$work" 2>&1) || fail "--eval-only --audit failed: $(tail -3 <<<"$out")"
+ecsv=$work/eval_audit.csv
+if [ -f "$ecsv" ]; then
+  [ "$(($(wc -l <"$ecsv") - 1))" -eq "$blocks" ] || fail "eval_audit.csv has $(($(wc -l <"$ecsv") - 1)) rows, expected $blocks"
+  [ "$(column epoch "$ecsv" | sort -u)" = 2 ] || fail "eval_audit.csv rows are not labelled epoch 2"
+  paste -d' ' <(column error_ratio_mean "$ecsv") <(column expected_ratio_mean "$ecsv") |
+    awk '{ d = $1 - $2; if (d < 0) d = -d; if ($1 == "nan" || d > 1e-3) bad = 1 } END { exit bad }' ||
+    fail "eval_audit.csv: a row without a measured error ratio equal to |1 - beta rho|"
+else
+  fail "no $ecsv"
+fi
+[ "$(grep -c '"epoch"' "$work/eval_audit.json" 2>/dev/null)" = "$blocks" ] || fail "eval_audit.json does not have $blocks rows"
+[ "$(cat "$work/audit.csv")" = "$trained" ] || fail "--eval-only --audit changed the training run's audit.csv"
 
 [ "$failures" -eq 0 ] && echo "audit: all checks passed"
 exit "$failures"

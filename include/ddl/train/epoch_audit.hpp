@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "ddl/diag/audit_file.hpp"
 #include "ddl/diag/recorder.hpp"
@@ -30,6 +31,20 @@ void auditEveryEpoch(TrainerT& trainer, const Model& model, AuditRecorder& recor
     writeAuditFiles(outDir, recorder.rows(), recorder.options().bins);
     if (next) next(m);
   };
+}
+
+// The audit of one evaluation (the examples' --eval-only --audit): one row per gated block, labelled
+// with epoch, from the statistics of that evaluation and the spectrum of its last forward (an
+// evaluation with an observer runs the caching forward). Written to <outDir>/eval_audit.csv and
+// eval_audit.json, so the training run's audit.csv and audit.json stay as they were.
+template <class Model>
+std::vector<AuditRow> writeEvaluationAudit(const Model& model, const std::vector<GateStats>& stats, int epoch,
+                                           const std::string& outDir) {
+  AuditRecorder recorder;
+  recorder.endEpoch(epoch, stats, model);
+  writeAuditCsv(outDir + "/eval_audit.csv", recorder.rows(), recorder.options().bins);
+  writeAuditJson(outDir + "/eval_audit.json", recorder.rows());
+  return recorder.rows();
 }
 
 }  // namespace ddl
