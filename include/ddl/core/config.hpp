@@ -36,6 +36,14 @@
 #define DDL_OMP(x)
 #endif
 
+#include <cstddef>
+
 namespace ddl {
 inline constexpr const char* versionString() { return DDL_VERSION_STRING; }
+
+namespace detail {
+// Work (scalars touched, e.g. d * dv * N) below which a per-token loop runs on one thread: threading
+// costs more than it saves there. Shared by the Delta kernels, direction normalisation and the gate.
+inline constexpr std::ptrdiff_t kParallelMinWork = std::ptrdiff_t(1) << 15;
+}  // namespace detail
 }  // namespace ddl

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "ddl/core/alias.hpp"
+#include "ddl/core/config.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/rng.hpp"
@@ -192,10 +193,10 @@ class DeltaResidual {
     checkShape(fn, "dY", dY, m_d, m_dv * m_N);
     const Index N = m_N;
     const Tensors& t = m_train;
-    dXin.setZero(m_d, N);
     if (m_opt.residual == ResidualKind::Additive) {
       additiveResidualBackward(dY, N, dX, dH);
       dC.setZero(m_d, N);
+      dXin.setZero(m_d, N);
       return;
     }
     if (m_opt.residual == ResidualKind::Delta)
@@ -209,8 +210,9 @@ class DeltaResidual {
     else
       twoLayerGateLogitsBackward(m_gateW1.value, m_gateW.value, m_C.map(), t.gateHid, m_dZ, dC, m_gateW1.grad,
                                  m_gateW.grad, m_gateB.grad, m_gateDPre);
-    // direction -> dH (k-Map) or dX (aux MLP)
-    normalizeDirectionsBackward(t.K, t.kNorm, m_opt.norm, static_cast<S>(m_opt.epsK), m_dK, m_dKt);
+    // direction -> dH (k-Map, written in place) or dX (aux MLP)
+    normalizeDirectionsBackward(t.K, t.kNorm, m_opt.norm, static_cast<S>(m_opt.epsK), m_dK,
+                                usesAuxMlp() ? m_dKt : dH);
     if (usesAuxMlp()) {
       dH.setZero(m_d, N);
       m_auxFc2.backward(m_dKt, m_dAuxHid);
@@ -218,27 +220,26 @@ class DeltaResidual {
       m_auxFc1.backward(m_dAuxHid, m_dPool);
       const S invDv = S(1) / static_cast<S>(m_dv);
       for (Index j = 0; j < m_dv; ++j) dX.middleCols(j * N, N) += invDv * m_dPool;
-    } else {
-      dH = m_dKt;
     }
-    // value
+    // value; dXin is nonzero only when the value head reads x_in, which then writes it directly
     switch (m_opt.value) {
       case ValueKind::SigmoidScaled: {
         const S s = static_cast<S>(m_opt.valueScale);
         m_dV.array() *= t.V.array() * (1 - t.V.array() / s);  // v = s sigma(a): dv/da = v (1 - v/s)
-        m_value.backward(m_dV, m_dTmp);
-        dXin += m_dTmp;
+        m_value.backward(m_dV, dXin);
         break;
       }
       case ValueKind::LinearOnC:
         m_value.backward(m_dV, m_dTmp);
         dC += m_dTmp;
+        dXin.setZero(m_d, N);
         break;
       case ValueKind::FromBranch:
         m_value.backward(m_dV, m_dTmp);
         dH += m_dTmp;
+        dXin.setZero(m_d, N);
         break;
-      case ValueKind::Constant: break;
+      case ValueKind::Constant: dXin.setZero(m_d, N); break;
     }
   }
 
@@ -322,7 +323,10 @@ class DeltaResidual {
       case ValueKind::SigmoidScaled: {
         linear(m_value, Xin, t.V);
         const S s = static_cast<S>(m_opt.valueScale);
-        t.V = t.V.unaryExpr([s](S a) { return s * stableSigmoid(a); });
+        MatX<S>& V = t.V;  // per token, so split over threads like the rest of the residual
+        DDL_OMP(parallel for schedule(static) if (m_dv * N >= detail::kParallelMinWork))
+        for (Index n = 0; n < N; ++n)
+          for (Index j = 0; j < m_dv; ++j) V(j, n) = s * stableSigmoid(V(j, n));
         break;
       }
       case ValueKind::LinearOnC: linear(m_value, C, t.V); break;

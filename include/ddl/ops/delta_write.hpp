@@ -26,9 +26,6 @@ namespace ddl {
 
 namespace detail {
 
-// Work (d * dv * N scalars) below which threading costs more than it saves.
-inline constexpr Index kParallelMinWork = Index(1) << 15;
-
 // Checks the shared operand shapes and returns dv.
 template <class DK, class DB, class DX>
 Index checkDeltaOperands(const char* fn, const Eigen::MatrixBase<DK>& K, const Eigen::MatrixBase<DB>& beta,

@@ -10,6 +10,7 @@
 
 #include <Eigen/Core>
 
+#include "ddl/core/config.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/types.hpp"
 
@@ -38,6 +39,25 @@ void normalizeDirections(const Eigen::MatrixBase<DK>& Kt, DirectionNorm kind, ty
   const Index d = Kt.rows(), N = Kt.cols();
   if (K.rows() != d || K.cols() != N) K.resize(d, N);
   if (Norm.cols() != N) Norm.resize(1, N);
+  // Tokens are independent, so the common case runs over threads; a token that needs care (|k~|^2
+  // not finite, or a zero denominator) sends the call to the serial loop below, which handles or
+  // reports it and so names the same first bad token on any number of threads.
+  bool careful = false;
+  const bool par = d * N >= detail::kParallelMinWork;
+  (void)par;
+  DDL_OMP(parallel for schedule(static) reduction(|| : careful) if (par))
+  for (Index n = 0; n < N; ++n) {
+    const S sq = Kt.col(n).squaredNorm();
+    const S norm = kind == DirectionNorm::SqrtEps ? std::sqrt(sq + eps * eps) : std::sqrt(sq);
+    const S denom = kind == DirectionNorm::SqrtEps ? norm : norm + eps;
+    if (!std::isfinite(static_cast<double>(sq)) || !(denom > S(0))) {
+      careful = true;
+      continue;
+    }
+    Norm(0, n) = norm;
+    K.col(n) = Kt.col(n) / denom;
+  }
+  if (!careful) return;
   for (Index n = 0; n < N; ++n) {
     const S sq = Kt.col(n).squaredNorm();
     S denom;
@@ -77,6 +97,9 @@ void normalizeDirectionsBackward(const Eigen::MatrixBase<DK>& K, const Eigen::Ma
   checkShape(fn, "Norm", Norm, 1, N);
   checkShape(fn, "dK", dK, d, N);
   if (dKt.rows() != d || dKt.cols() != N) dKt.resize(d, N);
+  const bool par = d * N >= detail::kParallelMinWork;
+  (void)par;
+  DDL_OMP(parallel for schedule(static) if (par))
   for (Index n = 0; n < N; ++n) {
     const S kdk = K.col(n).dot(dK.col(n));
     if (kind == DirectionNorm::SqrtEps) {

@@ -10,6 +10,7 @@
 
 #include <Eigen/Core>
 
+#include "ddl/core/config.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/types.hpp"
 
@@ -37,7 +38,9 @@ template <class DZ>
 void gateFromLogits(const Eigen::MatrixBase<DZ>& Z, RowX<typename DZ::Scalar>& Beta) {
   checkShape("ddl::gateFromLogits", "Z", Z, 1, -1);
   if (Beta.cols() != Z.cols()) Beta.resize(1, Z.cols());
-  for (Index n = 0; n < Z.cols(); ++n) Beta(0, n) = 2 * stableSigmoid(Z(0, n));
+  const Index N = Z.cols();
+  DDL_OMP(parallel for schedule(static) if (N >= detail::kParallelMinWork))
+  for (Index n = 0; n < N; ++n) Beta(0, n) = 2 * stableSigmoid(Z(0, n));
 }
 
 // d beta / d z = 2 sigma(z) sigma(-z) = 2 e / (1 + e)^2 with e = exp(-|z|): no cancellation, no overflow.
@@ -55,7 +58,9 @@ void gateFromLogitsBackward(const Eigen::MatrixBase<DZ>& Z, const Eigen::MatrixB
   checkShape("ddl::gateFromLogitsBackward", "Z", Z, 1, -1);
   checkShape("ddl::gateFromLogitsBackward", "dBeta", dBeta, 1, Z.cols());
   if (dZ.cols() != Z.cols()) dZ.resize(1, Z.cols());
-  for (Index n = 0; n < Z.cols(); ++n) dZ(0, n) = dBeta(0, n) * gateSlope(Z(0, n));
+  const Index N = Z.cols();
+  DDL_OMP(parallel for schedule(static) if (N >= detail::kParallelMinWork))
+  for (Index n = 0; n < N; ++n) dZ(0, n) = dBeta(0, n) * gateSlope(Z(0, n));
 }
 
 // Linear logit head. w: (1, d), b: (1, 1), C: (d, N) -> Z: (1, N)
@@ -65,6 +70,8 @@ void linearGateLogits(const Eigen::MatrixBase<DW>& w, typename DW::Scalar b, con
   checkShape("ddl::linearGateLogits", "C", C, w.cols(), -1);
   checkShape("ddl::linearGateLogits", "w", w, 1, C.rows());
   if (Z.cols() != C.cols()) Z.resize(1, C.cols());
+  // One GEMV on one thread: splitting it would regroup its dot products and change their bits
+  // with the thread count.
   Z.noalias() = w * C;
   Z.array() += b;
 }
@@ -79,8 +86,10 @@ void linearGateLogitsBackward(const Eigen::MatrixBase<DW>& w, const Eigen::Matri
   checkShape(fn, "dw", dw, 1, C.rows());
   checkShape(fn, "db", db, 1, 1);
   if (dC.rows() != C.rows() || dC.cols() != C.cols()) dC.resize(C.rows(), C.cols());
-  dC.noalias() = w.transpose() * dZ;
-  dw.noalias() += dZ * C.transpose();
+  const Index d = C.rows(), N = C.cols();
+  DDL_OMP(parallel for schedule(static) if (d * N >= detail::kParallelMinWork))
+  for (Index n = 0; n < N; ++n) dC.col(n) = dZ(0, n) * w.row(0).transpose();
+  dw.noalias() += dZ * C.transpose();  // a sum over tokens: one thread, the same bits on any count
   db(0, 0) += dZ.sum();
 }
 
