@@ -18,6 +18,7 @@
 
 #include "cli.hpp"
 #include "curves.hpp"
+#include "final_report.hpp"
 #include "ddl/data/idx.hpp"
 #include "ddl/diag/gate_audit.hpp"
 #include "ddl/io/atomic_file.hpp"
@@ -251,17 +252,7 @@ int run(const ddl::cli::CommandLine& cli) {
     std::cout << "nothing to do: the checkpoint already holds " << trainer.epoch() << " epochs\n";
     return 0;
   }
-  ddl::NetGateAccumulator gates;
-  const ddl::EvalResult tested = trainer.evaluate(test, &gates);
-  if (last.validation.count > 0)
-    std::printf("final validation accuracy: %.2f%% (%lld held-out training samples)\n", 100.0 * last.validation.accuracy,
-                static_cast<long long>(validation.size()));
-  std::printf("final test loss %.4f, final test accuracy: %.2f%% (%s, %s residual, %d epochs)\n", tested.loss,
-              100.0 * tested.accuracy, cfg.preset.c_str(), ddl::toString(cfg.block.residual.residual), opt.epochs);
-  std::cout << ddl::formatGateSummary(gates.stats()) << "metrics: " << trainer.metricsPath()
-            << "\ncheckpoint: " << trainer.checkpointPath() << "\n";
-  // metrics.csv columns: 4 train_loss, 5 train_acc, 6 val_loss, 7 val_acc (the test set has no rows).
-  ddl::plot::epochCurves(out, nVal > 0 ? ddl::plot::EpochColumns{{4, 6}, {5, 7}} : ddl::plot::EpochColumns{{4}, {5}});
+  ddl::report::finalTest(trainer, last, test, validation.size(), cfg, opt.epochs, out);
   return 0;
 }
 

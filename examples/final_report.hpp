@@ -1,0 +1,33 @@
+#pragma once
+// examples/final_report.hpp: the end of a finished training run of ddl-mnist and ddl-cifar: the test
+// set, never seen in training, evaluated once with a gate audit per block; the paths of what the run
+// wrote; the curves of metrics.csv.
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include "curves.hpp"
+#include "ddl/diag/gate_audit.hpp"
+#include "ddl/train/trainer.hpp"
+
+namespace ddl::report {
+
+// last: the metrics of the run's last epoch; validationSize: the held-out samples (0 = none);
+// cfg: the net's config (preset and residual kind are printed).
+template <class TrainerT, class Config>
+void finalTest(TrainerT& trainer, const EpochMetrics& last, const Dataset<float>& test, Index validationSize,
+               const Config& cfg, int epochs, const std::string& outDir) {
+  NetGateAccumulator gates;
+  const EvalResult tested = trainer.evaluate(test, &gates);
+  if (last.validation.count > 0)
+    std::printf("final validation accuracy: %.2f%% (%lld held-out training samples)\n", 100.0 * last.validation.accuracy,
+                static_cast<long long>(validationSize));
+  std::printf("final test loss %.4f, final test accuracy: %.2f%% (%s, %s residual, %d epochs)\n", tested.loss,
+              100.0 * tested.accuracy, cfg.preset.c_str(), toString(cfg.block.residual.residual), epochs);
+  std::cout << formatGateSummary(gates.stats()) << "metrics: " << trainer.metricsPath()
+            << "\ncheckpoint: " << trainer.checkpointPath() << "\n";
+  // metrics.csv columns: 4 train_loss, 5 train_acc, 6 val_loss, 7 val_acc (the test set has no rows).
+  plot::epochCurves(outDir, validationSize > 0 ? plot::EpochColumns{{4, 6}, {5, 7}} : plot::EpochColumns{{4}, {5}});
+}
+
+}  // namespace ddl::report
