@@ -1,7 +1,7 @@
 // Threaded code paths, at sizes above the parallel thresholds (the FD tests elsewhere use d <= 9,
 // N <= 5 and so run single-threaded): finite differences on sampled entries of the batched Delta
-// kernels, of direction normalisation with the linear gate, and of Linear on 2 threads. (test_threads_identical.cpp: a whole DeltaNet trains
-// bit-identically on 1 and 2 threads.)
+// kernels, of direction normalisation with the linear gate, and of Linear on 2 threads.
+// (test_threads_identical.cpp: a whole DeltaNet trains bit-identically on 1 and 2 threads.)
 #include <cmath>
 #include <limits>
 #include <random>

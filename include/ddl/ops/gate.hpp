@@ -3,8 +3,9 @@
 //   linear:    z = w c + b                 w: (1, d), b: (1, 1)
 //   two-layer: z = w2 tanh(W1 c) + b2      W1: (h, d), w2: (1, h), b2: (1, 1); no bias inside
 // d beta / d z = 2 sigma(z) sigma(-z), computed from z (not from the rounded beta, whose 2 - beta
-// cancels: in float beta (2 - beta) / 2 is 0.9 % off at z = 12 and exactly 0 beyond z ~ 17). Parameter gradients accumulate (+=), input gradients are
-// overwritten, as everywhere in ddl.
+// cancels: in float beta (2 - beta) / 2 is 0.9 % off at z = 12 and exactly 0 beyond z ~ 17).
+// Parameter gradients accumulate (+=), input gradients are overwritten, as everywhere in ddl.
+// Per-token loops run over OpenMP threads above detail::kParallelMinWork; sums over tokens do not.
 #include <algorithm>
 #include <cmath>
 
