@@ -18,6 +18,9 @@
 //                 of_gemm = conv rate / GEMM rate from the medians (and minima) of their times: on a
 //                 machine shared with other jobs, the most load-robust ratio; of_cached likewise
 //                 against one BM_GemmCached pass.
+//   BM_Algorithms_Paired  alternates a train step by patches and one by shifted products (the two
+//                 ConvAlgorithms of nn/conv2d.hpp) and reports shifted_over_patches, on more shapes
+//                 (ddl-cifar's 16x16, 8x8 and 4x4 stages included).
 #include <benchmark/benchmark.h>
 
 #include <Eigen/Core>
@@ -55,8 +58,9 @@ struct ConvFixture {
   ddl::TokenLayout layout;
   ddl::Conv2d<S> conv;
   Mat X, Y, dY, dX;
-  ConvFixture(Index C, Index H)
+  ConvFixture(Index C, Index H, ddl::ConvAlgorithm algorithm = ddl::ConvAlgorithm::Automatic)
       : layout(ddl::TokenLayout::image(kBatch, H, H)), conv(C, C, 3, 1, 1), X(C, layout.tokens()), dY(C, layout.tokens()) {
+    conv.setAlgorithm(algorithm);
     ddl::Rng rng(3);
     conv.init(rng);
     fillUniform(X, 1);
@@ -239,6 +243,43 @@ void BM_Paired(benchmark::State& state) {
   state.counters["threads"] = ddl::numThreads();
 }
 
+// One train step by patches and one by shifted products per iteration, same shape and data:
+// shifted_over_patches = ratio of the median (and minimum) times.
+void BM_Algorithms_Paired(benchmark::State& state) {
+  const Index C = state.range(0), H = state.range(1);
+  ConvFixture patches(C, H, ddl::ConvAlgorithm::Patches), shifted(C, H, ddl::ConvAlgorithm::ShiftedProducts);
+  std::vector<double> tp, ts;
+  for (auto _ : state) {
+    const double t0 = now();
+    patches.step();
+    benchmark::ClobberMemory();
+    const double t1 = now();
+    shifted.step();
+    benchmark::ClobberMemory();
+    const double t2 = now();
+    tp.push_back(t1 - t0);
+    ts.push_back(t2 - t1);
+  }
+  auto median = [](std::vector<double> v) {
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+    return v[v.size() / 2];
+  };
+  state.counters["patches_ms"] = 1e3 * median(tp);
+  state.counters["shifted_ms"] = 1e3 * median(ts);
+  state.counters["shifted_over_patches"] = median(ts) / median(tp);
+  state.counters["min_shifted_over_patches"] =
+      *std::min_element(ts.begin(), ts.end()) / *std::min_element(tp.begin(), tp.end());
+}
+
+// ddl-cifar's stages (24, 48, 96 channels at 16x16, 8x8, 4x4) and the shapes above, at batch 64.
+void algorithmShapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"C", "H"});
+  for (auto ch : {std::pair<Index, Index>{16, 32}, {32, 32}, {64, 32}, {24, 16}, {32, 16}, {64, 16}, {48, 8}, {96, 8},
+                  {96, 4}, {16, 8}, {16, 4}})
+    b->Args({ch.first, ch.second});
+  b->Unit(benchmark::kMillisecond)->UseRealTime();
+}
+
 // (C, H): 32x32 at 16/32/64 channels, 16x16 at the larger ones.
 void shapes(benchmark::internal::Benchmark* b) {
   b->ArgNames({"C", "H"});
@@ -253,6 +294,7 @@ BENCHMARK(BM_GemmCached)->Apply(shapes);
 BENCHMARK(BM_Conv2dForward)->Apply(shapes);
 BENCHMARK(BM_Conv2dTrain)->Apply(shapes);
 BENCHMARK(BM_Paired)->Apply(shapes);
+BENCHMARK(BM_Algorithms_Paired)->Apply(algorithmShapes);
 
 }  // namespace
 

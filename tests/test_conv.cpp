@@ -151,6 +151,25 @@ TEST_CASE("Conv2d backward matches central differences on random geometries", "[
   checkConvGrads(conv, rc.layout);
 }
 
+TEST_CASE("Conv2d by shifted products matches central differences on random stride-1 geometries",
+          "[grad][conv2d][shifted]") {
+  const auto seed = GENERATE(take(16, random(1u, 1000000u)));
+  std::mt19937 gen(seed);
+  std::srand(seed);
+  RandomCase rc = randomCase(gen);
+  rc.w = Window2d::make(rc.w.kernelH, rc.w.kernelW, 1, 1, rc.w.padH, rc.w.padW);
+  // Scratch for 1 .. 4 output rows per band: bands split images, the last band is shorter.
+  const Index rowBytes = (rc.layout.width + 2 * rc.w.padW) * (2 * rc.in + rc.out) * Index(sizeof(double));
+  const Index rows = randInt(gen, 1, 4);
+  CAPTURE(seed, rc.in, rc.out, rc.bias, ddl::toString(rc.w), ddl::toString(rc.layout), rows);
+  ddl::Conv2d<double> conv(rc.in, rc.out, rc.w, rc.bias);
+  conv.setAlgorithm(ddl::ConvAlgorithm::ShiftedProducts);
+  conv.setScratchBytes(rows * rowBytes);
+  ddl::Rng rng(seed);
+  conv.init(rng);
+  checkConvGrads(conv, rc.layout);
+}
+
 TEST_CASE("Conv2d backward matches central differences on edge shapes", "[grad][conv2d]") {
   struct Case {
     Index in, out, kh, kw, sh, sw, ph, pw, B, H, W;
@@ -163,14 +182,17 @@ TEST_CASE("Conv2d backward matches central differences on edge shapes", "[grad][
                           Case{1, 1, 5, 5, 1, 1, 2, 2, 1, 3, 3},   // kernel larger than the image
                           Case{4, 2, 3, 3, 2, 2, 1, 1, 2, 8, 8});  // stride-2 transition shape
   CAPTURE(c.in, c.out, c.kh, c.kw, c.sh, c.sw, c.ph, c.pw, c.B, c.H, c.W);
-  for (bool bias : {true, false}) {
-    CAPTURE(bias);
-    std::srand(static_cast<unsigned>(c.in * 7 + c.kh * 5 + c.H));
-    ddl::Conv2d<double> conv(c.in, c.out, Window2d::make(c.kh, c.kw, c.sh, c.sw, c.ph, c.pw), bias);
-    ddl::Rng rng(17);
-    conv.init(rng);
-    checkConvGrads(conv, TokenLayout::image(c.B, c.H, c.W));
-  }
+  for (auto algorithm : {ddl::ConvAlgorithm::Patches, ddl::ConvAlgorithm::ShiftedProducts})
+    for (bool bias : {true, false}) {
+      if (algorithm == ddl::ConvAlgorithm::ShiftedProducts && (c.sh != 1 || c.sw != 1)) continue;
+      CAPTURE(ddl::toString(algorithm), bias);
+      std::srand(static_cast<unsigned>(c.in * 7 + c.kh * 5 + c.H));
+      ddl::Conv2d<double> conv(c.in, c.out, Window2d::make(c.kh, c.kw, c.sh, c.sw, c.ph, c.pw), bias);
+      conv.setAlgorithm(algorithm);
+      ddl::Rng rng(17);
+      conv.init(rng);
+      checkConvGrads(conv, TokenLayout::image(c.B, c.H, c.W));
+    }
 }
 
 // ---------------------------------------------------------------- naive reference
@@ -190,21 +212,55 @@ TEST_CASE("Conv2d forward and backward equal the naive direct convolution", "[co
   conv.init(rng);
   const NaiveConv ref = naiveOf(conv);
   const MatX<double> X = MatX<double>::Random(in, layout.tokens());
-  MatX<double> Y, dX;
-  const TokenLayout outL = conv.forward(X, layout, Y);
-  CHECK(outL == ref.outLayout(layout));
-  CHECK(outL == conv.lastOutputLayout());
-  CHECK(ddl::testing::relErr(Y, ref.forward(X, layout)) < 1e-13);
-
-  const MatX<double> dY = MatX<double>::Random(out, outL.tokens());
+  const TokenLayout refL = ref.outLayout(layout);
+  const MatX<double> Yref = ref.forward(X, layout);
+  const MatX<double> dY = MatX<double>::Random(out, refL.tokens());
   MatX<double> dXref, dWref;
   VecX<double> dbref;
+  ref.backward(X, layout, dY, dXref, dWref, dbref);
+  for (auto algorithm : {ddl::ConvAlgorithm::Patches, ddl::ConvAlgorithm::ShiftedProducts}) {
+    if (algorithm == ddl::ConvAlgorithm::ShiftedProducts && s != 1) continue;
+    // Scratch from one patch chunk / band row up to the default: chunks and bands end inside images.
+    const Index scratch = Index(1) << randInt(gen, 8, 18);
+    CAPTURE(ddl::toString(algorithm), scratch);
+    conv.setAlgorithm(algorithm);
+    conv.setScratchBytes(scratch);
+    MatX<double> Y, dX;
+    const TokenLayout outL = conv.forward(X, layout, Y);
+    CHECK(outL == refL);
+    CHECK(outL == conv.lastOutputLayout());
+    CHECK(ddl::testing::relErr(Y, Yref) < 1e-13);
+    ddl::zeroGrad(conv);
+    conv.backward(dY, dX);
+    CHECK(ddl::testing::relErr(dX, dXref) < 1e-13);
+    CHECK(ddl::testing::relErr(conv.weight().grad, dWref) < 1e-13);
+    if (bias) CHECK(ddl::testing::relErr(conv.bias().grad.col(0), dbref) < 1e-13);
+  }
+}
+
+TEST_CASE("Conv2d by patches: a chunk ending one column into a row whose first taps are all padding",
+          "[conv2d][regression]") {
+  // 5x5, padding 2, 14 columns per row, chunks of 32 columns: the chunk [347, 379) ends with the one
+  // column (oy = 12, ox = 0) of a row, whose taps j < 2 lie wholly in the padding (tapSpan once gave
+  // lo = 2 > n = 1 there).
+  std::srand(531849);
+  ddl::Conv2d<double> conv(21, 12, 5, 1, 2, /*bias=*/false);
+  conv.setAlgorithm(ddl::ConvAlgorithm::Patches);
+  conv.setScratchBytes(Index(1) << 17);  // 131072 / (25 * 21 * 8) -> the 32-column minimum
+  ddl::Rng rng(3);
+  conv.init(rng);
+  const TokenLayout layout = TokenLayout::image(3, 15, 14);
+  const NaiveConv ref = naiveOf(conv);
+  const MatX<double> X = MatX<double>::Random(21, layout.tokens()), dY = MatX<double>::Random(12, layout.tokens());
+  MatX<double> Y, dX, dXref, dWref;
+  VecX<double> dbref;
+  conv.forward(X, layout, Y);
+  CHECK(ddl::testing::relErr(Y, ref.forward(X, layout)) < 1e-13);
   ref.backward(X, layout, dY, dXref, dWref, dbref);
   ddl::zeroGrad(conv);
   conv.backward(dY, dX);
   CHECK(ddl::testing::relErr(dX, dXref) < 1e-13);
   CHECK(ddl::testing::relErr(conv.weight().grad, dWref) < 1e-13);
-  if (bias) CHECK(ddl::testing::relErr(conv.bias().grad.col(0), dbref) < 1e-13);
 }
 
 TEST_CASE("Conv2d on two threads above the threading threshold equals the naive reference and one thread",
@@ -226,9 +282,13 @@ TEST_CASE("Conv2d on two threads above the threading threshold equals the naive 
   ref.backward(X, layout, dY, dXref, dWref, dbref);
   const MatX<double> Yref = ref.forward(X, layout);
 
+  for (auto algorithm : {ddl::ConvAlgorithm::Patches, ddl::ConvAlgorithm::ShiftedProducts})
+  for (Index scratch : {Index(4) << 10, ddl::detail::kConvScratchBytes})  // 1-row bands, whole images
   for (int threads : {1, 2}) {
-    CAPTURE(threads);
+    CAPTURE(ddl::toString(algorithm), scratch, threads);
     ddl::setNumThreads(threads);
+    conv.setAlgorithm(algorithm);
+    conv.setScratchBytes(scratch);
     MatX<double> Y, dX;
     conv.forward(X, layout, Y);
     ddl::zeroGrad(conv);
@@ -403,10 +463,13 @@ TEST_CASE("Conv2d steady-state forward and backward allocate nothing on one and 
   ThreadGuard guard;
   std::srand(8);
   const TokenLayout layout = TokenLayout::image(4, 24, 24);  // above the threading threshold
+  for (auto algorithm : {ddl::ConvAlgorithm::Patches, ddl::ConvAlgorithm::ShiftedProducts})
   for (int threads : {1, 2}) {
-    CAPTURE(threads);
+    CAPTURE(ddl::toString(algorithm), threads);
     ddl::setNumThreads(threads);
     ddl::Conv2d<float> conv(8, 8, 3, 1, 1);
+    conv.setAlgorithm(algorithm);
+    conv.setScratchBytes(Index(8) << 10);  // several bands per image, a shorter last band
     ddl::Rng rng(8);
     conv.init(rng);
     const MatX<float> X = MatX<float>::Random(8, layout.tokens()), dY = MatX<float>::Random(8, layout.tokens());
@@ -478,6 +541,34 @@ TEST_CASE("Conv2d rejects bad construction, shapes and layouts with clear messag
 }
 
 // ---------------------------------------------------------------- channel RMSNorm per pixel
+
+TEST_CASE("Conv2d algorithm choice: Automatic resolves by stride, width and padding; bad settings are refused",
+          "[conv2d][shifted][errors]") {
+  using ddl::ConvAlgorithm;
+  ddl::Conv2d<double> narrow(16, 16, 3, 1, 1);
+  CHECK(narrow.algorithm() == ConvAlgorithm::Automatic);
+  CHECK(narrow.effectiveAlgorithm(TokenLayout::image(2, 32, 32)) == ConvAlgorithm::ShiftedProducts);
+  CHECK(narrow.effectiveAlgorithm(TokenLayout::image(2, 8, 8)) == ConvAlgorithm::ShiftedProducts);   // 100/64
+  CHECK(narrow.effectiveAlgorithm(TokenLayout::image(2, 4, 4)) == ConvAlgorithm::Patches);           // 36/16
+  CHECK(ddl::Conv2d<double>(ddl::detail::kShiftedMaxChannels + 1, 8, 3, 1, 1)
+            .effectiveAlgorithm(TokenLayout::image(1, 32, 32)) == ConvAlgorithm::Patches);
+  ddl::Conv2d<double> strided(4, 4, 3, 2, 1);
+  CHECK(strided.effectiveAlgorithm(TokenLayout::image(1, 32, 32)) == ConvAlgorithm::Patches);
+  narrow.setAlgorithm(ConvAlgorithm::Patches);
+  CHECK(narrow.effectiveAlgorithm(TokenLayout::image(2, 32, 32)) == ConvAlgorithm::Patches);
+  narrow.setAlgorithm(ConvAlgorithm::ShiftedProducts);
+  CHECK(narrow.effectiveAlgorithm(TokenLayout::image(2, 4, 4)) == ConvAlgorithm::ShiftedProducts);
+
+  const std::string msg =
+      thrownMessage<ddl::ValueError>([&] { strided.setAlgorithm(ConvAlgorithm::ShiftedProducts); });
+  CHECK(contains(msg, "ddl::Conv2d::setAlgorithm"));
+  CHECK(contains(msg, "stride (2, 2)"));
+  CHECK(strided.algorithm() == ConvAlgorithm::Automatic);
+  CHECK(contains(thrownMessage<ddl::ValueError>([&] { narrow.setScratchBytes(0); }), "bytes >= 1"));
+  const ddl::Conv2d<double> automatic(16, 16, 3, 1, 1);
+  CHECK(contains(thrownMessage<ddl::ShapeError>([&] { (void)automatic.effectiveAlgorithm(TokenLayout::sequence(3, 4)); }),
+                 "ddl::Conv2d::effectiveAlgorithm"));
+}
 
 TEST_CASE("RmsNorm on an image activation is the per-pixel RMSNorm over channels", "[rms_norm][image]") {
   const auto seed = GENERATE(take(4, random(1u, 1000000u)));

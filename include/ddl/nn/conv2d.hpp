@@ -1,28 +1,43 @@
 #pragma once
-// ddl/nn/conv2d.hpp: 2-D convolution on pixels as columns (DESIGN.md §1), by im2col and GEMM.
+// ddl/nn/conv2d.hpp: 2-D convolution on pixels as columns (DESIGN.md §1), by GEMMs.
 //
 //   X: (in, B*H*W), column (b*H + y)*W + x  ->  Y: (out, B*Ho*Wo), geometry in nn/window2d.hpp
 //   Y(o, (b, oy, ox)) = bias(o) + Σ_{c,i,j} Wt[o, c, i, j] X(c, (b, oy*sh - ph + i, ox*sw - pw + j))
 //   (zero outside the image; dilation 1, groups 1). weight: [out, in, kh, kw] as torch.nn.Conv2d,
 //   held as (out, in*kh*kw) with column (c*kh + i)*kw + j; bias: [out], no weight decay.
+// The products use the weight permuted to tap-major order, Wp: (out, K), K = kh*kw*in, column
+// (i*kw + j)*in + c (rebuilt each forward, tiny); Wp_t = Wp.middleCols(t*in, in) is tap t = i*kw + j.
 //
-// Patches: P: (K, n), K = kh*kw*in, holds for each output pixel its kh*kw input pixels' channel
-// vectors one after the other (row (i*kw + j)*in + c), so building P copies whole channel columns.
-// The products use the weight permuted to that order, Wp: (out, K) (rebuilt each forward, tiny):
+// Two algorithms (ConvAlgorithm), the same function up to rounding:
+//
+// Shifted products (stride 1; the default on narrow layers). A band of R output rows of one image is computed
+// from a zero-padded copy of the R + kh - 1 input rows it reads, Xpad: (in, (R + kh - 1) * Wp),
+// Wp = W + 2 pw. In the band's extended columns e = r*Wp + ox (r < R, ox < Wp; only ox < Wo are
+// outputs, the others are discarded) tap (i, j) reads column e + i*Wp + j, so a tap is one product
+// on a shifted column range of Xpad, with no patch matrix at all:
+//   forward:  Yext = Σ_t Wp_t Xpad[:, off_t : off_t + L],  off_t = i*Wp + j,  L = (R-1)*Wp + Wo
+//   backward: dYext = dY in extended columns (zero in the discarded ones)
+//             dWp_t += dYext Xpad[:, off_t : off_t + L]ᵀ,   dXpad[:, off_t : off_t + L] += Wp_tᵀ dYext
+//             dX(:, image rows of the band) += the interior of dXpad (bands of an image overlap by kh-1 rows)
+// The copies per band are Xpad, Yext and dXpad, about 1× the band's pixels each, where patches copy
+// kh*kw× (at 16 channels the patch copies cost as much as the products: bench/RESULTS.md).
+//
+// Patches (any stride). P: (K, n) holds for each output pixel its kh*kw input pixels' channel vectors
+// one after the other (row (i*kw + j)*in + c), so building P copies whole channel columns:
 //   forward:  Y = Wp P + b 1ᵀ
 //   backward: dWp += dY Pᵀ,  db += dY 1,  dP = Wpᵀ dY,  dX = col2im(dP)  (scatter-add into pixels)
 //
-// Memory: the layer keeps a view of its input X (in × N, owned by the caller), not P (kh*kw times
-// larger: 150 MB for 64 channels, 3×3, batch 64 at 32×32 in float). P is built in chunks of output
-// columns that stay in cache, into a per-thread workspace, once in forward and again in backward;
-// the rebuild is a copy, small next to the products. Every product goes through a GemmWorkspace
-// (core/gemm.hpp) reserved before any parallel region, so a steady-state step allocates nothing and
-// parallel regions neither allocate nor throw.
+// Memory: the layer keeps a view of its input X (in × N, owned by the caller), never a padded copy or
+// P (kh*kw times larger: 150 MB for 64 channels, 3×3, batch 64 at 32×32 in float). Both algorithms
+// work in cache-sized pieces (bands, or chunks of output columns) in a per-thread scratch of about
+// scratchBytes(), built once in forward and again in backward. Every product goes through a
+// GemmWorkspace (core/gemm.hpp) reserved before any parallel region, so a steady-state step allocates
+// nothing and parallel regions neither allocate nor throw.
 //
-// Threads (OpenMP, above kConvParallelMin multiply-adds): forward splits the output columns evenly
-// over the threads; backward splits the images (images share no pixels, so the col2im scatter has no
-// races) and each thread sums its own dW and db, added up in thread order afterwards. With B smaller
-// than the thread count, backward uses B threads.
+// Threads (OpenMP, above kConvParallelMin multiply-adds): forward splits the bands (or the output
+// columns) evenly over the threads; backward splits the images (images share no pixels, so the dX
+// writes have no races) and each thread sums its own dW and db, added up in thread order afterwards.
+// With B smaller than the thread count, backward uses B threads.
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -45,9 +60,31 @@ namespace ddl {
 namespace detail {
 // Multiply-adds below which a convolution stays on one thread.
 inline constexpr Index kConvParallelMin = Index(1) << 20;
-// Bytes of one patch chunk P: (K, n): with the packed operands it stays in a 1 MiB L2.
-inline constexpr Index kConvChunkBytes = Index(192) << 10;
+// Default scratch per thread (a patch chunk, or a band's padded input, output and input gradient):
+// with the packed operands it stays in a 1 MiB L2.
+inline constexpr Index kConvScratchBytes = Index(192) << 10;
+// ConvAlgorithm::Automatic takes shifted products for stride 1 up to this many input channels, on
+// images whose padded pixels are at most kShiftedMaxPaddedTenths / 10 times the output pixels (the
+// extended columns past the row ends are computed and discarded). Measured (bench_conv
+// BM_Algorithms_Paired, bench/RESULTS.md): a train step by shifted products takes 0.82× the time by
+// patches at 16 channels on 32×32, 0.89–0.93× on 8×8, 0.96× at 24 channels on 16×16, 1.0× at 32,
+// and 1.05–1.5× from 48 channels up or on 4×4 images, where the products dominate and the k = in
+// products of the taps run below the rate of one k = kh*kw*in product.
+inline constexpr Index kShiftedMaxChannels = 32;
+inline constexpr Index kShiftedMaxPaddedTenths = 16;
 }  // namespace detail
+
+// How Conv2d forms its products (see the top of this file). Automatic: ShiftedProducts for stride 1
+// on narrow layers (Conv2d::effectiveAlgorithm), Patches otherwise.
+enum class ConvAlgorithm { Automatic, Patches, ShiftedProducts };
+
+inline const char* toString(ConvAlgorithm a) {
+  switch (a) {
+    case ConvAlgorithm::Automatic: return "automatic";
+    case ConvAlgorithm::Patches: return "patches";
+    default: return "shifted products";
+  }
+}
 
 template <class S>
 class Conv2d {
@@ -66,7 +103,7 @@ class Conv2d {
     m_W = Param<S>(std::vector<Index>{out, in, m_win.kernelH, m_win.kernelW}, /*withDecay=*/true);
     if (bias) m_b = Param<S>(std::vector<Index>{out}, /*withDecay=*/false);
     m_K = m_win.taps() * in;
-    m_chunk = std::clamp<Index>(detail::kConvChunkBytes / (m_K * Index(sizeof(S))), 32, 4096);
+    setScratchBytes(detail::kConvScratchBytes);
   }
 
   // torch.nn.Conv2d's default with InitScheme::pytorchDefault(): weight and bias ~ U(±1/√fan_in),
@@ -137,15 +174,46 @@ class Conv2d {
   Index kernel() const { return squareOnly("kernel").kernelH; }
   Index stride() const { return squareOnly("stride").strideH; }
   Index padding() const { return squareOnly("padding").padH; }
+  // The algorithm of the next forward and backward; ShiftedProducts needs stride 1 on both axes
+  // (ValueError otherwise). Both give the same results up to rounding; backward may use another
+  // algorithm than its forward did.
+  void setAlgorithm(ConvAlgorithm algorithm) {
+    require(algorithm != ConvAlgorithm::ShiftedProducts || unitStride(), "ddl::Conv2d::setAlgorithm",
+            "shifted products need stride 1, this layer has ", toString(m_win));
+    m_algorithm = algorithm;
+  }
+  ConvAlgorithm algorithm() const { return m_algorithm; }
+  // The algorithm forward and backward run on an input layout: algorithm() with Automatic resolved.
+  // Automatic takes shifted products where the patch copies outweigh the longer product chain (see
+  // kShiftedMaxChannels), patches elsewhere.
+  ConvAlgorithm effectiveAlgorithm(const TokenLayout& in) const {
+    if (m_algorithm != ConvAlgorithm::Automatic) return m_algorithm;
+    if (!unitStride() || m_in > detail::kShiftedMaxChannels) return ConvAlgorithm::Patches;
+    const TokenLayout out = m_win.outputLayout(in, "ddl::Conv2d::effectiveAlgorithm");
+    const Index padded = (in.height + 2 * m_win.padH) * (in.width + 2 * m_win.padW);
+    return 10 * padded <= detail::kShiftedMaxPaddedTenths * out.tokensPerSample() ? ConvAlgorithm::ShiftedProducts
+                                                                                  : ConvAlgorithm::Patches;
+  }
+  // Scratch per thread the layer sizes its pieces for (default 192 KiB, about a core's L2 share);
+  // bytes >= 1. A piece is at least one output row (shifted products) or 32 columns (patches).
+  void setScratchBytes(Index bytes) {
+    require(bytes >= 1, "ddl::Conv2d::setScratchBytes", "need bytes >= 1, got ", bytes);
+    m_scratchBytes = bytes;
+    m_chunk = std::clamp<Index>(bytes / (m_K * Index(sizeof(S))), 32, 4096);
+  }
+  Index scratchBytes() const { return m_scratchBytes; }
   // Layouts of the last forward (what backward expects).
   const TokenLayout& lastInputLayout() const { return m_inLayout; }
   const TokenLayout& lastOutputLayout() const { return m_outLayout; }
 
  private:
-  // Scratch of one thread: a patch chunk, its gradient, partial parameter gradients and the products'
-  // workspaces, [0] for full chunks, [1] for the one shorter chunk at the end of the thread's range.
+  // Scratch of one thread: a patch chunk and its gradient or a band's padded input, extended output and
+  // input gradient, partial parameter gradients and the products' workspaces, [0] for full chunks or
+  // bands, [1] for the shorter chunk at the end of the thread's range or the shorter last band.
   struct Task {
-    MatX<S> P, dP;       // (K, chunk)
+    MatX<S> P, dP;       // patches: (K, chunk)
+    MatX<S> Xpad, dXpad; // shifted products: (in, (R + kh - 1) * Wp)
+    MatX<S> Yext;        // shifted products: (out, L), the band's output or its gradient
     MatX<S> dWp;         // (out, K)
     VecX<S> db, dbRun;   // (out)
     GemmWorkspace<S> forward[2], weight[2], input[2];
@@ -209,6 +277,197 @@ class Conv2d {
   }
 
   void runForward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& inL, const TokenLayout& outL, MatX<S>& Y) {
+    if (effectiveAlgorithm(inL) == ConvAlgorithm::ShiftedProducts)
+      runForwardShifted(X, inL, outL, Y);
+    else
+      runForwardPatches(X, inL, outL, Y);
+  }
+
+  void runBackward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>* dX) {
+    if (effectiveAlgorithm(m_inLayout) == ConvAlgorithm::ShiftedProducts)
+      runBackwardShifted(dY, dX);
+    else
+      runBackwardPatches(dY, dX);
+  }
+
+  // ---- shifted products (stride 1)
+
+  bool unitStride() const { return m_win.strideH == 1 && m_win.strideW == 1; }
+
+  // Bands of one image: `rows` output rows each (the last one `lastRows`), padded row width Wp.
+  struct Bands {
+    Index Wp = 0, Ho = 0, Wo = 0, rows = 0, lastRows = 0, perImage = 0;
+    Index rowsOf(Index band) const { return band + 1 < perImage ? rows : lastRows; }
+    Index extended(Index r) const { return (r - 1) * Wp + Wo; }  // L of a band of r rows
+    Index padded(Index r, Index kh) const { return (r + kh - 1) * Wp; }  // Xpad columns
+  };
+
+  Bands bandsFor(const TokenLayout& inL, const TokenLayout& outL) const {
+    Bands g;
+    g.Wp = inL.width + 2 * m_win.padW;
+    g.Ho = outL.height;
+    g.Wo = outL.width;
+    // Per output row: Xpad and dXpad (in channels) and Yext (out channels), Wp columns each.
+    const Index rowBytes = g.Wp * (2 * m_in + m_out) * Index(sizeof(S));
+    g.rows = std::clamp<Index>(m_scratchBytes / rowBytes, 1, std::max<Index>(g.Ho, 1));
+    g.perImage = g.Ho == 0 ? 0 : (g.Ho + g.rows - 1) / g.rows;
+    g.lastRows = g.Ho - (g.perImage - 1) * g.rows;
+    return g;
+  }
+
+  static void ensureShape(MatX<S>& M, Index rows, Index cols) {
+    if (M.rows() != rows || M.cols() != cols) M.resize(rows, cols);
+  }
+
+  // Allocates everything `tasks` threads need for bands of g; called before any parallel region.
+  void reserveShifted(int tasks, const Bands& g, bool backward, bool inputGradient) {
+    if (m_tasks.size() < static_cast<std::size_t>(tasks)) m_tasks.resize(static_cast<std::size_t>(tasks));
+    const Index kh = m_win.kernelH;
+    const Index rows[2] = {g.rows, g.lastRows != g.rows ? g.lastRows : 0};
+    for (int t = 0; t < tasks; ++t) {
+      Task& task = m_tasks[static_cast<std::size_t>(t)];
+      ensureShape(task.Xpad, m_in, g.padded(g.rows, kh));
+      ensureShape(task.Yext, m_out, g.extended(g.rows));
+      for (int s = 0; s < 2; ++s) {
+        if (rows[s] == 0) continue;
+        const Index L = g.extended(rows[s]);
+        if (!backward) {
+          task.forward[s].reserve(m_out, L, m_in);
+        } else {
+          task.weight[s].reserve(m_out, m_in, L);
+          if (inputGradient) task.input[s].reserve(m_in, L, m_out);
+        }
+      }
+      if (!backward) continue;
+      task.dWp.resize(m_out, m_K);
+      task.db.resize(m_out);
+      task.dbRun.resize(m_out);
+      if (inputGradient) ensureShape(task.dXpad, m_in, g.padded(g.rows, kh));
+    }
+  }
+
+  // Xpad.leftCols(g.padded(R, kh)) = input rows oy0 - ph .. oy0 + R + kh - 2 - ph of image b with
+  // pw zero columns on each side, zero rows above and below the image; src: (in, N), column stride ld.
+  void fillPaddedBand(const S* src, Index ld, const TokenLayout& inL, const Bands& g, Index b, Index oy0,
+                      Index R, MatX<S>& Xpad) const {
+    const Index H = inL.height, W = inL.width, pw = m_win.padW;
+    for (Index pr = 0; pr < R + m_win.kernelH - 1; ++pr) {
+      auto row = Xpad.middleCols(pr * g.Wp, g.Wp);
+      const Index y = oy0 + pr - m_win.padH;
+      if (y < 0 || y >= H) {
+        row.setZero();
+        continue;
+      }
+      if (pw > 0) {
+        row.leftCols(pw).setZero();
+        row.rightCols(pw).setZero();
+      }
+      row.middleCols(pw, W) = ConstStrided(src + (b * H + y) * W * ld, m_in, W, Eigen::OuterStride<>(ld));
+    }
+  }
+
+  void runForwardShifted(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& inL, const TokenLayout& outL,
+                         MatX<S>& Y) {
+    if (outL.tokens() == 0) return;
+    const Bands g = bandsFor(inL, outL);
+    const Index units = inL.batch * g.perImage;
+    const int tasks = detail::windowThreads(m_out * m_K * outL.tokens(), detail::kConvParallelMin, units);
+    reserveShifted(tasks, g, /*backward=*/false, false);
+    const Index taps = m_win.taps(), kw = m_win.kernelW;
+    detail::runWindowTasks(tasks, [&](int t) {
+      Task& task = m_tasks[static_cast<std::size_t>(t)];
+      for (Index u = detail::windowPartBegin(units, t, tasks); u < detail::windowPartBegin(units, t + 1, tasks);
+           ++u) {
+        const Index b = u / g.perImage, band = u % g.perImage, oy0 = band * g.rows, R = g.rowsOf(band);
+        const Index L = g.extended(R);
+        const int s = R == g.rows ? 0 : 1;
+        fillPaddedBand(X.data(), X.outerStride(), inL, g, b, oy0, R, task.Xpad);
+        auto Yext = task.Yext.leftCols(L);
+        for (Index tap = 0; tap < taps; ++tap) {
+          const Index off = (tap / kw) * g.Wp + tap % kw;
+          task.forward[s].product(m_Wp.middleCols(tap * m_in, m_in), false, task.Xpad.middleCols(off, L), false,
+                                  Yext, S(1), /*accumulate=*/tap > 0);
+        }
+        for (Index r = 0; r < R; ++r) {
+          auto dst = Y.middleCols((b * g.Ho + oy0 + r) * g.Wo, g.Wo);
+          dst = Yext.middleCols(r * g.Wp, g.Wo);
+          if (m_hasBias) dst.colwise() += m_b.value.col(0);
+        }
+      }
+    });
+  }
+
+  void runBackwardShifted(const Eigen::Ref<const MatX<S>>& dY, MatX<S>* dX) {
+    const TokenLayout& inL = m_inLayout;
+    const TokenLayout& outL = m_outLayout;
+    if (outL.tokens() == 0) return;
+    const Bands g = bandsFor(inL, outL);
+    const Index B = inL.batch, H = inL.height, W = inL.width, perIn = inL.tokensPerSample();
+    const Index taps = m_win.taps(), kh = m_win.kernelH, kw = m_win.kernelW;
+    const Index work = m_out * m_K * outL.tokens() * (dX ? 2 : 1);
+    const int tasks = detail::windowThreads(work, detail::kConvParallelMin, B);
+    reserveShifted(tasks, g, /*backward=*/true, dX != nullptr);
+    detail::runWindowTasks(tasks, [&](int t) {
+      Task& task = m_tasks[static_cast<std::size_t>(t)];
+      const Index b0 = detail::windowPartBegin(B, t, tasks), b1 = detail::windowPartBegin(B, t + 1, tasks);
+      if (dX) dX->middleCols(b0 * perIn, (b1 - b0) * perIn).setZero();
+      task.dWp.setZero();
+      task.db.setZero();
+      for (Index b = b0; b < b1; ++b)
+        for (Index band = 0; band < g.perImage; ++band) {
+          const Index oy0 = band * g.rows, R = g.rowsOf(band), L = g.extended(R);
+          const int s = R == g.rows ? 0 : 1;
+          const auto dYband = dY.middleCols((b * g.Ho + oy0) * g.Wo, R * g.Wo);
+          fillPaddedBand(m_X.data(), m_X.outerStride(), inL, g, b, oy0, R, task.Xpad);
+          auto dYext = task.Yext.leftCols(L);
+          for (Index r = 0; r < R; ++r) {
+            dYext.middleCols(r * g.Wp, g.Wo) = dYband.middleCols(r * g.Wo, g.Wo);
+            if (r + 1 < R) dYext.middleCols(r * g.Wp + g.Wo, g.Wp - g.Wo).setZero();  // discarded columns
+          }
+          if (m_hasBias) {
+            // Sum per band, then across bands: the error grows with the band, not with B*Ho*Wo.
+            task.dbRun.setZero();
+            for (Index j = 0; j < dYband.cols(); ++j) task.dbRun += dYband.col(j);
+            task.db += task.dbRun;
+          }
+          for (Index tap = 0; tap < taps; ++tap) {
+            const Index off = (tap / kw) * g.Wp + tap % kw;
+            task.weight[s].product(dYext, false, task.Xpad.middleCols(off, L), true,
+                                   task.dWp.middleCols(tap * m_in, m_in), S(1), true);
+          }
+          if (!dX) continue;
+          auto dXpad = task.dXpad.leftCols(g.padded(R, kh));
+          dXpad.setZero();
+          for (Index tap = 0; tap < taps; ++tap) {
+            const Index off = (tap / kw) * g.Wp + tap % kw;
+            task.input[s].product(m_Wp.middleCols(tap * m_in, m_in), true, dYext, false, dXpad.middleCols(off, L),
+                                  S(1), true);
+          }
+          for (Index pr = 0; pr < R + kh - 1; ++pr) {
+            const Index y = oy0 + pr - m_win.padH;
+            if (y < 0 || y >= H) continue;
+            dX->middleCols((b * H + y) * W, W) += dXpad.middleCols(pr * g.Wp + m_win.padW, W);
+          }
+        }
+    });
+    addTaskGradients(tasks);
+  }
+
+  // Weight and bias gradients of the tasks, in task order, into the parameters (Wp order -> weight order).
+  void addTaskGradients(int tasks) {
+    const Index taps = m_win.taps();
+    for (int t = 0; t < tasks; ++t) {
+      const Task& task = m_tasks[static_cast<std::size_t>(t)];
+      for (Index c = 0; c < m_in; ++c)
+        for (Index k = 0; k < taps; ++k) m_W.grad.col(c * taps + k) += task.dWp.col(k * m_in + c);
+      if (m_hasBias) m_b.grad.col(0) += task.db;
+    }
+  }
+
+  // ---- patches (any stride)
+
+  void runForwardPatches(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& inL, const TokenLayout& outL,
+                         MatX<S>& Y) {
     const Index No = outL.tokens();
     if (No == 0) return;
     const int tasks = detail::windowThreads(m_out * m_K * No, detail::kConvParallelMin, No);
@@ -227,7 +486,7 @@ class Conv2d {
     });
   }
 
-  void runBackward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>* dX) {
+  void runBackwardPatches(const Eigen::Ref<const MatX<S>>& dY, MatX<S>* dX) {
     const TokenLayout& inL = m_inLayout;
     const TokenLayout& outL = m_outLayout;
     const Index B = inL.batch, perOut = outL.tokensPerSample(), perIn = inL.tokensPerSample();
@@ -263,13 +522,7 @@ class Conv2d {
         }
       }
     });
-    const Index taps = m_win.taps();
-    for (int t = 0; t < tasks; ++t) {
-      const Task& task = m_tasks[static_cast<std::size_t>(t)];
-      for (Index c = 0; c < m_in; ++c)
-        for (Index k = 0; k < taps; ++k) m_W.grad.col(c * taps + k) += task.dWp.col(k * m_in + c);
-      if (m_hasBias) m_b.grad.col(0) += task.db;
-    }
+    addTaskGradients(tasks);
   }
 
   using ConstStrided = Eigen::Map<const MatX<S>, 0, Eigen::OuterStride<>>;
@@ -317,6 +570,8 @@ class Conv2d {
   Window2d m_win;
   bool m_hasBias;
   Index m_K = 0, m_chunk = 0;  // patch rows kh*kw*in, patch columns per chunk
+  Index m_scratchBytes = 0;
+  ConvAlgorithm m_algorithm = ConvAlgorithm::Automatic;
   bool m_hasForward = false;
   Param<S> m_W, m_b;
   MatX<S> m_Wp;  // (out, K) weight in patch row order

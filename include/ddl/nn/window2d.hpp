@@ -140,7 +140,8 @@ inline TapSpan tapSpan(const Window2d& w, const TokenLayout& in, const WindowRun
   const Index a = w.padW - j, bnd = in.width - 1 + w.padW - j;
   const Index oxLo = a <= 0 ? 0 : (a + w.strideW - 1) / w.strideW;
   const Index oxHi = bnd < 0 ? -1 : bnd / w.strideW;  // inclusive
-  s.lo = std::max<Index>(0, oxLo - r.ox0);
+  // Both clamped to [0, n]: a short run (a chunk ending just inside a row) can lie wholly in the padding.
+  s.lo = std::min<Index>(r.n, std::max<Index>(0, oxLo - r.ox0));
   s.hi = std::min<Index>(r.n, oxHi - r.ox0 + 1);
   if (s.hi < s.lo) s.hi = s.lo;
   s.x0 = (r.ox0 + s.lo) * w.strideW - w.padW + j;
