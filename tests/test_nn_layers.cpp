@@ -12,6 +12,7 @@
 #include "catch_compat.hpp"
 #include "fd_check.hpp"
 #include "ddl/core/param.hpp"
+#include "ddl/core/threading.hpp"
 #include "ddl/nn/activation.hpp"
 #include "ddl/nn/cross_entropy.hpp"
 #include "ddl/nn/dropout.hpp"
@@ -82,6 +83,69 @@ TEST_CASE("Linear backward matches central differences", "[grad][linear]") {
   MatX<double> X = MatX<double>::Random(in, B);
   const auto names = checkLayerGrads(lin, X);
   CHECK(names == (bias ? std::vector<std::string>{"weight", "bias"} : std::vector<std::string>{"weight"}));
+}
+
+TEST_CASE("Linear with one output (the GEMV path) matches central differences on edge shapes", "[grad][linear]") {
+  struct Case {
+    int in, B;
+  };
+  const Case c = GENERATE(Case{1, 1}, Case{1, 6}, Case{3, 1}, Case{16, 9}, Case{7, 4});
+  for (bool bias : {true, false}) {
+    CAPTURE(c.in, c.B, bias);
+    std::srand(static_cast<unsigned>(c.in * 31 + c.B));
+    ddl::Linear<double> lin(c.in, 1, bias);
+    ddl::Rng rng(3);
+    lin.init(rng);
+    MatX<double> X = MatX<double>::Random(c.in, c.B);
+    checkLayerGrads(lin, X);
+  }
+}
+
+TEST_CASE("Linear with one output equals the definition, on one and two threads, for any dY stride",
+          "[linear][threads]") {
+  const int saved = ddl::numThreads();
+  std::srand(5);
+  const Index in = 16, B = 40000;  // in * B above kParallelMinWork: dX is split over threads
+  ddl::Linear<double> lin(in, 1);
+  ddl::Rng rng(5);
+  lin.init(rng);
+  const MatX<double> X = MatX<double>::Random(in, B);
+  const MatX<double> tall = MatX<double>::Random(3, B);  // row 1 of it: a dY whose entries are 3 apart
+  const MatX<double> dY = tall.row(1);
+  const auto w = lin.weight().value.row(0);
+  const double b = lin.bias().value(0, 0);
+  MatX<double> Yref(1, B), dXref(in, B);
+  for (Index j = 0; j < B; ++j) {
+    Yref(0, j) = w.dot(X.col(j)) + b;
+    dXref.col(j) = dY(0, j) * w.transpose();
+  }
+  const MatX<double> dWref = dY * X.transpose();
+  const double dbref = dY.sum();
+  MatX<double> dX1;
+  for (int threads : {1, 2}) {
+    CAPTURE(threads);
+    ddl::setNumThreads(threads);
+    MatX<double> Y, dX, dXstrided;
+    lin.forward(X, Y);
+    CHECK(ddl::testing::relErr(Y, Yref) < 1e-13);
+    ddl::zeroGrad(lin);
+    lin.backward(dY, dX);
+    CHECK(ddl::testing::relErr(dX, dXref) < 1e-14);
+    CHECK(ddl::testing::relErr(lin.weight().grad, dWref) < 1e-12);
+    CHECK(std::abs(lin.bias().grad(0, 0) - dbref) < 1e-10 * (1 + std::abs(dbref)));
+    if (threads == 1) dX1 = dX;
+    CHECK(dX == dX1);  // per-token products: the same bits on any thread count
+    const MatX<double> gW = lin.weight().grad, gb = lin.bias().grad;
+    ddl::zeroGrad(lin);
+    lin.backward(tall.row(1), dXstrided);  // strided dY: the general GEMM path
+    CHECK(ddl::testing::relErr(dXstrided, dXref) < 1e-13);
+    CHECK(ddl::testing::relErr(lin.weight().grad, gW) < 1e-12);
+    ddl::zeroGrad(lin);
+    lin.backwardParamsOnly(dY);
+    CHECK(lin.weight().grad == gW);
+    CHECK(lin.bias().grad == gb);
+  }
+  ddl::setNumThreads(saved);
 }
 
 TEST_CASE("Linear with constant parameters gives hand-computed outputs and gradients", "[linear]") {

@@ -15,6 +15,11 @@
 // on the issue-3 shapes (B = 128, 256 <-> 1024) with 2 threads the pieces ran 10-40 % faster.
 // Each output element is still one dot product computed by one thread: results depend on the
 // thread count only through Eigen's blocking of the pieces, as with Eigen's own threading.
+//
+// One output (out = 1: the value head of a dv = 1 DeltaResidual, any scalar head) is a row vector
+// times X, where the GEMM machinery (a 1-row kernel, packing, zeroing the output first) costs about
+// 3x the work: forward is one GEMV, dX = wᵀ dY an outer product split over tokens, dw += dY Xᵀ one
+// GEMV and db += Σ dY Eigen's vectorised sum, both on one thread (the same bits on any thread count).
 #include <string>
 #include <vector>
 
@@ -116,6 +121,13 @@ class Linear {
     requireNoAlias("ddl::Linear::backward", "dY", dY, "dX", dX);
     const Index B = dY.cols();
     dX.resize(m_in, B);
+    if (singleOutput(dY)) {
+      const auto w = m_W.value.row(0);
+      DDL_OMP(parallel for schedule(static) if (m_in * B >= detail::kParallelMinWork))
+      for (Index j = 0; j < B; ++j) dX.col(j) = dY(0, j) * w.transpose();
+      accumulateSingleOutputGrads(dY, cache);
+      return;
+    }
     reserveWorkspaces();
     // The two products have equal work: half of the tasks are row ranges of dW, half column ranges of dX.
     detail::runProductTasks(m_in * m_out * B * 2, [](int threads) { return 2 * ((threads + 1) / 2); },
@@ -138,6 +150,10 @@ class Linear {
 
   void backwardParamsOnly(const Eigen::Ref<const MatX<S>>& dY, const Cache& cache) {
     checkBackward(dY, cache);
+    if (singleOutput(dY)) {
+      accumulateSingleOutputGrads(dY, cache);
+      return;
+    }
     reserveWorkspaces();
     detail::runProductTasks(m_in * m_out * dY.cols(), [](int threads) { return threads; },
                             [&](int t, int tasks) { accumulateParamGrads(dY, cache, t, tasks); });
@@ -168,9 +184,27 @@ class Linear {
     checkShape(fn, "dY", dY, m_out, cache.X.cols());
   }
 
+  // The out = 1 path needs dY's entries contiguous (a row block of a taller matrix takes the GEMMs).
+  bool singleOutput(const Eigen::Ref<const MatX<S>>& dY) const {
+    return m_out == 1 && (dY.outerStride() == 1 || dY.cols() <= 1);
+  }
+
+  // out = 1: dw += dY Xᵀ and db += Σ dY, each one reduction on one thread.
+  void accumulateSingleOutputGrads(const Eigen::Ref<const MatX<S>>& dY, const Cache& cache) {
+    const Eigen::Map<const RowX<S>> dy(dY.data(), dY.cols());
+    m_W.grad.noalias() += dy * cache.X.map().transpose();
+    if (m_hasBias) m_b.grad(0, 0) += dy.sum();
+  }
+
   void runForward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) {
     const Index B = X.cols();
     Y.resize(m_out, B);
+    if (m_out == 1) {
+      Eigen::Map<RowX<S>> y(Y.data(), B);
+      y.noalias() = m_W.value * X;
+      if (m_hasBias) y.array() += m_b.value(0, 0);
+      return;
+    }
     reserveWorkspaces();
     // One task per thread, each a column range of Y.
     detail::runProductTasks(m_in * m_out * B, [](int threads) { return threads; }, [&](int t, int tasks) {
