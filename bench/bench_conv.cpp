@@ -51,6 +51,12 @@ void fillUniform(Mat& M, std::uint64_t seed) {
     for (Index i = 0; i < M.rows(); ++i) M(i, j) = static_cast<S>(rng.uniform(-1.0, 1.0));
 }
 
+// Upper median of the per-iteration times.
+double median(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // The conv layer with its input, output and gradient buffers, warmed up.
@@ -229,10 +235,6 @@ void BM_Paired(benchmark::State& state) {
     gemm.push_back(t2 - t1);
     cached.push_back(t3 - t2);
   }
-  auto median = [](std::vector<double> v) {
-    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-    return v[v.size() / 2];
-  };
   // conv rate / GEMM rate = (6 MKN / t_conv) / (2 MKN / t_gemm) = 3 t_gemm / t_conv
   state.counters["of_gemm"] = 3.0 * median(gemm) / median(conv);
   state.counters["of_gemm_min"] =
@@ -260,10 +262,6 @@ void BM_Algorithms_Paired(benchmark::State& state) {
     tp.push_back(t1 - t0);
     ts.push_back(t2 - t1);
   }
-  auto median = [](std::vector<double> v) {
-    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-    return v[v.size() / 2];
-  };
   state.counters["patches_ms"] = 1e3 * median(tp);
   state.counters["shifted_ms"] = 1e3 * median(ts);
   state.counters["shifted_over_patches"] = median(ts) / median(tp);

@@ -269,9 +269,7 @@ class Conv2d {
         }
       }
       if (forwardProducts) continue;
-      task.dWp.resize(m_out, m_K);
-      task.db.resize(m_out);
-      task.dbRun.resize(m_out);
+      reserveGradients(task);
       if (inputProducts && (task.dP.rows() != m_K || task.dP.cols() != m_chunk)) task.dP.resize(m_K, m_chunk);
     }
   }
@@ -339,9 +337,7 @@ class Conv2d {
         }
       }
       if (!backward) continue;
-      task.dWp.resize(m_out, m_K);
-      task.db.resize(m_out);
-      task.dbRun.resize(m_out);
+      reserveGradients(task);
       if (inputGradient) ensureShape(task.dXpad, m_in, g.padded(g.rows, kh));
     }
   }
@@ -410,9 +406,7 @@ class Conv2d {
     detail::runWindowTasks(tasks, [&](int t) {
       Task& task = m_tasks[static_cast<std::size_t>(t)];
       const Index b0 = detail::windowPartBegin(B, t, tasks), b1 = detail::windowPartBegin(B, t + 1, tasks);
-      if (dX) dX->middleCols(b0 * perIn, (b1 - b0) * perIn).setZero();
-      task.dWp.setZero();
-      task.db.setZero();
+      beginBackwardTask(b0, b1, perIn, dX, task);
       for (Index b = b0; b < b1; ++b)
         for (Index band = 0; band < g.perImage; ++band) {
           const Index oy0 = band * g.rows, R = g.rowsOf(band), L = g.extended(R);
@@ -424,12 +418,7 @@ class Conv2d {
             dYext.middleCols(r * g.Wp, g.Wo) = dYband.middleCols(r * g.Wo, g.Wo);
             if (r + 1 < R) dYext.middleCols(r * g.Wp + g.Wo, g.Wp - g.Wo).setZero();  // discarded columns
           }
-          if (m_hasBias) {
-            // Sum per band, then across bands: the error grows with the band, not with B*Ho*Wo.
-            task.dbRun.setZero();
-            for (Index j = 0; j < dYband.cols(); ++j) task.dbRun += dYband.col(j);
-            task.db += task.dbRun;
-          }
+          addBiasGradient(dYband, task);
           for (Index tap = 0; tap < taps; ++tap) {
             const Index off = (tap / kw) * g.Wp + tap % kw;
             task.weight[s].product(dYext, false, task.Xpad.middleCols(off, L), true,
@@ -451,6 +440,32 @@ class Conv2d {
         }
     });
     addTaskGradients(tasks);
+  }
+
+  // ---- shared by both backwards
+
+  void reserveGradients(Task& task) const {
+    task.dWp.resize(m_out, m_K);
+    task.db.resize(m_out);
+    task.dbRun.resize(m_out);
+  }
+
+  // A backward task over images [b0, b1): their dX columns zeroed (the task only adds into them), its
+  // partial parameter gradients cleared.
+  void beginBackwardTask(Index b0, Index b1, Index perIn, MatX<S>* dX, Task& task) const {
+    if (dX) dX->middleCols(b0 * perIn, (b1 - b0) * perIn).setZero();
+    task.dWp.setZero();
+    task.db.setZero();
+  }
+
+  // task.db += the column sum of dYpart (a chunk or a band), summed on its own first: the rounding
+  // error grows with the chunk or band, not with B*Ho*Wo.
+  template <class Columns>
+  void addBiasGradient(const Columns& dYpart, Task& task) const {
+    if (!m_hasBias) return;
+    task.dbRun.setZero();
+    for (Index j = 0; j < dYpart.cols(); ++j) task.dbRun += dYpart.col(j);
+    task.db += task.dbRun;
   }
 
   // Weight and bias gradients of the tasks, in task order, into the parameters (Wp order -> weight order).
@@ -500,9 +515,7 @@ class Conv2d {
     detail::runWindowTasks(tasks, [&](int t) {
       Task& task = m_tasks[static_cast<std::size_t>(t)];
       const Index b0 = detail::windowPartBegin(B, t, tasks), b1 = detail::windowPartBegin(B, t + 1, tasks);
-      if (dX) dX->middleCols(b0 * perIn, (b1 - b0) * perIn).setZero();
-      task.dWp.setZero();
-      task.db.setZero();
+      beginBackwardTask(b0, b1, perIn, dX, task);
       const Index c1 = b1 * perOut;
       for (Index o = b0 * perOut; o < c1; o += m_chunk) {
         const Index n = std::min(m_chunk, c1 - o);
@@ -510,12 +523,7 @@ class Conv2d {
         const auto dYc = dY.middleCols(o, n);
         buildPatches(m_X.data(), m_X.outerStride(), inL, outL, o, n, task.P);
         task.weight[s].product(dYc, false, task.P.leftCols(n), true, task.dWp, S(1), true);
-        if (m_hasBias) {
-          // Sum per chunk, then across chunks: the error grows with the chunk, not with B*Ho*Wo.
-          task.dbRun.setZero();
-          for (Index j = 0; j < n; ++j) task.dbRun += dYc.col(j);
-          task.db += task.dbRun;
-        }
+        addBiasGradient(dYc, task);
         if (dX) {
           task.input[s].product(m_Wp, true, dYc, false, task.dP.leftCols(n), S(1), false);
           scatterPatches(task.dP, inL, outL, o, n, dX->data());
