@@ -1,6 +1,6 @@
 #pragma once
 // ddl/core/error.hpp: the ddl::Error family and the boundary checks that throw it.
-// Messages name the function, what was expected and what was found (DESIGN.md principle 6).
+// Messages name the function, what was expected and what was found (docs/architecture.md principle 6).
 #include <cstdint>
 #include <sstream>
 #include <stdexcept>

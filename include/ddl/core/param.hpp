@@ -1,5 +1,5 @@
 #pragma once
-// ddl/core/param.hpp: a trainable tensor and the one walk over parameters (DESIGN.md principle 5).
+// ddl/core/param.hpp: a trainable tensor and the one walk over parameters (docs/architecture.md principle 5).
 //
 // Every module exposes   template <class F> void visitParams(const std::string& prefix, F&& f)
 // which calls f(dottedName, Param<S>&) for each parameter in a fixed order, recursing into children

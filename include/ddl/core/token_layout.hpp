@@ -1,5 +1,5 @@
 #pragma once
-// ddl/core/token_layout.hpp: what the columns of an activation are (DESIGN.md §1, tokens are columns).
+// ddl/core/token_layout.hpp: what the columns of an activation are (docs/architecture.md principle 1, tokens are columns).
 //
 //   vectors(B)          B samples, one token each                       column = b
 //   image(B, H, W)      B feature maps of H x W pixels, one token each  column = (b*H + y)*W + x

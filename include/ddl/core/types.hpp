@@ -1,5 +1,5 @@
 #pragma once
-// ddl/core/types.hpp: the matrix aliases every layer speaks. Tokens are columns (DESIGN.md §1).
+// ddl/core/types.hpp: the matrix aliases every layer speaks. Tokens are columns (docs/architecture.md principle 1).
 #include <Eigen/Core>
 
 namespace ddl {

@@ -2,7 +2,7 @@
 // ddl/data/dataset.hpp: an in-memory labelled image set and what training does with it:
 // subsets, a seeded train/validation split, per-channel normalisation, seeded shuffling,
 // batching into caller-owned column-major matrices, and CIFAR-style augmentation.
-// Samples are COLUMNS (DESIGN.md §1); an image is stored in CHW order (channel planes of
+// Samples are COLUMNS (docs/architecture.md principle 1); an image is stored in CHW order (channel planes of
 // height x width, each row-major), so pixel (c, y, x) is row (c * H + y) * W + x.
 #include <algorithm>
 #include <cmath>

@@ -1,5 +1,5 @@
 #pragma once
-// ddl/diag/gate_audit.hpp: per-block statistics of the gate, the direction and the write (SPEC §6),
+// ddl/diag/gate_audit.hpp: per-block statistics of the gate, the direction and the write (docs/spec.md §6),
 // read from what a DeltaResidual kept of its last forward. Nothing here changes a module.
 //
 // Per block and batch (GateStats):
@@ -7,13 +7,13 @@
 //               (beta < 1e-3 or beta > 2 - 1e-3)
 //   regimes     token counts per DeltaRegime of the effective gate b = beta rho, classified by the
 //               operator's own classifyRegime (ops/delta_operator.hpp): one taxonomy for the operator
-//               and the audit. In the gate's range its bands are SPEC §6's thresholds on b:
+//               and the audit. In the gate's range its bands are docs/spec.md §6's thresholds on b:
 //               identity-like b < 0.1, projection-like |b - 1| < 0.1, reflection-like b > 1.9, and
 //               between them contraction / partial reflection (expansion only outside [0, 2])
 //   |k~|        against eps_k, recovered from the stored norm n (SqrtEps: |k~| = sqrt(n^2 - eps^2),
 //               AddEps: n = |k~|): min, mean, and how many tokens have |k~| < 10 eps_k
 //   rho         mean |k|^2 (1 for a unit k, < 1 where the guard bites)
-//   error ratio |e_post| / |e_pre| per token, which must equal |1 - beta rho| (SPEC §1). e_pre =
+//   error ratio |e_post| / |e_pre| per token, which must equal |1 - beta rho| (docs/spec.md §1). e_pre =
 //               k^T X - v^T = -discrepancy; e_post = k^T Y - v^T is measured on the real output Y of
 //               the same forward when the caller passes it. Delta kind only (the write-only control
 //               has no such identity); the mean of |1 - beta rho| is reported without Y as well, and
@@ -42,7 +42,7 @@
 
 namespace ddl {
 
-// Thresholds of SPEC §6 that are not regime bands (those live in classifyRegime, ops/delta_operator.hpp).
+// Thresholds of docs/spec.md §6 that are not regime bands (those live in classifyRegime, ops/delta_operator.hpp).
 struct GateThresholds {
   static constexpr double saturation = 1e-3;   // beta < 1e-3 or beta > 2 - 1e-3
   static constexpr double smallDirection = 10;  // |k~| < 10 eps_k

@@ -1,5 +1,5 @@
 #pragma once
-// ddl/diag/recorder.hpp: the audit recorder (SPEC §6), one row per gated block per epoch.
+// ddl/diag/recorder.hpp: the audit recorder (docs/spec.md §6), one row per gated block per epoch.
 //
 //   ddl::AuditRecorder rec;                       // detached by construction: the net knows nothing of it
 //   for (batch...) { net.forward(X, logits); rec.observe(net); ... }   // after any forward

@@ -1,5 +1,5 @@
 #pragma once
-// ddl/diag/spectral.hpp: the spectrum of one frozen operator A = I - beta k k^T (SPEC §1, §6), read
+// ddl/diag/spectral.hpp: the spectrum of one frozen operator A = I - beta k k^T (docs/spec.md §1, §6), read
 // through the DeltaOperator API, for one token of a DeltaResidual's last forward or any (k, beta).
 // With a guarded k (rho = |k|^2 < 1) the k-eigenvalue is 1 - beta rho, never assumed to be 1 - beta.
 #include <cmath>

@@ -1,6 +1,6 @@
 #pragma once
 // ddl/nn/compressor.hpp: CC, the compressor that reads the expanded state X (d x dv per token) into the
-// branch input x_in (SPEC §3): x_in[i] = sum_j W[i, j] X_j[i].
+// branch input x_in (docs/spec.md §3): x_in[i] = sum_j W[i, j] X_j[i].
 //   Free:       W: (d, dv) free weights, initialised to 1/dv (the mean over channels)      "weight"
 //   Structured: the authors' code: a "same"-padded conv of kernel K along the dv axis, then a read
 //               vector r of length dv: W[i, j] = w_eff[j] = sum_j' r[j'] a[j - j' + K/2], shared over i.
@@ -46,7 +46,7 @@ class Compressor {
     }
   }
 
-  // What backward needs of one application: a view of its input. SPEC §3 shares one compressor between
+  // What backward needs of one application: a view of its input. docs/spec.md §3 shares one compressor between
   // a block's sublayers: each application passes its own Cache, and the backwards run in reverse order
   // of the forwards (docs/decisions.md, "Modules applied more than once per step").
   struct Cache {

@@ -1,5 +1,5 @@
 #pragma once
-// ddl/nn/conv2d.hpp: 2-D convolution on pixels as columns (DESIGN.md §1), by GEMMs.
+// ddl/nn/conv2d.hpp: 2-D convolution on pixels as columns (docs/architecture.md principle 1), by GEMMs.
 //
 //   X: (in, B*H*W), column (b*H + y)*W + x  ->  Y: (out, B*Ho*Wo), geometry in nn/window2d.hpp
 //   Y(o, (b, oy, ox)) = bias(o) + Σ_{c,i,j} Wt[o, c, i, j] X(c, (b, oy*sh - ph + i, ox*sw - pw + j))

@@ -1,5 +1,5 @@
 #pragma once
-// ddl/nn/conv_branch.hpp: the branch F of an image DeltaBlock (SPEC §4): conv 3x3 -> act -> conv 3x3,
+// ddl/nn/conv_branch.hpp: the branch F of an image DeltaBlock (docs/spec.md §4): conv 3x3 -> act -> conv 3x3,
 // "same" padding, stride 1, so h has c's layout.
 //   c: (d, N) pixels as columns, N = layout.tokens() (column (b*H + y)*W + x) -> hidden (hidden, N)
 //   -> h: (d, N). Parameter names under the block: conv.conv1.{weight,bias}, conv.conv2.{weight,bias}

@@ -1,5 +1,5 @@
 #pragma once
-// ddl/nn/conv_delta_net.hpp: the image classifier of SPEC §4 (configuration: conv_delta_net_config.hpp).
+// ddl/nn/conv_delta_net.hpp: the image classifier of docs/spec.md §4 (configuration: conv_delta_net_config.hpp).
 //   images (C*H*W, B), one CHW column per image -> pixels as columns (C, B*H*W)
 //   -> stem conv k x k (C -> widths[0]) -> expand to dv -> per stage: [transition] + DeltaConvBlocks
 //   -> readout CC (dv > 1) -> RMSNorm per pixel -> global average pool per image (widths.back(), B)

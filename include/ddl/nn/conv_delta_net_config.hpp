@@ -1,5 +1,5 @@
 #pragma once
-// ddl/nn/conv_delta_net_config.hpp: the configuration of a ConvDeltaNet (SPEC §4) and its string
+// ddl/nn/conv_delta_net_config.hpp: the configuration of a ConvDeltaNet (docs/spec.md §4) and its string
 // key/value form (checkpoints store it as JSON, like DeltaNetConfig).
 //
 //   image (channels, height, width) -> stem conv k x k (stemWidth... = widths[0]) -> expand to dv
@@ -111,7 +111,7 @@ struct ConvDeltaNetConfig {
   }
 };
 
-// Sets the options a preset fixes (SPEC §7), as applyPreset(DeltaNetConfig&) does; shapes and the
+// Sets the options a preset fixes (docs/spec.md §7), as applyPreset(DeltaNetConfig&) does; shapes and the
 // residual kind are left alone. Throws ValueError for an unknown preset.
 inline void applyPreset(ConvDeltaNetConfig& c, const std::string& preset) {
   DeltaNetConfig v;

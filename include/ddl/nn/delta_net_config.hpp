@@ -1,5 +1,5 @@
 #pragma once
-// ddl/nn/delta_net_config.hpp: the full configuration of a DeltaNet, the presets of SPEC §7, and a
+// ddl/nn/delta_net_config.hpp: the full configuration of a DeltaNet, the presets of docs/spec.md §7, and a
 // string key/value form of it (checkpoints store it; the PyTorch loader rebuilds the net from it).
 //
 // Presets (the residual kind is independent: "code" + additive is the plain residual baseline):
@@ -133,7 +133,7 @@ inline DeltaNetConfig DeltaNetConfig::fromKeyValues(const KeyValues& kv) {
   return c;
 }
 
-// Sets the options a preset fixes (SPEC §7) and records its name; the shape fields and the residual
+// Sets the options a preset fixes (docs/spec.md §7) and records its name; the shape fields and the residual
 // kind are left alone. Throws ValueError for an unknown preset.
 inline void applyPreset(DeltaNetConfig& c, const std::string& preset) {
   DeltaResidualOptions& r = c.block.residual;

@@ -1,5 +1,5 @@
 #pragma once
-// ddl/nn/delta_residual.hpp: the rewrite step of one block (SPEC §2), with every option of the paper
+// ddl/nn/delta_residual.hpp: the rewrite step of one block (docs/spec.md §2), with every option of the paper
 // versions and the authors' code, and the two controls (write-only, additive) as one option.
 //
 // Per token, given the state X (d x dv), the branch input x_in, c = RMSNorm(x_in) and the branch
@@ -20,7 +20,7 @@
 // [TwoLayerTanh: gate.fc1.weight (hg, d), gate.fc2.weight (1, hg), gate.bias [1]],
 // value.weight (dv, d), value.bias (dv, 1), [AuxiliaryMlp: direction.fc1.*, direction.fc2.*].
 // Initialisation (seeded): gate and value weights as torch.nn.Linear (U(+-1/sqrt(fan_in))), value bias 0,
-// gate bias = logit(beta0/2) (SPEC §2), so every token starts near beta0; aux MLP as torch.nn.Linear.
+// gate bias = logit(beta0/2) (docs/spec.md §2), so every token starts near beta0; aux MLP as torch.nn.Linear.
 #include <string>
 #include <vector>
 

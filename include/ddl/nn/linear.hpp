@@ -12,7 +12,7 @@
 // Threads: a large product is cut into independent pieces, one single-threaded Eigen product per
 // OpenMP thread (forward: column ranges of Y; backward: row ranges of dW and column ranges of dX
 // as separate tasks). Eigen's own threaded GEMM shares packed panels and spins at each of them;
-// on the issue-3 shapes (B = 128, 256 <-> 1024) with 2 threads the pieces ran 10-40 % faster.
+// on the benchmark net's shapes (B = 128, 256 <-> 1024) with 2 threads the pieces ran 10-40 % faster.
 // Each output element is still one dot product computed by one thread: results depend on the
 // thread count only through Eigen's blocking of the pieces, as with Eigen's own threading.
 //

@@ -1,5 +1,5 @@
 #pragma once
-// ddl/nn/mlp_branch.hpp: the branch F of a vector DeltaBlock (SPEC §2): h = fc2(act(fc1(c))).
+// ddl/nn/mlp_branch.hpp: the branch F of a vector DeltaBlock (docs/spec.md §2): h = fc2(act(fc1(c))).
 //   c: (d, N) -> hidden (hidden, N) -> h: (d, N); tokens are independent, so the layout is only checked.
 // Parameter names under the block: mlp.fc1.{weight,bias}, mlp.fc2.{weight,bias}.
 //

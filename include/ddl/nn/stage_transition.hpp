@@ -1,5 +1,5 @@
 #pragma once
-// ddl/nn/stage_transition.hpp: the step between two stages of an image net (SPEC §4): it acts on the
+// ddl/nn/stage_transition.hpp: the step between two stages of an image net (docs/spec.md §4): it acts on the
 // compressed state and re-expands.
 //   X: (cin, dv*N) -> x_in = CC(X) (dv > 1; X itself for dv = 1) -> c = RMSNorm(x_in)
 //   -> y = conv 3x3 stride 2, padding 1 (cin -> cout): (cout, N') with N' the tokens of

@@ -1,6 +1,6 @@
 #pragma once
 // ddl/ops/delta_operator.hpp: the single-token Delta Operator A = I - beta k k^T as an Eigen operator
-// object (SPEC §1, STYLE.md §1 and §6.3), modelled on Eigen's HouseholderSequence.
+// object (docs/spec.md §1), modelled on Eigen's HouseholderSequence.
 //
 // A is never materialized unless asked for. Everything below works and costs O(d * dv):
 //   Y = A * X;            // X: (d, dv)   eager, returns a plain matrix
@@ -67,7 +67,7 @@ struct AssignmentKind<DenseShape, DeltaOperatorShape> {
 namespace ddl {
 
 // Where an operator sits on the gate's path, judged by the effective gate b = beta * rho (for a unit k,
-// b = beta and the k-eigenvalue is lambda = 1 - b). The bands follow the diagnostics of SPEC §6:
+// b = beta and the k-eigenvalue is lambda = 1 - b). The bands follow the diagnostics of docs/spec.md §6:
 //   Identity           |b| < 0.1             lambda in (0.9, 1.1): (almost) the skip connection
 //   Contraction        0.1 <= b <= 0.9       lambda in [0.1, 0.9]: shrinks the k component
 //   Projection         |b - 1| < 0.1         lambda in (-0.1, 0.1): (almost) erases the k component
@@ -77,7 +77,7 @@ namespace ddl {
 //                                            range [0, 2]; inverses of contractions land here)
 // This is the one regime taxonomy of ddl: the gate audit (diag/gate_audit.hpp) counts tokens by it too.
 // Inside the gate's range (beta in [0, 2], rho <= 1, so b in [0, 2]) the three named bands are exactly the
-// thresholds of SPEC §6 applied to b: identity-like b < 0.1, projection-like |b - 1| < 0.1,
+// thresholds of docs/spec.md §6 applied to b: identity-like b < 0.1, projection-like |b - 1| < 0.1,
 // reflection-like b > 1.9.
 enum class DeltaRegime { Identity, Contraction, Projection, PartialReflection, Reflection, Expansion };
 inline constexpr int kDeltaRegimeCount = 6;  // the enumerators above, in order (0 .. 5)

@@ -1,7 +1,7 @@
 #pragma once
-// ddl/ops/delta_write.hpp: the batched Delta kernels and their vector-Jacobian products (SPEC §1, §5).
+// ddl/ops/delta_write.hpp: the batched Delta kernels and their vector-Jacobian products (docs/spec.md §1, §5).
 //
-// Layout (DESIGN.md §1, tokens are columns). For N tokens and value width dv:
+// Layout (docs/architecture.md principle 1, tokens are columns). For N tokens and value width dv:
 //   K     : (d, N)       one unit-ish direction per token
 //   beta  : (1, N)       one gate per token
 //   V     : (dv, N)      one value per token
@@ -10,7 +10,7 @@
 //
 // Every kernel is one pass over the columns: for each token the dot products k.x_j are taken and
 // the axpy follows while the column is still in L1, which keeps the kernels at the memory-bandwidth
-// limit (DESIGN.md, measured facts). No kernel allocates for direct-access operands (matrices, maps,
+// limit (docs/architecture.md, the machine). No kernel allocates for direct-access operands (matrices, maps,
 // blocks); an expression operand is evaluated once, before the loop (detail::Operand). Y may be the
 // same object as X (in place), and dX may be the same object as G. Columns are split over OpenMP
 // threads when the work is large; nothing inside a parallel loop can throw or allocate.
@@ -79,7 +79,7 @@ void deltaApply(const Eigen::MatrixBase<DK>& KIn, const Eigen::MatrixBase<DB>& b
   }
 }
 
-// Backward of deltaApply. G = dL/dY. With p = X_j^T k and g = G_j^T k per channel (SPEC §5):
+// Backward of deltaApply. G = dL/dY. With p = X_j^T k and g = G_j^T k per channel (docs/spec.md §5):
 //   dX = A G,  dbeta = -sum_j g_j p_j,  dk = -beta sum_j (G_j p_j + X_j g_j)
 // K: (d, N), beta: (1, N), X, G: (d, dv*N) -> dX: (d, dv*N), dK: (d, N), dBeta: (1, N); all overwritten.
 template <class DK, class DB, class DX, class DG>
@@ -151,7 +151,7 @@ void deltaWrite(const Eigen::MatrixBase<DK>& KIn, const Eigen::MatrixBase<DB>& b
   }
 }
 
-// Backward of deltaWrite. With g = G_j^T k and the cached delta (SPEC §5):
+// Backward of deltaWrite. With g = G_j^T k and the cached delta (docs/spec.md §5):
 //   dX = A G,  dv = beta g,  dbeta = sum_j g_j delta_j,  dk = beta sum_j (G_j delta_j - X_j g_j)
 // K: (d, N), beta: (1, N), X, G: (d, dv*N), Delta: (dv, N)
 //   -> dX: (d, dv*N), dK: (d, N), dBeta: (1, N), dV: (dv, N); all overwritten.

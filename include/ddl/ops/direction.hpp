@@ -1,9 +1,9 @@
 #pragma once
-// ddl/ops/direction.hpp: normalization of the raw direction k~ into k (SPEC §2), with backward.
+// ddl/ops/direction.hpp: normalization of the raw direction k~ into k (docs/spec.md §2), with backward.
 //   SqrtEps (default): k = k~ / sqrt(|k~|^2 + eps^2)   smooth everywhere; Jacobian (I - k k^T) / n
 //   AddEps  (v1):      k = k~ / (|k~| + eps)           kink at k~ = 0, where the subgradient I/eps is used
 // With eps > 0 the result is not exactly unit: rho = |k|^2 < 1, and the operator's k-eigenvalue is
-// 1 - beta*rho (SPEC §1). The operator-form guard of v1, A = I - beta k~k~^T/(k~^T k~ + eps), equals
+// 1 - beta*rho (docs/spec.md §1). The operator-form guard of v1, A = I - beta k~k~^T/(k~^T k~ + eps), equals
 // SqrtEps with eps_k^2 = eps, so it needs no kernel of its own.
 #include <cmath>
 #include <string>

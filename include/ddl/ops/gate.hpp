@@ -1,5 +1,5 @@
 #pragma once
-// ddl/ops/gate.hpp: the gate beta = 2 sigma(z) in (0, 2) and its two logit heads (SPEC §2), with backward.
+// ddl/ops/gate.hpp: the gate beta = 2 sigma(z) in (0, 2) and its two logit heads (docs/spec.md §2), with backward.
 //   linear:    z = w c + b                 w: (1, d), b: (1, 1)
 //   two-layer: z = w2 tanh(W1 c) + b2      W1: (h, d), w2: (1, h), b2: (1, 1); no bias inside
 // d beta / d z = 2 sigma(z) sigma(-z), computed from z (not from the rounded beta, whose 2 - beta
