@@ -1,4 +1,4 @@
-// Checkpoints of whole models (issue 8): metadata must not drive allocation before the tensor
+// Checkpoints of whole models: metadata must not drive allocation before the tensor
 // shapes confirm it, and a resume refuses what it cannot follow exactly.
 #include <chrono>
 #include <cstdint>
@@ -51,7 +51,7 @@ TEST_CASE("configFromCheckpoint: sizes the tensors do not confirm are refused be
   const std::string ok = saveWithClaim("ok.safetensors", good);
   CHECK(ddl::configJson(ddl::configFromCheckpoint(ddl::readCheckpointMetadata(ok), ok)) == ddl::configJson(good));
 
-  ddl::DeltaNetConfig huge = good;  // the 188 KB file claiming d 4096 / hidden 16384 of issue 8
+  ddl::DeltaNetConfig huge = good;  // the 188 KB file claiming d 4096 / hidden 16384 (a hostile header)
   huge.d = 4096;
   huge.block.hidden = 16384;
   const std::string hugePath = saveWithClaim("huge.safetensors", huge);

@@ -1,4 +1,4 @@
-// Tests of ddl/ops/delta_operator.hpp: the spectral facts of SPEC §1 against Eigen's dense solvers,
+// Tests of ddl/ops/delta_operator.hpp: the spectral facts of docs/spec.md §1 against Eigen's dense solvers,
 // the operator API (A*X, X*A, applyOnTheLeft/Right, evalTo), allocation-freedom and shape errors.
 //
 #include "eigen_guard.hpp"  // first: live allocation checks and throwing eigen_assert
@@ -414,7 +414,7 @@ TEST_CASE("regime bands and condition number", "[delta_operator][regime]") {
   CHECK(ddl::deltaOperator(k1, 0.5).conditionNumber() == 1.0);
 }
 
-TEST_CASE("regime bands inside the gate's range are SPEC §6's thresholds on beta*rho", "[delta_operator][regime]") {
+TEST_CASE("regime bands inside the gate's range are docs/spec.md §6's thresholds on beta*rho", "[delta_operator][regime]") {
   // One taxonomy for the operator and the audit: on b in [0, 2] the named bands are identity-like
   // b < 0.1, projection-like |b - 1| < 0.1 and reflection-like b > 1.9; the rest splits by the side of 1.
   using R = ddl::DeltaRegime;

@@ -113,7 +113,7 @@ TEST_CASE("gate beta = 2 sigma(z) is stable and its bias reproduces beta0", "[op
   CHECK(ddl::gateBiasFromBeta0(1.0) == 0.0);
   CHECK(std::isfinite(ddl::gateBiasFromBeta0(0.0)));
   CHECK(ddl::gateBiasFromBeta0(0.0) == Approx(std::log(1e-6 / (1 - 1e-6))));
-  CHECK(ddl::gateBiasFromBeta0(5.0) == ddl::gateBiasFromBeta0(2.0));  // clamped as SPEC §2 says
+  CHECK(ddl::gateBiasFromBeta0(5.0) == ddl::gateBiasFromBeta0(2.0));  // clamped as docs/spec.md §2 says
   std::string msg = ddl_test::thrownMessage<ddl::ValueError>(
       [] { ddl::gateBiasFromBeta0(std::numeric_limits<double>::quiet_NaN()); });
   CHECK(ddl_test::contains(msg, "ddl::gateBiasFromBeta0"));

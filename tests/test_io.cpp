@@ -614,7 +614,7 @@ TEST_CASE("metrics csv: a full disk leaves the file as it was, never half a row"
 }
 
 // ---------------------------------------------------------------------------------------------
-// Hostile files (issue 8) and tensors of any rank (issue 7).
+// Hostile files and tensors of any rank.
 
 namespace {
 // Rewrites the header of a safetensors file: edit(json) changes it, the data bytes stay.

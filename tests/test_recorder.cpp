@@ -48,7 +48,7 @@ struct BlockRef {
 };
 
 // The forward of a DeltaNet of preset "code" (dv = 1: SqrtEps, linear gate, v = 4 sigma(W_v x + b_v))
-// or "paper" (any dv: free CC, v = W_v c + b_v), written out from SPEC §2-§3 for the test.
+// or "paper" (any dv: free CC, v = W_v c + b_v), written out from docs/spec.md §2-§3 for the test.
 std::vector<BlockRef> referenceForward(ddl::DeltaNet<double>& net, const Mat& input) {
   const ddl::DeltaNetConfig& cfg = net.config();
   const auto P = paramsOf(net);
@@ -189,7 +189,7 @@ TEST_CASE("recorded statistics equal an independent recomputation of the net in 
         betaMax = std::max(betaMax, beta);
         ++hist[static_cast<std::size_t>(std::min<Index>(bins - 1, static_cast<Index>(beta / 2 * bins)))];
         if (beta < 1e-3 || beta > 2 - 1e-3) ++saturated;
-        // SPEC §6's thresholds on beta rho, and the two bands between them
+        // docs/spec.md §6's thresholds on beta rho, and the two bands between them
         const int reg = eff < 0.1 ? 0 : std::abs(eff - 1) < 0.1 ? 2 : eff > 1.9 ? 4 : eff < 1 ? 1 : 3;
         ++regimes[static_cast<std::size_t>(reg)];
         const double kt = r->Kt.col(t).norm();
