@@ -10,8 +10,10 @@
 #include "ddl/io/checkpoint.hpp"
 #include "ddl/nn/conv_delta_net_config.hpp"
 #include "ddl/nn/delta_net.hpp"
+#include "ddl/train/adamw.hpp"
 #include "ddl/train/trainer.hpp"
 
+using ddl::MatX;
 using ddl_test::contains;
 using ddl_test::thrownMessage;
 
@@ -126,4 +128,92 @@ TEST_CASE("Trainer::resume refuses malformed train_options JSON", "[io][checkpoi
     CHECK(contains(m, "train_options metadata is not a JSON object"));
     CHECK(trainer.step() == 0);
   }
+}
+
+namespace {
+
+ddl::DeltaNetConfig twoLayerGateConfig() {
+  ddl::DeltaNetConfig c = smallConfig();
+  ddl::applyPreset(c, "v1");  // two-layer tanh gate
+  c.block.residual.gateHidden = 3;
+  return c;
+}
+
+// Rewrites a version 3 checkpoint as version 2 wrote it: the two-layer gate's output bias under
+// "gate.bias" and every optimizer tensor as [rows, cols].
+void writeAsVersion2(const std::string& from, const std::string& to) {
+  ddl::SafetensorsReader r(from);
+  std::map<std::string, std::string> meta = r.header().metadata;
+  meta["format_version"] = "2";
+  struct Entry {
+    std::string name;
+    std::vector<std::int64_t> shape;
+    MatX<float> value;
+  };
+  std::vector<Entry> entries;
+  for (const ddl::TensorInfo& t : r.header().tensors) {
+    Entry e{ddl::detail::legacyTensorName(t.name), t.shape, r.readTensor<float>(t.name, t.shape)};
+    if (ddl::detail::isOptimName(t.name)) e.shape = {e.value.rows(), e.value.cols()};
+    entries.push_back(std::move(e));
+  }
+  ddl::SafetensorsWriter w;
+  w.setMetadata(meta);
+  for (const Entry& e : entries) w.declare(e.name, ddl::DType::F32, e.shape);
+  ddl::writeFileAtomically(to, [&](std::ostream& os) {
+    w.writeHeader(os);
+    for (const Entry& e : entries) w.writeTensor(os, e.name, e.shape, e.value);
+    w.finish();
+  });
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint: the two-layer gate is named as nn.Linear names it, optimizer state has its parameter's "
+          "shape, and version 2 files still load",
+          "[io][checkpoint]") {
+  const ddl::DeltaNetConfig c = twoLayerGateConfig();
+  ddl::DeltaNet<float> net(c, 4);
+  ddl::AdamW<float> opt;
+  ddl::SoftmaxCrossEntropy<float> loss;
+  ddl::StepBuffers<float> buf;
+  const MatX<float> X = MatX<float>::Random(c.inputDim, 5);
+  const std::vector<int> y = {0, 1, 2, 0, 1};
+  ddl::trainStep(net, loss, opt, X, y, buf, {});
+  const std::string path = tmpPath("two_layer_gate.safetensors");
+  ddl::saveCheckpoint(path, net, opt);
+
+  const ddl::SafetensorsHeader h = ddl::readSafetensorsHeader(path);
+  CHECK(h.find("blocks.0.delta.gate.fc1.weight")->shape == std::vector<std::int64_t>{3, 4});
+  CHECK(h.find("blocks.0.delta.gate.fc2.weight")->shape == std::vector<std::int64_t>{1, 3});
+  CHECK(h.find("blocks.0.delta.gate.fc2.bias")->shape == std::vector<std::int64_t>{1});
+  CHECK(h.find("blocks.0.delta.gate.bias") == nullptr);
+  CHECK(h.find("optim.blocks.0.delta.gate.fc2.bias.exp_avg")->shape == std::vector<std::int64_t>{1});
+  CHECK(h.find("optim.blocks.0.norm.weight.exp_avg_sq")->shape == std::vector<std::int64_t>{4});
+  CHECK(h.find("optim.blocks.0.mlp.fc1.weight.exp_avg")->shape == std::vector<std::int64_t>{5, 4});
+
+  // The same state written the version 2 way loads into the same parameters and moments.
+  const std::string v2 = tmpPath("two_layer_gate_v2.safetensors");
+  writeAsVersion2(path, v2);
+  REQUIRE(ddl::readSafetensorsHeader(v2).find("blocks.0.delta.gate.bias") != nullptr);
+  ddl::DeltaNet<float> fromV2(c, 9), fromV3(c, 8);
+  ddl::AdamW<float> optV2, optV3;
+  ddl::loadCheckpoint(v2, fromV2, optV2);
+  ddl::loadCheckpoint(path, fromV3, optV3);
+  std::vector<MatX<float>> a, b, sa, sb;
+  fromV2.visitParams("", [&](const std::string&, ddl::Param<float>& p) { a.push_back(p.value); });
+  fromV3.visitParams("", [&](const std::string&, ddl::Param<float>& p) { b.push_back(p.value); });
+  optV2.visitState([&](const std::string&, MatX<float>& t) { sa.push_back(t); });
+  optV3.visitState([&](const std::string&, MatX<float>& t) { sb.push_back(t); });
+  CHECK(a == b);
+  CHECK(sa == sb);
+  CHECK(optV2.stepCount() == optV3.stepCount());
+
+  // A missing parameter is named with the shape it is stored with.
+  ddl::DeltaNetConfig other = c;
+  other.block.residual.gate = ddl::GateKind::Linear;
+  ddl::DeltaNet<float> linearGate(other, 1);
+  ddl::CheckpointLoadOptions lenient;
+  lenient.allowExtraTensors = true;
+  CHECK(contains(thrownMessage<ddl::IoError>([&] { ddl::loadCheckpoint(path, linearGate, lenient); }),
+                 "tensor \"blocks.0.delta.gate.weight\" is missing (model parameter [1, 4], dtype F32)"));
 }

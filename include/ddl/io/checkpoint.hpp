@@ -5,8 +5,10 @@
 // f(const std::string& name, Param<S>& p). Each parameter becomes a tensor under its dotted name
 // with its logical (PyTorch) shape p.shape (a bias [n], a Linear weight [out, in], a conv weight
 // [out, in, kh, kw]) and the dtype of S, so a matching nn.Module's load_state_dict takes the file
-// as it is. Format version 2; version 1 (every tensor stored as [rows, cols], a bias as [n, 1]) is
-// still read. Optimizer state, when given, is stored under "optim." + name;
+// as it is. Format version 3; older versions are still read: version 2 named the two-layer gate's
+// output bias "gate.bias" (now "gate.fc2.bias", as nn.Linear names it) and stored optimizer state as
+// [rows, cols] (a bias's moments as [n, 1]; now with the parameter's shape); version 1 also stored
+// every parameter as [rows, cols]. Optimizer state, when given, is stored under "optim." + name;
 // the step count, epoch, RNG state, model configuration, preset and ddl version go into the
 // "__metadata__" strings (structured values as JSON text), so that a resume is bit-identical.
 //
@@ -46,25 +48,25 @@
 namespace ddl {
 
 // Everything besides tensors that a checkpoint records. Metadata keys (all values are strings):
-//   format "ddl-checkpoint", format_version "2" ("1" is read too), ddl_version, preset, model_config (JSON text),
+//   format "ddl-checkpoint", format_version "3" ("1" and "2" are read too), ddl_version, preset, model_config (JSON text),
 //   epoch, step, rng_state (JSON array of the 6 Rng::State integers; 4 in older files),
 //   optimizer_step, optimizer_tensors,
 //   plus any caller keys in `extra`.
 struct CheckpointMeta {
   std::string ddlVersion;                      // filled in by saveCheckpoint
-  std::string preset;                          // e.g. "mnist-small"; empty if none
+  std::string preset;                          // e.g. "code"; empty if none
   std::string modelConfig;                     // JSON text of the model configuration; empty if none
   std::int64_t epoch = 0;                      // completed epochs
   std::int64_t step = 0;                       // completed training steps
   std::optional<Rng::State> rngState;          // ddl::Rng::state() of the training loop
   std::optional<std::int64_t> optimizerStep;   // filled in by the optimizer overloads, in [0, kMaxOptimizerStep]
   std::optional<std::int64_t> optimizerTensors;  // number of "optim." tensors the saver wrote
-  int formatVersion = kCheckpointFormatVersion;  // of the file read (fromMetadata), 2 when written
+  int formatVersion = kCheckpointFormatVersion;  // of the file read (fromMetadata), 3 when written
 
   // Step counts beyond 2^53 are not exact in the double arithmetic of bias corrections and would
   // overflow soon after 2^63; no real run gets near either.
   static constexpr std::int64_t kMaxOptimizerStep = std::int64_t(1) << 53;
-  static constexpr int kCheckpointFormatVersion = 2;
+  static constexpr int kCheckpointFormatVersion = 3;
   std::map<std::string, std::string> extra;    // caller keys, kept verbatim
 
   static const std::set<std::string>& reservedKeys() {
@@ -126,9 +128,9 @@ struct CheckpointMeta {
         // "pt" is what PyTorch tools write into a plain state_dict file, which loads as well.
         if (kv.second != "ddl-checkpoint" && kv.second != "pt") throw bad(key, "\"ddl-checkpoint\" (or \"pt\")");
       } else if (key == "format_version") {
-        if (kv.second != "1" && kv.second != "2")
-          throw bad(key, "\"1\" or \"2\" (this ddl reads checkpoint format versions 1 and 2; a newer ddl wrote it)");
-        c.formatVersion = kv.second == "1" ? 1 : 2;
+        if (kv.second != "1" && kv.second != "2" && kv.second != "3")
+          throw bad(key, "\"1\", \"2\" or \"3\" (this ddl reads checkpoint format versions 1 to 3; a newer ddl wrote it)");
+        c.formatVersion = kv.second[0] - '0';
       } else if (key == "ddl_version") {
         c.ddlVersion = kv.second;
       } else if (key == "preset") {
@@ -212,28 +214,73 @@ std::string firstNonFinite(const M& m) {
   return {};
 }
 
+// Stored shapes of a model's parameters, by name.
+template <class Model>
+std::map<std::string, std::vector<std::int64_t>> parameterShapes(const char* fn, Model& model) {
+  std::map<std::string, std::vector<std::int64_t>> shapes;
+  model.visitParams("", [&](const std::string& name, auto& p) { shapes[name] = storedShape(fn, name, p); });
+  return shapes;
+}
+
+// The shape an optimizer tensor is stored with: that of its parameter (the state "<param>.<slot>" of a
+// tensor has the parameter's matrix), else [rows, cols].
+template <class M>
+std::vector<std::int64_t> optimizerStateShape(const std::map<std::string, std::vector<std::int64_t>>& shapes,
+                                              const std::string& stateName, const M& t) {
+  const std::size_t dot = stateName.rfind('.');
+  if (dot != std::string::npos) {
+    const auto it = shapes.find(stateName.substr(0, dot));
+    Index rows = 0, cols = 0;
+    if (it != shapes.end() && matrixDimsOf(it->second, rows, cols) && rows == t.rows() && cols == t.cols())
+      return it->second;
+  }
+  return {static_cast<std::int64_t>(t.rows()), static_cast<std::int64_t>(t.cols())};
+}
+
 template <class Model, class VisitOptim>
 void writeCheckpoint(const char* fn, const std::string& path, Model& model, VisitOptim&& visitOptim,
                      const std::map<std::string, std::string>& metadata) {
   SafetensorsWriter w;
   w.setMetadata(metadata);
+  std::map<std::string, std::vector<std::int64_t>> shapes;  // of the declaring walk, for the optimizer state
   model.visitParams("", [&](const std::string& name, auto& p) {
     using S = typename std::decay_t<decltype(p.value)>::Scalar;
     require(!isOptimName(name), fn, "parameter name \"", name, "\" uses the reserved prefix \"optim.\"");
-    w.declare(name, DTypeOf<S>::value, storedShape(fn, name, p));
+    shapes[name] = storedShape(fn, name, p);
+    w.declare(name, DTypeOf<S>::value, shapes[name]);
   });
   visitOptim([&](const std::string& name, auto& t) {
     using S = typename std::decay_t<decltype(t)>::Scalar;
-    w.template declare<S>(kOptimPrefix + name, t.rows(), t.cols());
+    w.declare(kOptimPrefix + name, DTypeOf<S>::value, optimizerStateShape(shapes, name, t));
   });
   writeFileAtomically(path, [&](std::ostream& os) {
     w.writeHeader(os);
     model.visitParams("", [&](const std::string& name, auto& p) {
       w.writeTensor(os, name, storedShape(fn, name, p), p.value);
     });
-    visitOptim([&](const std::string& name, auto& t) { w.writeMatrix(os, kOptimPrefix + name, t); });
+    visitOptim([&](const std::string& name, auto& t) {
+      w.writeTensor(os, kOptimPrefix + name, optimizerStateShape(shapes, name, t), t);
+    });
     w.finish();
   });
+}
+
+// The name a format version 1 or 2 file gives a tensor: the two-layer gate's output bias was
+// "gate.bias" (a parameter, or the "gate.bias." prefix of its optimizer state), now "gate.fc2.bias".
+inline std::string legacyTensorName(const std::string& name) {
+  static const std::string now = "gate.fc2.bias", then = "gate.bias";
+  const std::size_t at = name.rfind(now);
+  if (at == std::string::npos || (at > 0 && name[at - 1] != '.')) return name;
+  const std::size_t end = at + now.size();
+  if (end != name.size() && name[end] != '.') return name;
+  return name.substr(0, at) + then + name.substr(end);
+}
+
+// The tensor of `name` in the file: the name itself, or in a version 1 or 2 file its legacy name.
+inline std::string tensorNameInFile(const SafetensorsReader& r, const std::string& name, int formatVersion) {
+  if (formatVersion >= 3 || r.header().find(name)) return name;
+  const std::string legacy = legacyTensorName(name);
+  return r.header().find(legacy) ? legacy : name;
 }
 
 // Reads and checks every model parameter into a temporary; returns the assignments to commit.
@@ -245,15 +292,18 @@ std::vector<std::function<void()>> stageModel(SafetensorsReader& r, Model& model
     using S = typename std::decay_t<decltype(p.value)>::Scalar;
     if (!used.insert(name).second)
       throw IoError("ddl::loadCheckpoint: " + r.path() + ": the model visits parameter \"" + name + "\" twice");
-    if (!r.header().find(name))
+    const std::string key = tensorNameInFile(r, name, formatVersion);
+    used.insert(key);
+    if (!r.header().find(key))
       throw IoError("ddl::loadCheckpoint: " + r.path() + ": tensor \"" + name + "\" is missing (model parameter " +
-                    shapeOf(p.value) + ", dtype " + dtypeName(DTypeOf<S>::value) + ")");
+                    shapeString(storedShape("ddl::loadCheckpoint", name, p)) + ", dtype " +
+                    dtypeName(DTypeOf<S>::value) + ")");
     // Version 1 stored every parameter as [rows, cols] (a bias as [n, 1]); it reads into the same matrix.
     const std::vector<std::int64_t> shape =
         formatVersion == 1 ? std::vector<std::int64_t>{static_cast<std::int64_t>(p.value.rows()),
                                                        static_cast<std::int64_t>(p.value.cols())}
                            : storedShape("ddl::loadCheckpoint", name, p);
-    MatX<S> staged = r.template readTensor<S>(name, shape, opt.allowConversion);
+    MatX<S> staged = r.template readTensor<S>(key, shape, opt.allowConversion);
     const std::string bad = firstNonFinite(staged);
     if (!bad.empty())
       throw IoError("ddl::loadCheckpoint: " + r.path() + ": tensor \"" + name + "\" holds a non-finite value at " +
@@ -351,15 +401,21 @@ CheckpointMeta loadCheckpoint(const std::string& path, Model& model, Optimizer& 
   probe.initState(model);
   std::map<std::string, std::any> staged;
   if (fileHasState) {
+    const auto shapes = detail::parameterShapes(fn, model);
     probe.visitState([&](const std::string& name, auto& t) {
       using S = typename std::decay_t<decltype(t)>::Scalar;
-      const std::string key = detail::kOptimPrefix + name;
+      const std::string key = detail::tensorNameInFile(r, detail::kOptimPrefix + name, meta.formatVersion);
+      // Versions 1 and 2 stored optimizer state as [rows, cols]; version 3 with its parameter's shape.
+      const std::vector<std::int64_t> shape =
+          meta.formatVersion >= 3 ? detail::optimizerStateShape(shapes, name, t)
+                                  : std::vector<std::int64_t>{static_cast<std::int64_t>(t.rows()),
+                                                              static_cast<std::int64_t>(t.cols())};
       if (staged.count(name))
         throw IoError(std::string(fn) + ": " + path + ": the optimizer visits state \"" + name + "\" twice");
       if (!r.header().find(key))
         throw IoError(std::string(fn) + ": " + path + ": optimizer tensor \"" + key + "\" is missing (state " +
-                      shapeOf(t) + ", dtype " + dtypeName(DTypeOf<S>::value) + ")");
-      MatX<S> value = r.template readMatrix<S>(key, t.rows(), t.cols(), options.allowConversion);
+                      shapeString(shape) + ", dtype " + dtypeName(DTypeOf<S>::value) + ")");
+      MatX<S> value = r.template readTensor<S>(key, shape, options.allowConversion);
       const std::string bad = detail::firstNonFinite(value);
       if (!bad.empty())
         throw IoError(std::string(fn) + ": " + path + ": optimizer tensor \"" + key +

@@ -13,6 +13,7 @@
 #include "ddl/core/alias.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/param.hpp"
+#include "ddl/core/reduce.hpp"
 #include "ddl/core/types.hpp"
 #include "ddl/core/view.hpp"
 
@@ -91,13 +92,17 @@ class Compressor {
     if (m_kind == CompressorKind::Free) {
       for (Index j = 0; j < m_dv; ++j) {
         dX.middleCols(j * N, N) = dXin.array().colwise() * m_W.value.col(j).array();
-        m_W.grad.col(j) += (dXin.array() * X.middleCols(j * N, N).array()).rowwise().sum().matrix();
+        m_rowAcc.setZero(m_d);  // sums over tokens in double (core/reduce.hpp)
+        addRowDots(dXin, X.middleCols(j * N, N), m_rowAcc);
+        m_W.grad.col(j) += m_rowAcc.template cast<S>();
       }
     } else {
       m_dweff.resize(m_dv);
       for (Index j = 0; j < m_dv; ++j) {
         dX.middleCols(j * N, N) = m_weff(j) * dXin;
-        m_dweff(j) = (dXin.array() * X.middleCols(j * N, N).array()).sum();
+        m_rowAcc.setZero(m_d);
+        addRowDots(dXin, X.middleCols(j * N, N), m_rowAcc);
+        m_dweff(j) = static_cast<S>(sumWide(m_rowAcc));
       }
       // w_eff[j] = sum_j' r[j'] a[t] with t = j - j' + K/2 in [0, K)
       const Index half = m_kernel / 2;
@@ -164,6 +169,7 @@ class Compressor {
   Param<S> m_W, m_conv, m_read;
   Cache m_cache;  // the application of forward(X, Xin) without a Cache
   VecX<S> m_weff, m_dweff, m_weffInference;
+  VecX<SumType<S>> m_rowAcc;  // (d) scratch of backward
 };
 
 }  // namespace ddl

@@ -47,6 +47,7 @@
 #include "ddl/core/error.hpp"
 #include "ddl/core/gemm.hpp"
 #include "ddl/core/param.hpp"
+#include "ddl/core/reduce.hpp"
 #include "ddl/core/rng.hpp"
 #include "ddl/core/threading.hpp"
 #include "ddl/core/token_layout.hpp"
@@ -215,7 +216,7 @@ class Conv2d {
     MatX<S> Xpad, dXpad; // shifted products: (in, (R + kh - 1) * Wp)
     MatX<S> Yext;        // shifted products: (out, L), the band's output or its gradient
     MatX<S> dWp;         // (out, K)
-    VecX<S> db, dbRun;   // (out)
+    VecX<SumType<S>> db; // (out) the bias gradient's sum over this task's pixels, in double
     GemmWorkspace<S> forward[2], weight[2], input[2];
   };
 
@@ -447,7 +448,6 @@ class Conv2d {
   void reserveGradients(Task& task) const {
     task.dWp.resize(m_out, m_K);
     task.db.resize(m_out);
-    task.dbRun.resize(m_out);
   }
 
   // A backward task over images [b0, b1): their dX columns zeroed (the task only adds into them), its
@@ -458,25 +458,24 @@ class Conv2d {
     task.db.setZero();
   }
 
-  // task.db += the column sum of dYpart (a chunk or a band), summed on its own first: the rounding
-  // error grows with the chunk or band, not with B*Ho*Wo.
+  // task.db += the column sum of dYpart (a chunk or a band), accumulated in double (core/reduce.hpp):
+  // the rounding error does not grow with B*Ho*Wo.
   template <class Columns>
   void addBiasGradient(const Columns& dYpart, Task& task) const {
-    if (!m_hasBias) return;
-    task.dbRun.setZero();
-    for (Index j = 0; j < dYpart.cols(); ++j) task.dbRun += dYpart.col(j);
-    task.db += task.dbRun;
+    if (m_hasBias) addRowSums(dYpart, task.db);
   }
 
   // Weight and bias gradients of the tasks, in task order, into the parameters (Wp order -> weight order).
   void addTaskGradients(int tasks) {
     const Index taps = m_win.taps();
+    if (m_hasBias) m_dbWide.setZero(m_out);
     for (int t = 0; t < tasks; ++t) {
       const Task& task = m_tasks[static_cast<std::size_t>(t)];
       for (Index c = 0; c < m_in; ++c)
         for (Index k = 0; k < taps; ++k) m_W.grad.col(c * taps + k) += task.dWp.col(k * m_in + c);
-      if (m_hasBias) m_b.grad.col(0) += task.db;
+      if (m_hasBias) m_dbWide += task.db;
     }
+    if (m_hasBias) m_b.grad.col(0) += m_dbWide.template cast<S>();  // one rounding to S
   }
 
   // ---- patches (any stride)
@@ -586,6 +585,7 @@ class Conv2d {
   ConstView<S> m_X;  // (in, N) input of the last forward, owned by the caller
   TokenLayout m_inLayout, m_outLayout;
   std::vector<Task> m_tasks;
+  VecX<SumType<S>> m_dbWide;  // (out) the tasks' bias sums added in task order
 };
 
 }  // namespace ddl

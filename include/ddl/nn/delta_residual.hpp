@@ -17,7 +17,7 @@
 //        | X + h                      (Additive baseline: no direction, gate or value parameters exist)
 //
 // Parameters (names under the residual's prefix): gate.weight (1, d), gate.bias [1]
-// [TwoLayerTanh: gate.fc1.weight (hg, d), gate.fc2.weight (1, hg), gate.bias [1]],
+// [TwoLayerTanh: gate.fc1.weight (hg, d), gate.fc2.weight (1, hg), gate.fc2.bias [1]],
 // value.weight (dv, d), value.bias (dv, 1), [AuxiliaryMlp: direction.fc1.*, direction.fc2.*].
 // Initialisation (seeded): gate and value weights as torch.nn.Linear (U(+-1/sqrt(fan_in))), value bias 0,
 // gate bias = logit(beta0/2) (docs/spec.md §2), so every token starts near beta0; aux MLP as torch.nn.Linear.
@@ -250,13 +250,16 @@ class DeltaResidual {
       m_auxFc2.visitParams(joinName(prefix, "direction.fc2"), f);
     }
     if (hasGate()) {
+      // Named as a PyTorch module builds them: nn.Linear(d, 1) for the linear gate, and
+      // nn.Sequential-like fc1 = nn.Linear(d, hg, bias=False), fc2 = nn.Linear(hg, 1) for the two-layer one.
       if (m_opt.gate == GateKind::TwoLayerTanh) {
         f(joinName(prefix, "gate.fc1.weight"), m_gateW1);
         f(joinName(prefix, "gate.fc2.weight"), m_gateW);
+        f(joinName(prefix, "gate.fc2.bias"), m_gateB);
       } else {
         f(joinName(prefix, "gate.weight"), m_gateW);
+        f(joinName(prefix, "gate.bias"), m_gateB);
       }
-      f(joinName(prefix, "gate.bias"), m_gateB);
     }
     if (hasValueParams()) m_value.visitParams(joinName(prefix, "value"), f);
   }

@@ -9,6 +9,7 @@
 #include "ddl/core/alias.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/param.hpp"
+#include "ddl/core/reduce.hpp"
 #include "ddl/core/types.hpp"
 #include "ddl/core/view.hpp"
 
@@ -53,7 +54,9 @@ class Expansion {
     for (Index j = 0; j < m_dv; ++j) {
       const auto dXj = dX.middleCols(j * N, N);
       if (m_learned) {
-        m_e.grad.col(j) += (dXj.array() * x.array()).rowwise().sum().matrix();
+        m_rowAcc.setZero(m_d);  // the sum over tokens in double (core/reduce.hpp)
+        addRowDots(dXj, x, m_rowAcc);
+        m_e.grad.col(j) += m_rowAcc.template cast<S>();
         if (j == 0)
           dx = dXj.array().colwise() * m_e.value.col(0).array();
         else
@@ -91,6 +94,7 @@ class Expansion {
   Index m_N = -1;
   Param<S> m_e;
   ConstView<S> m_x;  // (d, N) input of the last forward (learned only), owned by the caller
+  VecX<SumType<S>> m_rowAcc;  // (d) scratch of backward
 };
 
 }  // namespace ddl

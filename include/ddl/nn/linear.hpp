@@ -28,6 +28,7 @@
 #include "ddl/core/error.hpp"
 #include "ddl/core/gemm.hpp"
 #include "ddl/core/param.hpp"
+#include "ddl/core/reduce.hpp"
 #include "ddl/core/rng.hpp"
 #include "ddl/core/threading.hpp"
 #include "ddl/core/types.hpp"
@@ -193,7 +194,7 @@ class Linear {
   void accumulateSingleOutputGrads(const Eigen::Ref<const MatX<S>>& dY, const Cache& cache) {
     const Eigen::Map<const RowX<S>> dy(dY.data(), dY.cols());
     m_W.grad.noalias() += dy * cache.X.map().transpose();
-    if (m_hasBias) m_b.grad(0, 0) += dy.sum();
+    if (m_hasBias) m_b.grad(0, 0) += static_cast<S>(sumWide(dy));
   }
 
   void runForward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) {
@@ -221,14 +222,18 @@ class Linear {
     if (rn == 0) return;
     m_gemmWeight[part].product(dY.middleRows(r0, rn), false, cache.X.map(), true, m_W.grad.middleRows(r0, rn), S(1), true);
     if (m_hasBias) {
-      // Column sweep: contiguous, vectorised, no temporary (rowwise().sum() strides across columns).
-      auto db = m_b.grad.col(0).segment(r0, rn);
-      for (Index j = 0; j < dY.cols(); ++j) db += dY.col(j).segment(r0, rn);
+      // Column sweep into a double accumulator (core/reduce.hpp): contiguous, vectorised, and its
+      // error does not grow with the number of tokens. Each row's sum is the same on any split.
+      auto acc = m_dbWide.segment(r0, rn);
+      acc.setZero();
+      addRowSums(dY.middleRows(r0, rn), acc);
+      m_b.grad.col(0).segment(r0, rn) += acc.template cast<S>();
     }
   }
 
   // One workspace per task and product, made before any parallel region (tasks <= 2 ceil(threads/2)).
   void reserveWorkspaces() {
+    if (m_hasBias && m_dbWide.size() != m_out) m_dbWide.resize(m_out);
     const std::size_t tasks = static_cast<std::size_t>(2 * ((numThreads() + 1) / 2));
     if (m_gemmForward.size() < tasks) {
       m_gemmForward.resize(tasks);
@@ -241,6 +246,7 @@ class Linear {
   bool m_hasBias;
   Param<S> m_W, m_b;
   Cache m_cache;  // the application of forward(X, Y) without a Cache
+  VecX<SumType<S>> m_dbWide;  // (out) the bias gradient's sums over tokens, in double
   std::vector<GemmWorkspace<S>> m_gemmForward, m_gemmWeight, m_gemmInput;  // per task: Y, dW rows, dX
 };
 

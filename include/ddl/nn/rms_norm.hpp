@@ -12,6 +12,7 @@
 #include "ddl/core/alias.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/param.hpp"
+#include "ddl/core/reduce.hpp"
 #include "ddl/core/types.hpp"
 #include "ddl/core/view.hpp"
 
@@ -76,15 +77,16 @@ class RmsNorm {
     const Index B = dY.cols();
     const S invD = S(1) / static_cast<S>(m_d);
     auto g = m_g.value.col(0).array();
-    auto dg = m_g.grad.col(0).array();
     if (dX.rows() != m_d || dX.cols() != B) dX.resize(m_d, B);
+    m_dgWide.setZero(m_d);  // the gain gradient's sum over tokens, in double (core/reduce.hpp)
     for (Index b = 0; b < B; ++b) {
       const auto xh = X.col(b).array() * m_rstd(b);  // x̂ exactly as forward rounded it
       auto dy = dY.col(b).array();
-      dg += dy * xh;
+      m_dgWide.array() += dy.template cast<SumType<S>>() * xh.template cast<SumType<S>>();
       const S c = (g * dy * xh).sum() * invD;
       dX.col(b).array() = m_rstd(b) * (g * dy - xh * c);
     }
+    m_g.grad.col(0) += m_dgWide.template cast<S>();
   }
 
   // Parameters: "weight" [d] (held as (d, 1)), the gain.
@@ -108,6 +110,7 @@ class RmsNorm {
   ConstView<S> m_X;  // (d, B) input of the last forward, owned by the caller (or m_copy)
   MatX<S> m_copy;     // the input of an in-place forward
   VecX<S> m_rstd;  // (B)
+  VecX<SumType<S>> m_dgWide;  // (d) scratch of backward
 };
 
 }  // namespace ddl

@@ -5,7 +5,8 @@
 // d beta / d z = 2 sigma(z) sigma(-z), computed from z (not from the rounded beta, whose 2 - beta
 // cancels: in float beta (2 - beta) / 2 is 0.9 % off at z = 12 and exactly 0 beyond z ~ 17).
 // Parameter gradients accumulate (+=), input gradients are overwritten, as everywhere in ddl.
-// Per-token loops run over OpenMP threads above detail::kParallelMinWork; sums over tokens do not.
+// Per-token loops run over OpenMP threads above detail::kParallelMinWork; sums over tokens do not, and
+// the bias sums accumulate in double (core/reduce.hpp).
 #include <algorithm>
 #include <cmath>
 
@@ -13,6 +14,7 @@
 
 #include "ddl/core/config.hpp"
 #include "ddl/core/error.hpp"
+#include "ddl/core/reduce.hpp"
 #include "ddl/core/types.hpp"
 
 namespace ddl {
@@ -87,11 +89,11 @@ void linearGateLogitsBackward(const Eigen::MatrixBase<DW>& w, const Eigen::Matri
   checkShape(fn, "dw", dw, 1, C.rows());
   checkShape(fn, "db", db, 1, 1);
   if (dC.rows() != C.rows() || dC.cols() != C.cols()) dC.resize(C.rows(), C.cols());
-  const Index d = C.rows(), N = C.cols();
-  DDL_OMP(parallel for schedule(static) if (d * N >= detail::kParallelMinWork))
+  const Index N = C.cols();
+  DDL_OMP(parallel for schedule(static) if (C.size() >= detail::kParallelMinWork))
   for (Index n = 0; n < N; ++n) dC.col(n) = dZ(0, n) * w.row(0).transpose();
   dw.noalias() += dZ * C.transpose();  // a sum over tokens: one thread, the same bits on any count
-  db(0, 0) += dZ.sum();
+  db(0, 0) += static_cast<typename DW::Scalar>(sumWide(dZ));  // in double: the terms cancel
 }
 
 // Two-layer logit head. W1: (h, d), w2: (1, h), b2 scalar, C: (d, N) -> Z: (1, N), Hid: (h, N) = tanh(W1 C)
@@ -127,7 +129,7 @@ void twoLayerGateLogitsBackward(const Eigen::MatrixBase<DW1>& W1, const Eigen::M
   if (dPre.rows() != Hid.rows() || dPre.cols() != Hid.cols()) dPre.resize(Hid.rows(), Hid.cols());
   if (dC.rows() != C.rows() || dC.cols() != C.cols()) dC.resize(C.rows(), C.cols());
   dw2.noalias() += dZ * Hid.transpose();
-  db2(0, 0) += dZ.sum();
+  db2(0, 0) += static_cast<typename DW1::Scalar>(sumWide(dZ));
   dPre.noalias() = w2.transpose() * dZ;
   dPre.array() *= 1 - Hid.array().square();
   dW1.noalias() += dPre * C.transpose();

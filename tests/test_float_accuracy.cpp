@@ -1,0 +1,230 @@
+// Float gradients against double on the same weights and batch. Every parameter gradient is a sum over
+// tokens; summed in float, the rounding of a long sum of cancelling terms (a gate bias: 256 terms that
+// cancel by three orders of magnitude) dominated the error. ddl accumulates such sums in double
+// (core/reduce.hpp, docs/decisions.md "Float reductions over tokens"); these tests pin the result.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "catch_compat.hpp"
+#include "ddl/core/reduce.hpp"
+#include "ddl/core/rng.hpp"
+#include "ddl/core/threading.hpp"
+#include "ddl/nn/conv_delta_net.hpp"
+#include "ddl/nn/cross_entropy.hpp"
+#include "ddl/nn/delta_net.hpp"
+
+using ddl::Index;
+using ddl::MatX;
+
+namespace {
+
+// Cancelling terms: big pairs of opposite sign around a small true sum.
+std::vector<float> cancellingTerms(Index n, std::uint64_t seed) {
+  ddl::Rng rng(seed);
+  std::vector<float> x(static_cast<std::size_t>(n));
+  for (Index i = 0; i + 1 < n; i += 2) {
+    const float big = static_cast<float>(1e4 * (1 + rng.uniform()));
+    x[static_cast<std::size_t>(i)] = big + static_cast<float>(rng.uniform());
+    x[static_cast<std::size_t>(i + 1)] = -big;
+  }
+  if (n % 2) x.back() = 0.5f;
+  return x;
+}
+
+long double exactSum(const std::vector<float>& x) {
+  long double s = 0;
+  for (float v : x) s += v;  // 64-bit mantissa: exact for these magnitudes and counts
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("sumWide keeps a cancelling float sum accurate where a float loop does not", "[reduce]") {
+  for (Index n : {Index(1), Index(7), Index(8), Index(9), Index(1000), Index(100001)}) {
+    const std::vector<float> x = cancellingTerms(n, static_cast<std::uint64_t>(n));
+    const Eigen::Map<const ddl::RowX<float>> row(x.data(), n);
+    const long double exact = exactSum(x);
+    float naive = 0;
+    for (float v : x) naive += v;
+    const double wide = ddl::sumWide(row);
+    CAPTURE(n, static_cast<double>(exact), naive, wide);
+    const double scale = std::max(1.0, std::fabs(static_cast<double>(exact)));
+    CHECK(std::fabs(wide - static_cast<double>(exact)) <= 1e-9 * scale);
+    if (n >= 1000) CHECK(std::fabs(naive - static_cast<double>(exact)) > 1e-3);  // the float loop loses digits
+  }
+}
+
+TEST_CASE("sumWide, dotWide, addRowSums and addRowDots on small exact cases", "[reduce]") {
+  Eigen::RowVectorXd empty(0);
+  CHECK(ddl::sumWide(empty) == 0.0);
+  Eigen::RowVectorXf a(3), b(3);
+  a << 1, 2, 3;
+  b << 4, -5, 6;
+  CHECK(ddl::sumWide(a) == 6.0);
+  CHECK(ddl::dotWide(a, b) == 12.0);
+  MatX<float> M(2, 3);
+  M << 1, 2, 3, -1, -2, -4;
+  Eigen::VectorXd acc = Eigen::VectorXd::Constant(2, 1.0);
+  ddl::addRowSums(M, acc);
+  CHECK(acc(0) == 7.0);
+  CHECK(acc(1) == -6.0);
+  ddl::addRowDots(M, M, acc);
+  CHECK(acc(0) == 21.0);
+  CHECK(acc(1) == 15.0);
+}
+
+namespace {
+
+// Relative error ||g_f - g_d|| / ||g_d|| per parameter tensor of a float model against a double model
+// with the same (float-representable) weights, after forward + backward of one batch.
+template <class NetF, class NetD, class Forward>
+std::vector<double> gradientErrors(NetF& netF, NetD& netD, Forward&& forwardBackward, std::vector<std::string>* names) {
+  ddl::zeroGrad(netF);
+  ddl::zeroGrad(netD);
+  forwardBackward();
+  std::vector<MatX<double>> gd;
+  netD.visitParams("", [&](const std::string&, ddl::Param<double>& p) { gd.push_back(p.grad); });
+  std::vector<double> err;
+  std::size_t i = 0;
+  netF.visitParams("", [&](const std::string& name, ddl::Param<float>& p) {
+    const MatX<double>& d = gd[i++];
+    const double denom = d.norm();
+    err.push_back(denom > 0 ? (p.grad.cast<double>() - d).norm() / denom : p.grad.norm());
+    if (names) names->push_back(name);
+  });
+  return err;
+}
+
+// The double model takes the float model's weights exactly.
+template <class NetF, class NetD>
+void copyWeights(NetF& netF, NetD& netD) {
+  std::vector<const MatX<float>*> values;
+  netF.visitParams("", [&](const std::string&, ddl::Param<float>& p) { values.push_back(&p.value); });
+  std::size_t i = 0;
+  netD.visitParams("", [&](const std::string&, ddl::Param<double>& p) { p.value = values[i++]->cast<double>(); });
+}
+
+ddl::DeltaNetConfig accuracyNetConfig() {
+  ddl::DeltaNetConfig c;
+  c.inputDim = 64;
+  c.classes = 10;
+  c.d = 128;
+  c.depth = 3;
+  c.dv = 4;
+  ddl::applyPreset(c, "code");
+  c.block.hidden = 256;
+  c.block.residual.gate = ddl::GateKind::TwoLayerTanh;
+  c.block.residual.gateHidden = 32;
+  return c;
+}
+
+struct Batch {
+  MatX<float> X;
+  std::vector<int> y;
+};
+
+Batch randomBatch(Index rows, Index B, int classes, std::uint64_t seed) {
+  ddl::Rng rng(seed);
+  Batch b{MatX<float>(rows, B), std::vector<int>(static_cast<std::size_t>(B))};
+  for (Index j = 0; j < B; ++j)
+    for (Index i = 0; i < rows; ++i) b.X(i, j) = static_cast<float>(rng.normal());
+  for (auto& l : b.y) l = static_cast<int>(rng.below(static_cast<std::uint64_t>(classes)));
+  return b;
+}
+
+Batch permuted(const Batch& b, std::uint64_t seed) {
+  std::vector<Index> order(b.y.size());
+  std::iota(order.begin(), order.end(), Index(0));
+  ddl::Rng rng(seed);
+  for (std::size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng.below(i)]);
+  Batch p{MatX<float>(b.X.rows(), b.X.cols()), std::vector<int>(b.y.size())};
+  for (std::size_t j = 0; j < order.size(); ++j) {
+    p.X.col(static_cast<Index>(j)) = b.X.col(order[j]);
+    p.y[j] = b.y[static_cast<std::size_t>(order[j])];
+  }
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("DeltaNet float gradients stay within 1e-4 of double over six batch orders, same bits on 1 and 2 threads",
+          "[float_accuracy]") {
+  const ddl::DeltaNetConfig c = accuracyNetConfig();
+  ddl::DeltaNet<float> netF(c, 3);
+  ddl::DeltaNet<double> netD(c, 3);
+  copyWeights(netF, netD);
+  const Batch base = randomBatch(c.inputDim, 256, static_cast<int>(c.classes), 17);
+  ddl::SoftmaxCrossEntropy<float> lossF;
+  ddl::SoftmaxCrossEntropy<double> lossD;
+  for (std::uint64_t order = 0; order < 6; ++order) {
+    const Batch b = order == 0 ? base : permuted(base, 100 + order);
+    std::vector<std::vector<float>> gradsByThreads;
+    for (int threads : {1, 2}) {
+      ddl::setNumThreads(threads);
+      std::vector<std::string> names;
+      const std::vector<double> err = gradientErrors(netF, netD, [&] {
+        MatX<float> logitsF, dF;
+        MatX<double> logitsD, dD;
+        netF.forward(b.X, logitsF);
+        lossF.forward(logitsF, b.y);
+        lossF.backward(dF);
+        netF.backward(dF);
+        netD.forward(b.X.cast<double>(), logitsD);
+        lossD.forward(logitsD, b.y);
+        lossD.backward(dD);
+        netD.backward(dD);
+      }, &names);
+      const auto worst = std::max_element(err.begin(), err.end());
+      CAPTURE(order, threads, names[static_cast<std::size_t>(worst - err.begin())], *worst);
+      CHECK(*worst <= 1e-4);
+      std::vector<float> g;
+      netF.visitParams("", [&](const std::string&, ddl::Param<float>& p) {
+        g.insert(g.end(), p.grad.data(), p.grad.data() + p.grad.size());
+      });
+      gradsByThreads.push_back(std::move(g));
+    }
+    REQUIRE(gradsByThreads[0].size() == gradsByThreads[1].size());
+    CHECK(std::memcmp(gradsByThreads[0].data(), gradsByThreads[1].data(), gradsByThreads[0].size() * sizeof(float)) == 0);
+  }
+  ddl::setNumThreads(0);
+}
+
+TEST_CASE("ConvDeltaNet float gradients at 16384 pixels stay close to double", "[float_accuracy][conv]") {
+  ddl::ConvDeltaNetConfig c;
+  c.channels = 3;
+  c.height = 32;
+  c.width = 32;
+  c.classes = 10;
+  c.widths = {16, 24};
+  c.depths = {1, 1};
+  c.dv = 4;
+  c.learnedExpansion = true;
+  ddl::applyPreset(c, "code");
+  ddl::ConvDeltaNet<float> netF(c, 5);
+  ddl::ConvDeltaNet<double> netD(c, 5);
+  copyWeights(netF, netD);
+  const Batch b = randomBatch(c.inputDim(), 16, static_cast<int>(c.classes), 23);  // 16 x 32 x 32 pixels
+  ddl::SoftmaxCrossEntropy<float> lossF;
+  ddl::SoftmaxCrossEntropy<double> lossD;
+  std::vector<std::string> names;
+  const std::vector<double> err = gradientErrors(netF, netD, [&] {
+    MatX<float> logitsF, dF;
+    MatX<double> logitsD, dD;
+    netF.forward(b.X, logitsF);
+    lossF.forward(logitsF, b.y);
+    lossF.backward(dF);
+    netF.backward(dF);
+    netD.forward(b.X.cast<double>(), logitsD);
+    lossD.forward(logitsD, b.y);
+    lossD.backward(dD);
+    netD.backward(dD);
+  }, &names);
+  const auto worst = std::max_element(err.begin(), err.end());
+  CAPTURE(names[static_cast<std::size_t>(worst - err.begin())], *worst);
+  CHECK(*worst <= 2e-5);
+}
