@@ -249,20 +249,20 @@ class LinearGate(nn.Module):
 
 
 class TwoLayerTanhGate(nn.Module):
-    """ops/gate.hpp two-layer head: z = w2 tanh(W1 c) + b2; W1: [h, d], w2: [1, h], b2: [1]."""
+    """ops/gate.hpp two-layer head: z = w2 tanh(W1 c) + b2; W1: [h, d] (fc1, no bias), w2: [1, h] and
+    b2: [1] (fc2), the state_dict of nn.Linear(d, h, bias=False) followed by nn.Linear(h, 1)."""
 
     def __init__(self, d, hidden):
         super().__init__()
         self.fc1 = Linear(d, hidden, bias=False)
-        self.fc2 = Linear(hidden, 1, bias=False)
-        self.bias = nn.Parameter(torch.zeros(1))
+        self.fc2 = Linear(hidden, 1)
 
     def forward(self, c):
-        return self.fc2(torch.tanh(self.fc1(c)))[:, 0] + self.bias[0]
+        return self.fc2(torch.tanh(self.fc1(c)))[:, 0]
 
 
 class DeltaResidual(nn.Module):
-    """ddl::DeltaResidual, the rewrite step (SPEC §2). Per token, with the state X (dv x d here):
+    """ddl::DeltaResidual, the rewrite step (docs/spec.md §2). Per token, with the state X (dv x d here):
         k~ = h (kmap) | MLP_k(mean_j X_j) (aux_mlp);   k = normalize(k~)
         beta = 2 sigmoid(z) with z from the gate head on c
         v = s sigmoid(W_v x_in + b_v) | W_v c + b_v | W_v h + b_v | constant    (dv entries)
@@ -431,7 +431,7 @@ def _int_list(text):
 
 
 class StageTransition(nn.Module):
-    """ddl::StageTransition (SPEC §4): on the compressed state, x_in = X (dv = 1) | CC(X);
+    """ddl::StageTransition (docs/spec.md §4): on the compressed state, x_in = X (dv = 1) | CC(X);
     y = conv 3x3 stride 2 (cin -> cout) of RMSNorm(x_in); X' = y (dv = 1) | expand(y).
     X: (N, dv, cin) of layout (B, H, W) -> (N', dv, cout) of layout (B, ceil(H/2), ceil(W/2))."""
 
@@ -454,7 +454,7 @@ class StageTransition(nn.Module):
 
 
 class ConvDeltaNet(nn.Module):
-    """ddl::ConvDeltaNet (SPEC §4): stem conv -> expand to dv -> per stage [transition] + DeltaBlocks with
+    """ddl::ConvDeltaNet (docs/spec.md §4): stem conv -> expand to dv -> per stage [transition] + DeltaBlocks with
     the conv branch -> readout CC (dv > 1) -> RMSNorm per pixel -> global average pool per image ->
     Linear head. x: (B, channels*height*width), one CHW image per row -> logits: (B, classes).
     Blocks are numbered over all stages (blocks.<i>), transitions.<s-1> precede stage s."""
@@ -536,9 +536,13 @@ def load_checkpoint(path, dtype=None):
         raise FormatError(f"{path}: metadata has no 'model_config' (save with CheckpointMeta::modelConfig)")
     cfg = json.loads(meta["model_config"])
     params = {k: v for k, v in tensors.items() if not k.startswith("optim.")}
-    version = meta.get("format_version", "2")
-    if version not in ("1", "2"):
-        raise FormatError(f"{path}: checkpoint format_version {version!r}, this script reads 1 and 2")
+    version = meta.get("format_version", "3")
+    if version not in ("1", "2", "3"):
+        raise FormatError(f"{path}: checkpoint format_version {version!r}, this script reads 1 to 3")
+    if version in ("1", "2"):  # the two-layer gate's output bias was "gate.bias", now nn.Linear's "gate.fc2.bias"
+        params = {(k[:-len("gate.bias")] + "gate.fc2.bias"
+                   if k.endswith(".gate.bias") and k[:-len("bias")] + "fc2.weight" in params else k): v
+                  for k, v in params.items()}
     dtypes = {t.dtype for t in params.values()}
     if len(dtypes) > 1:
         raise FormatError(f"{path}: parameters mix dtypes {sorted(str(t) for t in dtypes)}")

@@ -1,0 +1,50 @@
+# Compiles every public header alone, as a user's strictest build would, without ddl's optional
+# dependencies (OpenMP, zlib): -std=c++17 -fsyntax-only -Wall -Wextra -Wpedantic -Werror.
+# With EIGEN_ONLY_AREAS set (e.g. "core;ops"), the headers of those areas must also not reach any
+# header beyond Eigen and the standard library: no nlohmann-json, zlib or OpenMP (checked with -M).
+#   cmake -DCXX=... -DINCLUDE_DIR=... -DEIGEN_DIR=... -DWORK_DIR=... [-DEIGEN_ONLY_AREAS="core;ops"] -P compile_headers.cmake
+foreach(var CXX INCLUDE_DIR EIGEN_DIR WORK_DIR)
+  if(NOT DEFINED ${var})
+    message(FATAL_ERROR "compile_headers.cmake: -D${var}=... is required")
+  endif()
+endforeach()
+file(GLOB_RECURSE headers RELATIVE ${INCLUDE_DIR} ${INCLUDE_DIR}/ddl/*.hpp)
+list(SORT headers)
+set(flags -std=c++17 -Wall -Wextra -Wpedantic -Werror -DDDL_WITH_OPENMP=0 -DDDL_WITH_ZLIB=0
+          -I${INCLUDE_DIR} -isystem ${EIGEN_DIR} -x c++)
+set(failed "")
+file(MAKE_DIRECTORY ${WORK_DIR})
+# One translation unit per header that includes it, as a user's source file does.
+function(unit_of header out)
+  string(MAKE_C_IDENTIFIER "${header}" id)
+  set(tu ${WORK_DIR}/${id}.cpp)
+  file(WRITE ${tu} "#include <${header}>\n")
+  set(${out} ${tu} PARENT_SCOPE)
+endfunction()
+foreach(h IN LISTS headers)
+  unit_of(${h} tu)
+  execute_process(COMMAND ${CXX} ${flags} -fsyntax-only ${tu}
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message("${h}: does not compile alone without OpenMP and zlib:\n${out}${err}")
+    list(APPEND failed ${h})
+  endif()
+endforeach()
+foreach(area IN LISTS EIGEN_ONLY_AREAS)
+  file(GLOB area_headers RELATIVE ${INCLUDE_DIR} ${INCLUDE_DIR}/ddl/${area}/*.hpp)
+  foreach(h IN LISTS area_headers)
+    unit_of(${h} tu)
+    execute_process(COMMAND ${CXX} ${flags} -M ${tu}
+                    RESULT_VARIABLE rc OUTPUT_VARIABLE deps ERROR_VARIABLE err)
+    if(NOT rc EQUAL 0 OR deps MATCHES "nlohmann|zlib\\.h|omp\\.h")
+      string(REGEX MATCHALL "[^ \n\\\\]*(nlohmann|zlib\\.h|omp\\.h)[^ \n\\\\]*" reached "${deps}")
+      message("${h}: needs more than Eigen: ${reached}${err}")
+      list(APPEND failed ${h})
+    endif()
+  endforeach()
+endforeach()
+list(LENGTH headers count)
+if(failed)
+  message(FATAL_ERROR "${CXX}: these headers failed: ${failed}")
+endif()
+message(STATUS "${CXX}: ${count} headers compile alone without OpenMP and zlib under -Wall -Wextra -Wpedantic -Werror")
