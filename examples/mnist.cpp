@@ -170,6 +170,14 @@ int run(const ddl::cli::CommandLine& cli) {
     st.stddev(0) = static_cast<float>(ddl::parseNumber(ckpt + ": input_std", saved.extra.at("input_std"), 1e-30));
   } else {
     train = loadPart(dir, ddl::DataPart::Train, lo);
+    if (train.features() != test.features()) {
+      const auto dims = [](const ddl::ImageShape& s) {
+        return std::to_string(s.channels) + " x " + std::to_string(s.height) + " x " + std::to_string(s.width);
+      };
+      throw DataError(dir + ": the training images are " + dims(train.shape) + " (" +
+                      std::to_string(train.features()) + " values) but the test images are " + dims(test.shape) +
+                      " (" + std::to_string(test.features()) + " values): both splits must have one image size");
+    }
     st = ddl::channelStats(train);
     ddl::normalize(train, st);
   }
