@@ -23,6 +23,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from blas_check import require_optimised_blas
+
 
 class ChannelRmsNorm(nn.Module):
     def __init__(self, c: int, eps: float = 1e-5):
@@ -124,6 +126,7 @@ def main():
     if os.environ.get("OMP_WAIT_POLICY", "").lower() != "passive":
         print("# warning: OMP_WAIT_POLICY=passive is not set; PyTorch spins and runs slower on 2 shared cores")
     torch.set_num_threads(args.threads)
+    require_optimised_blas()
     widths = [int(v) for v in args.widths.split(",")]
     depths = [int(v) for v in args.depths.split(",")]
     torch.manual_seed(0)

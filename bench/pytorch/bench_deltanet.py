@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The issue-3 DeltaNet training step in PyTorch, as the reference for ddl's bench_net.
+"""The DeltaNet training step of bench_net.cpp (784 -> 256, 4 blocks) in PyTorch, as the reference for ddl's bench_net.
 
 Network (preset "code", dv = 1, tokens are rows here): input Linear(784, 256) -> 4 blocks ->
 RMSNorm -> Linear(256, 10). Block: c = RMSNorm(x) (gain, eps 1e-5), h = fc2(GELU(fc1(c))) with
@@ -25,6 +25,8 @@ import time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from blas_check import require_optimised_blas
 
 
 class RmsNorm(nn.Module):
@@ -111,6 +113,7 @@ def main():
     if os.environ.get("OMP_WAIT_POLICY", "").lower() != "passive":
         print("# warning: OMP_WAIT_POLICY=passive is not set; PyTorch spins and runs slower on 2 shared cores")
     torch.set_num_threads(args.threads)
+    require_optimised_blas()
     torch.manual_seed(0)
     x = torch.randn(args.batch, 784)
     y = torch.arange(args.batch) * 7 % 10
