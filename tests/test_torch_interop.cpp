@@ -199,3 +199,38 @@ TEST_CASE("ddl loads a PyTorch-written safetensors state_dict and reproduces its
     CHECK((logits - batch.at("logits")).cwiseAbs().maxCoeff() < 1e-12);
   }
 }
+
+TEST_CASE("ddl loads the state_dict of a plainly written PyTorch module for every preset and gate kind",
+          "[io][torch]") {
+  DDL_REQUIRE_TORCH();
+  const std::string script =
+      (std::filesystem::path(__FILE__).parent_path() / "torch_plain_deltanet.py").string();
+  for (const char* preset : {"code", "paper", "v1"}) {
+    for (ddl::GateKind gate : {ddl::GateKind::Linear, ddl::GateKind::TwoLayerTanh}) {
+      ddl::DeltaNetConfig cfg;
+      cfg.inputDim = 6;
+      cfg.classes = 3;
+      cfg.d = 8;
+      cfg.depth = 2;
+      cfg.block.hidden = 16;
+      ddl::applyPreset(cfg, preset);
+      cfg.block.residual.gate = gate;
+      cfg.block.residual.gateHidden = 4;
+      const std::string file = tmpPath(std::string("plain_") + preset + "_" + ddl::toString(gate) + ".safetensors");
+      const std::string cmd = std::string(torch_runner::kPython) + " " + torch_runner::quoted(script) + " --preset " +
+                              preset + " --gate " + ddl::toString(gate) + " --out " + torch_runner::quoted(file);
+      CAPTURE(cmd);
+      REQUIRE(torch_runner::runCommand(cmd) == 0);
+      ddl::DeltaNet<double> net(cfg, 1);
+      ddl::loadCheckpoint(file, net);  // strict: every name and shape, nothing left over
+      const auto tensors = ddl::loadSafetensors<double>(file);
+      net.visitParams("", [&](const std::string& name, ddl::Param<double>& p) {
+        CAPTURE(name);
+        const MatX<double>& t = tensors.at(name);
+        REQUIRE(t.rows() == p.value.rows());
+        REQUIRE(t.cols() == p.value.cols());
+        CHECK(t == p.value);
+      });
+    }
+  }
+}
