@@ -1,0 +1,250 @@
+#pragma once
+// What ddl-mnist and ddl-cifar share: the training and output options, reading a saved run, the
+// validation split, evaluating a checkpoint, the training loop's display and stop handling, and the
+// mapping of errors to exit statuses. Each program keeps only its data and its model.
+#include <algorithm>
+#include <csignal>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <iostream>
+#include <limits>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cli.hpp"
+#include "final_report.hpp"
+#include "ddl/diag/gate_audit.hpp"
+#include "ddl/train/epoch_audit.hpp"
+#include "ddl/train/progress.hpp"
+#include "ddl/train/stop_signal.hpp"
+#include "ddl/train/trainer.hpp"
+
+namespace ddl::example {
+
+// Exit statuses besides 0 (done) and 128 + signal (stopped by SIGINT/SIGTERM, checkpoint saved).
+constexpr int kExitUsage = 1;      // a bad option or another error
+constexpr int kExitFile = 2;       // data, checkpoint or output folder unusable
+constexpr int kExitNonFinite = 3;  // training produced NaN/Inf; the last checkpoint is the last good state
+
+constexpr std::int64_t kMaxCount = std::numeric_limits<std::int64_t>::max();
+constexpr double kMaxReal = std::numeric_limits<double>::max();
+
+// The data could not be loaded: the message is followed by the program's hint on where to get it.
+struct DataError : IoError {
+  using IoError::IoError;
+};
+
+// The defaults and the augmentation modes in which the two programs differ.
+struct TrainingDefaults {
+  const char* epochs;
+  const char* lr;
+  const char* weightDecay;
+  const char* augmentHelp;
+  const char* augment;
+  const char* labelSmoothing;
+};
+
+inline void declareTrainingOptions(cli::CommandLine& cli, const TrainingDefaults& d) {
+  cli.section("training")
+      .option("epochs", "E", "training epochs", d.epochs)
+      .option("batch", "B", "batch size", "128")
+      .option("lr", "LR", "AdamW peak learning rate", d.lr)
+      .option("schedule", "S", "cosine | constant | step", "cosine")
+      .option("warmup", "W", "linear warmup steps (default: 200, at most 1/10 of all steps)")
+      .option("weight-decay", "WD", "AdamW decoupled weight decay", d.weightDecay)
+      .option("augment", "A", d.augmentHelp, d.augment)
+      .option("label-smoothing", "E", "label smoothing in [0, 1)", d.labelSmoothing)
+      .option("seed", "S", "initialisation and batch order", "1")
+      .option("threads", "T", "0 = all cores", "0")
+      .flag("no-nan-guard", "keep training through a NaN/Inf loss or gradient (default: stop with an error)");
+}
+
+inline void declareOutputOptions(cli::CommandLine& cli, const char* defaultOut) {
+  cli.section("output")
+      .option("out", "DIR", "metrics.csv, checkpoint.safetensors, curves.png", defaultOut)
+      .flag("resume", "continue the run saved in --out (same options)")
+      .flag("eval-only", "evaluate the checkpoint in --out on the test set");
+  cli.flag("audit", "after every epoch write audit.csv and audit.json into --out: per block the gate, regimes, "
+                    "|k~| vs eps, measured |e_post|/|e_pre| vs |1-beta*rho|, |k^T X|, |v| and the frozen spectrum "
+                    "(with --eval-only: eval_audit.csv and eval_audit.json of the test evaluation)");
+}
+
+// The run saved in --out when resuming or evaluating (its metadata must be the program's), else none.
+struct SavedRun {
+  std::string out, ckpt;
+  bool resume = false, evalOnly = false;
+  CheckpointMeta meta;
+  const CheckpointMeta* from() const { return resume || evalOnly ? &meta : nullptr; }
+};
+
+inline SavedRun savedRun(const cli::CommandLine& cli, const std::string& program) {
+  SavedRun s;
+  s.out = cli.text("out");
+  s.ckpt = s.out + "/checkpoint.safetensors";
+  s.resume = cli.has("resume");
+  s.evalOnly = cli.has("eval-only");
+  if (s.from()) {  // the saved run decides the model; explicit options still apply
+    s.meta = readCheckpointMetadata(s.ckpt);
+    for (const char* key : {"train_options", "input_mean", "input_std"})
+      if (!s.meta.extra.count(key))
+        throw IoError(s.ckpt + ": no \"" + key + "\" metadata: not a " + program + " checkpoint");
+  }
+  return s;
+}
+
+// Training options: the saved ones on a resume (an option given still wins), else the declared
+// defaults. setAugment(opt) reads --augment (and the program's own augmentation options). warmup is
+// left empty when chooseWarmup decides it.
+inline TrainerOptions trainingOptions(const cli::CommandLine& cli, const SavedRun& run,
+                                      const std::function<void(TrainerOptions&)>& setAugment,
+                                      std::optional<std::int64_t>& warmup) {
+  TrainerOptions opt;
+  const CheckpointMeta* saved = run.from();
+  if (saved) {
+    const nlohmann::json j = nlohmann::json::parse(saved->extra.at("train_options"), nullptr, false);
+    if (!j.is_object()) throw IoError(run.ckpt + ": the train_options metadata is not a JSON object");
+    opt.updateFromJson(j);
+  }
+  auto given = [&](const char* name) { return cli.has(name) || !saved; };
+  if (given("epochs")) opt.epochs = cli.integer<int>("epochs", 1, 1000000);
+  if (given("batch")) opt.batchSize = cli.integer<Index>("batch", 1, 1 << 20);
+  if (given("lr")) opt.adam.lr = cli.number("lr", 0, kMaxReal);
+  if (given("schedule")) opt.schedule = parseLrScheduleKind(cli.choice("schedule", {"cosine", "constant", "step"}));
+  if (cli.has("warmup"))
+    warmup = cli.integer<std::int64_t>("warmup", 0, kMaxCount);
+  else if (saved)
+    warmup = opt.warmupSteps;
+  if (given("weight-decay")) opt.adam.weightDecay = cli.number("weight-decay", 0, kMaxReal);
+  if (given("augment")) setAugment(opt);
+  if (given("label-smoothing")) opt.labelSmoothing = cli.number("label-smoothing", 0, 1);
+  if (given("seed")) opt.seed = cli.integer<std::uint64_t>("seed", 0, std::numeric_limits<std::uint64_t>::max());
+  opt.threads = cli.integer<int>("threads", 0, 4096);
+  opt.checkFinite = !cli.has("no-nan-guard");
+  opt.outDir = cli.text("out");
+  return opt;
+}
+
+// Default warmup: 200 steps, at most a tenth of the run.
+inline std::int64_t chooseWarmup(const TrainerOptions& opt, Index trainSize) {
+  const std::int64_t steps = (trainSize + opt.batchSize - 1) / opt.batchSize * opt.epochs;
+  return std::min<std::int64_t>(200, steps / 10);
+}
+
+// Holds nVal training samples out as the validation set (seeded, so a resume holds out the same ones).
+inline Dataset<float> splitOffValidation(Dataset<float>& train, Index nVal, std::uint64_t seed) {
+  Dataset<float> validation;
+  if (nVal >= train.size())
+    throw ValueError("--val " + std::to_string(nVal) + " leaves no training samples (the training set has " +
+                     std::to_string(train.size()) + ")");
+  if (nVal > 0) {
+    TrainValidation<float> tv = splitValidation(train, nVal, seed);
+    train = std::move(tv.train);
+    validation = std::move(tv.validation);
+  }
+  return validation;
+}
+
+// --eval-only: the checkpoint's test loss, accuracy and gate summary (and audit files with --audit).
+template <class Net>
+int evaluateCheckpoint(const cli::CommandLine& cli, Net& net, const SavedRun& run, const Dataset<float>& test,
+                       Index evalBatch) {
+  loadCheckpoint(run.ckpt, net);
+  SoftmaxCrossEntropy<float> loss;
+  NetGateAccumulator gates;
+  MatX<float> logits;
+  const EvalResult r = evaluate(net, loss, test, evalBatch, logits, [&] { gates.add(net); });
+  std::printf("%s (epoch %lld): test loss %.4f, test accuracy %.2f%%\n", run.ckpt.c_str(),
+              static_cast<long long>(run.meta.epoch), r.loss, 100.0 * r.accuracy);
+  std::cout << formatGateSummary(gates.stats());
+  if (cli.has("audit")) {
+    writeEvaluationAudit(net, gates.stats(), static_cast<int>(run.meta.epoch), run.out);
+    std::cout << "audit of this evaluation: " << run.out << "/eval_audit.csv, " << run.out << "/eval_audit.json\n";
+  }
+  return 0;
+}
+
+// Trains with a progress bar and a line per epoch, --audit files, Ctrl-C / SIGTERM as a checkpointed
+// stop (exit 128 + signal), then the test set once. Returns the exit status.
+template <class Net, class Config>
+int trainAndReport(const std::string& program, const cli::CommandLine& cli, Net& net, const Config& cfg,
+                   const SavedRun& run, const TrainerOptions& opt, const Dataset<float>& train,
+                   const Dataset<float>& validation, const Dataset<float>& test) {
+  // The test set is not seen during training: it is evaluated once, after the last epoch.
+  Trainer<float, Net> trainer(net, train, opt, validation.size() > 0 ? &validation : nullptr, nullptr);
+  if (run.resume) {
+    trainer.resume(run.ckpt);
+    std::cout << "resumed " << run.ckpt << " at epoch " << trainer.epoch() << ", batch " << trainer.batchInEpoch()
+              << ", step " << trainer.step() << "\n";
+  }
+  ProgressBar bar;
+  trainer.onEpochStart = [&](int e) {
+    bar.start("epoch " + std::to_string(e + 1) + "/" + std::to_string(opt.epochs), trainer.batchesPerEpoch());
+  };
+  trainer.onBatch = [&](const BatchProgress& p) { bar.update(p.batch, p.loss, p.accuracy, p.samplesPerSec); };
+  trainer.onEpoch = [&](const EpochMetrics& m) {
+    char val[64] = "";
+    if (m.validation.count > 0)
+      std::snprintf(val, sizeof val, "val loss %.4f acc %.2f%%  ", m.validation.loss, 100 * m.validation.accuracy);
+    char line[256];
+    std::snprintf(line, sizeof line, "epoch %d/%d  lr %.2e  train loss %.4f acc %.2f%%  %s%.1fs  %.0f/s", m.epoch,
+                  opt.epochs, m.lr, m.trainLoss, 100 * m.trainAccuracy, val, m.seconds, m.samplesPerSec);
+    bar.finish(line);
+  };
+  trainer.shouldStop = [] { return stopSignal() != 0; };
+  AuditRecorder audit;
+  if (cli.has("audit")) auditEveryEpoch(trainer, net, audit, run.out);
+  const EpochMetrics last = trainer.run();
+  if (trainer.stopped()) {
+    const int sig = stopSignal();
+    bar.finish("interrupted");
+    std::cout << program << ": stopped by " << signalName(sig) << " at epoch " << trainer.epoch() + 1 << "/"
+              << opt.epochs << ", batch " << trainer.batchInEpoch() << "/" << trainer.batchesPerEpoch() << " (step "
+              << trainer.step() << ")\n";
+    if (trainer.step() > 0)
+      std::cout << "checkpoint: " << trainer.checkpointPath() << "\ncontinue with the same options and --resume\n";
+    return 128 + sig;
+  }
+  if (last.epoch == 0) {
+    std::cout << "nothing to do: the checkpoint already holds " << trainer.epoch() << " epochs\n";
+    return 0;
+  }
+  report::finalTest(trainer, last, test, validation.size(), cfg, opt.epochs, run.out);
+  return 0;
+}
+
+// main(): parses the command line, prints --help, installs the stop handlers and maps errors to exit
+// statuses with the program's hints.
+inline int runMain(const std::string& program, cli::CommandLine& cli, int argc, char** argv,
+                   const std::function<int(const cli::CommandLine&)>& run, const std::string& dataHint) {
+  try {
+    cli.parse(argc, argv);
+    if (cli.has("help")) {
+      std::cout << cli.help();
+      return 0;
+    }
+    installStopSignalHandlers();
+    // A file-size limit (ulimit -f) then fails a write with EFBIG and a message, like a full disk,
+    // instead of killing the program halfway through a checkpoint.
+    std::signal(SIGXFSZ, SIG_IGN);
+    return run(cli);
+  } catch (const DataError& e) {
+    std::cerr << program << ": " << e.what() << "\n" << dataHint;
+    return kExitFile;
+  } catch (const NonFiniteError& e) {
+    std::cerr << program << ": " << e.what() << "\n";
+    return kExitNonFinite;
+  } catch (const IoError& e) {
+    std::cerr << program << ": " << e.what() << "\n"
+              << "hint: --resume and --eval-only need a checkpoint.safetensors of " << program
+              << " in --out; --out must be writable.\n";
+    return kExitFile;
+  } catch (const std::exception& e) {
+    std::cerr << program << ": " << e.what() << "\n";
+    return kExitUsage;
+  }
+}
+
+}  // namespace ddl::example
