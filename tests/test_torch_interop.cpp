@@ -143,7 +143,7 @@ TEST_CASE("ddl_torch.py fails on logits off by 1e-4 or a gradient off by 1e-6 or
 
   // One gradient entry off by 1e-6: the gradient comparison must fail (exit 1).
   batch = ddl::loadSafetensors<double>(files.second);
-  batch.at("grad.blocks.1.delta.gate.bias")(0, 0) += 1e-6;
+  batch.at("grad.blocks.1.delta.gate.fc2.bias")(0, 0) += 1e-6;
   ddl::saveSafetensors<double>(tampered, batch);
   CHECK(runCommand(checkCommand({{files.first, tampered}}, 1e-5, 1e-10)) == 1);
 
@@ -167,7 +167,7 @@ TEST_CASE("ddl checkpoints store PyTorch shapes: biases and gains [n], weights [
   CHECK(h.find("input.bias")->shape == std::vector<std::int64_t>{4});
   CHECK(h.find("input.weight")->shape == std::vector<std::int64_t>{4, 5});
   CHECK(h.find("norm.weight")->shape == std::vector<std::int64_t>{4});
-  CHECK(h.find("blocks.0.delta.gate.bias")->shape == std::vector<std::int64_t>{1});
+  CHECK(h.find("blocks.0.delta.gate.fc2.bias")->shape == std::vector<std::int64_t>{1});  // v1: two-layer gate
   CHECK(h.find("blocks.0.mlp.fc1.bias")->shape == std::vector<std::int64_t>{6});
   CHECK(h.find("head.weight")->shape == std::vector<std::int64_t>{3, 4});
 }
