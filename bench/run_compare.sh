@@ -7,7 +7,8 @@
 #   conv: ddl_bench_conv_block BM_ConvNetStep beside bench/pytorch/bench_conv_deltanet.py
 #         (ddl-cifar's ConvDeltaNet, B = 128; plain and delta)
 # Reported per side: the median of the rounds' medians and the minimum of the rounds' minima; PyTorch
-# in its faster mode (eager or torch.jit.script). PyTorch runs with OMP_WAIT_POLICY=passive and
+# in its faster mode (eager or torch.jit.script). Both sides run with OMP_WAIT_POLICY=passive (spinning
+# threads steal the cores they wait for on a shared machine); PyTorch with
 # torch.set_num_threads(threads), and its script refuses (exit 3) when it would run on the reference BLAS.
 # tools/run-bench.sh installs what this needs and builds the benchmarks.
 set -euo pipefail
@@ -38,7 +39,7 @@ echo "# $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $net step, $threads threads, $round
 : >"$tmp/ddl.txt"
 : >"$tmp/torch.txt"
 for r in $(seq 1 "$rounds"); do
-  OMP_NUM_THREADS=$threads "$exe" --benchmark_filter="$filter" --benchmark_out="$tmp/ddl$r.json" \
+  OMP_NUM_THREADS=$threads OMP_WAIT_POLICY=passive "$exe" --benchmark_filter="$filter" --benchmark_out="$tmp/ddl$r.json" \
     --benchmark_out_format=json >/dev/null 2>"$tmp/ddl.err" || { cat "$tmp/ddl.err" >&2; exit 1; }
   # One line per residual kind: "<residual> <median_ms> <min_ms>" of this run.
   if [ "$net" = mlp ]; then
