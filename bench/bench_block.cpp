@@ -1,6 +1,6 @@
 // bench_block: one DeltaBlock (preset "code") against the plain pre-norm residual block, which is the
 // same class with residual = Additive, forward and forward+backward, for d in {128, 256, 512},
-// B = 128 tokens, dv in {1, 4} (issue 3). Baseline and contender have identical argument lists, so
+// B = 128 tokens, dv in {1, 4}. Baseline and contender have identical argument lists, so
 // compare.py-style pairing by name works; items_per_second counts tokens.
 //
 //   OMP_NUM_THREADS=2 ./ddl_bench_block --benchmark_repetitions=5

@@ -1,6 +1,6 @@
 // bench_conv: Conv2d (3x3, padding 1, stride 1, C -> C channels, batch 64) forward and forward+backward
 // against plain GEMMs of the conv's main product, Y (M, N) = W (M, K) P (K, N) with M = C, K = 9 C,
-// N = 64 H W, measured in the same run (issue 7, goal: conv rate >= 60 % of the GEMM rate).
+// N = 64 H W, measured in the same run (goal: conv rate >= 60 % of the GEMM rate).
 //
 //   OMP_NUM_THREADS=1 ./ddl_bench_conv --benchmark_repetitions=5
 //   OMP_NUM_THREADS=2 ./ddl_bench_conv --benchmark_repetitions=5

@@ -1,6 +1,6 @@
 // bench_conv_block: one DeltaConvBlock (preset "code") against the plain pre-norm residual conv block,
 // which is the same class with residual = Additive, one train step (forward + backward) on 32x32
-// images, batch 64, C in {16, 32, 64} channels, dv = 1 (issue 7 goal: delta <= 1.10 x plain).
+// images, batch 64, C in {16, 32, 64} channels, dv = 1 (goal: delta <= 1.10 x plain).
 // BM_ConvBlockTrain_Paired alternates the two steps inside one loop and reports the ratio of their
 // medians and of their minima (the load-robust numbers on a shared machine); BM_ConvStep times one
 // ConvDeltaNet training step (forward + backward, no optimizer) of ddl-cifar's default net, B = 128,

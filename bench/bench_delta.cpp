@@ -1,6 +1,6 @@
 // bench_delta: the Delta Operator and the rank-1 write against a dense product and a plain residual add,
 // for one token and for a batch (tokens are columns), plus a STREAM-like triad in the same binary so
-// that "achieved bandwidth / triad bandwidth" comes out of one run (issue 2).
+// that "achieved bandwidth / triad bandwidth" comes out of one run.
 //
 //   OMP_NUM_THREADS=2 ./ddl_bench_delta --benchmark_repetitions=3
 //

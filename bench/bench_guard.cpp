@@ -1,5 +1,5 @@
 // bench_guard: what the Trainer's NaN/Inf guard (FiniteGuard::check, one pass over every gradient)
-// costs next to the training step it protects, for the issue-3 network (784 -> d = 256, 4 blocks,
+// costs next to the training step it protects, for the benchmark network (784 -> d = 256, 4 blocks,
 // hidden 1024, B = 128, preset "code", 2.31 M parameters). BM_Step is a plain trainStep, BM_Step_Guarded
 // the same step with the guard in its hook (as Trainer runs it), BM_GuardCheck the check alone.
 //

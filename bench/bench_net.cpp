@@ -1,5 +1,5 @@
 // bench_net: one DeltaNet training step (zeroGrad + forward + softmax-CE + backward + AdamW step) for
-// the issue-3 network, 784 -> d = 256, 4 blocks (hidden 1024), B = 128, 10 classes, preset "code",
+// the benchmark network, 784 -> d = 256, 4 blocks (hidden 1024), B = 128, 10 classes, preset "code",
 // against the same net with additive residuals, and the float GEMM rate at the step's own shapes in
 // the same binary, so that "step time / GEMM floor" comes out of one run.
 //
@@ -11,7 +11,7 @@
 //   flops = 2·B·[ 2·in·d                                     input: forward + dW
 //               + 3·depth·(d·h + h·d + d·1 + d·dv)           fc1, fc2, gate (1 x d), value (dv x d)
 //               + 3·d·C ]                                    head
-// = 1.717 GFLOP for the issue-3 net (dv = 1). BM_StepGemms runs exactly those products (same shapes,
+// = 1.717 GFLOP for the benchmark net (dv = 1). BM_StepGemms runs exactly those products (same shapes,
 // same transposes, Eigen, noalias) back to back, each threaded by Eigen (split:0) or cut into one
 // single-threaded product per thread as ddl::Linear does (split:1); the faster of the two is the GEMM
 // floor of the step and flops / floor the GEMM rate at the step's shapes. BM_NetStep reports
