@@ -19,6 +19,8 @@
 // operator new; tests/test_train_loop.cpp checks Eigen with EIGEN_RUNTIME_NO_MALLOC).
 // The model is anything with forward(X, logits), backward(dLogits) and visitParams; the
 // optimizer anything with step(params) for a ParamList (AdamW, Sgd: any walkable model).
+// taskStep is the same step for any task (train/task.hpp); trainStep is taskStep with the
+// classification loss given as a layer.
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -74,6 +76,53 @@ struct StepStats {
   double gradNorm = 0.0;  // global gradient norm before clipping (computed only when clipping)
 };
 
+namespace detail {
+// The classification loss of a step: mean softmax cross-entropy of logits against labels, the count
+// of correct samples, and the gradient of the mean loss into dLogits (checks the label range).
+template <class S>
+StepStats classificationLoss(SoftmaxCrossEntropy<S>& loss, const MatX<S>& logits, const std::vector<int>& labels,
+                             MatX<S>& dLogits) {
+  StepStats s;
+  s.loss = static_cast<double>(loss.forward(logits, labels));
+  s.correct = countCorrect(logits, labels);
+  s.count = logits.cols();
+  loss.backward(dLogits);
+  return s;
+}
+
+// trainStep's view of a caller's loss layer as a task (see train/task.hpp for the contract).
+template <class S>
+struct LossLayerTask {
+  using Scalar = S;
+  using Target = std::vector<int>;
+  SoftmaxCrossEntropy<S>& loss;
+  StepStats lossAndGradient(const MatX<S>& logits, const Target& labels, MatX<S>& dLogits) {
+    return classificationLoss(loss, logits, labels, dLogits);
+  }
+};
+}  // namespace detail
+
+// One optimizer step of any task (train/task.hpp): forward, the task's loss and output gradient,
+// zeroGrad, backward, beforeUpdate(StepStats&), optional global-norm clipping, optimizer step.
+// beforeUpdate runs with the gradients complete and nothing updated: it may read or change the
+// gradients (through buf.params) and the stats; if it throws, the parameters and the optimizer are
+// unchanged. Input is whatever the model's forward takes (a matrix of columns for the nets here).
+template <class Model, class Task, class Opt, class Input, class BeforeUpdate>
+StepStats taskStep(Model& model, Task& task, Opt& optimizer, const Input& X, const typename Task::Target& target,
+                   StepBuffers<typename Task::Scalar>& buf, const TrainStepOptions& options,
+                   BeforeUpdate&& beforeUpdate) {
+  require(options.clipNorm >= 0.0, "ddl::trainStep", "clipNorm must be >= 0 (0 = off), got ", options.clipNorm);
+  model.forward(X, buf.logits);
+  StepStats s = task.lossAndGradient(buf.logits, target, buf.dLogits);
+  buf.params.refresh(model);
+  zeroGrad(buf.params);
+  model.backward(buf.dLogits);
+  beforeUpdate(s);
+  if (options.clipNorm > 0.0) s.gradNorm = clipGradNorm(buf.params, options.clipNorm);
+  optimizer.step(buf.params);
+  return s;
+}
+
 // X: (inputDim, B) one column per sample, labels: B classes in [0, classes).
 // One optimizer step on the mean loss of the batch. Throws ShapeError when labels.size() != B or
 // the model rejects X's width, ValueError for a label out of range; parameters are unchanged then.
@@ -84,24 +133,11 @@ StepStats trainStep(Model& model, SoftmaxCrossEntropy<S>& loss, Opt& optimizer,
                     const Eigen::Ref<const MatX<typename detail::NonDeduced<S>::type>>& X,
                     const std::vector<int>& labels, StepBuffers<S>& buf, const TrainStepOptions& options,
                     BeforeUpdate&& beforeUpdate) {
-  const char* fn = "ddl::trainStep";
   if (static_cast<Index>(labels.size()) != X.cols())
-    throw ShapeError(message(fn, "got ", labels.size(), " labels for X of shape ", shapeOf(X),
+    throw ShapeError(message("ddl::trainStep", "got ", labels.size(), " labels for X of shape ", shapeOf(X),
                              " (one label per column)"));
-  require(options.clipNorm >= 0.0, fn, "clipNorm must be >= 0 (0 = off), got ", options.clipNorm);
-  model.forward(X, buf.logits);
-  StepStats s;
-  s.loss = static_cast<double>(loss.forward(buf.logits, labels));  // checks the label range
-  s.correct = countCorrect(buf.logits, labels);
-  s.count = X.cols();
-  buf.params.refresh(model);
-  zeroGrad(buf.params);
-  loss.backward(buf.dLogits);
-  model.backward(buf.dLogits);
-  beforeUpdate(static_cast<const StepStats&>(s));
-  if (options.clipNorm > 0.0) s.gradNorm = clipGradNorm(buf.params, options.clipNorm);
-  optimizer.step(buf.params);
-  return s;
+  detail::LossLayerTask<S> task{loss};
+  return taskStep(model, task, optimizer, X, labels, buf, options, beforeUpdate);
 }
 
 template <class S, class Model, class Opt>

@@ -1,0 +1,62 @@
+#pragma once
+// ddl/train/model.hpp: what the training loop (train/training_loop.hpp) needs of a model, and how it
+// describes one in a checkpoint without naming a net.
+//
+// A model trained by the loop has
+//   forward(const Input& X, MatX<S>& out)          Input: what the batch source yields (a matrix here)
+//   backward(const MatX<S>& dOut)                  adds its parameters' gradients
+//   visitParams(prefix, f), f(const std::string&, Param<S>&)     the parameter walk
+//   config()  whose result has toKeyValues() -> std::map<std::string, std::string>
+//             and, optionally, a std::string member `preset`
+// and, optionally, forwardInference(X, out) (evaluation without caches) and blocks(),
+// blockInput(i), blockOutput(i) (the gate audit of the evaluation, diag/gate_audit.hpp).
+// The checkpoint stores config().toKeyValues() as the JSON text model_config and the preset; a
+// resume compares model_config with the model's own, so a model whose configuration differs is
+// refused before any tensor is read.
+#include <cstddef>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+namespace ddl {
+
+// The model_config text of a configuration: its key-value pairs as one JSON object of strings.
+template <class Config>
+std::string configJson(const Config& c) {
+  return nlohmann::json(c.toKeyValues()).dump();
+}
+
+namespace detail {
+template <class Config, class = void>
+struct HasPreset : std::false_type {};
+template <class Config>
+struct HasPreset<Config, std::void_t<decltype(std::string(std::declval<const Config&>().preset))>> : std::true_type {};
+
+// Whether the evaluation can gather gate statistics of Model (NetGateAccumulator::add).
+template <class Model, class = void>
+struct HasGateBlocks : std::false_type {};
+template <class Model>
+struct HasGateBlocks<Model, std::void_t<decltype(std::declval<const Model&>().blocks().size()),
+                                        decltype(std::declval<const Model&>().blockInput(std::size_t{})),
+                                        decltype(std::declval<const Model&>().blockOutput(std::size_t{}))>>
+    : std::true_type {};
+}  // namespace detail
+
+// The model_config metadata of model.
+template <class Model>
+std::string modelConfigJson(const Model& model) {
+  return configJson(model.config());
+}
+
+// The preset metadata of model: config().preset when the configuration has one, else empty.
+template <class Model>
+std::string modelPreset(const Model& model) {
+  if constexpr (detail::HasPreset<std::decay_t<decltype(model.config())>>::value)
+    return model.config().preset;
+  else
+    return std::string();
+}
+
+}  // namespace ddl

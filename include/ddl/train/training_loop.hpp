@@ -1,0 +1,453 @@
+#pragma once
+// ddl/train/training_loop.hpp: the epoch loop, generic over model, task, batch source, optimizer
+// and per-step hooks; ddl::Trainer (train/trainer.hpp) is this loop with the classification parts.
+//
+//   ddl::ClassificationTask<float> task(0.1);
+//   ddl::DatasetBatches<float> batches(train, batchOptions, seed);
+//   ddl::Sgd<float> sgd(sgdOptions);                       // its lr() is the schedule's peak
+//   ddl::TrainingLoop<ddl::DeltaNet<float>, ddl::ClassificationTask<float>, ddl::DatasetBatches<float>,
+//                     ddl::Sgd<float>> loop(net, task, batches, sgd, options, &validation, &test);
+//   loop.addStepHook([](ddl::StepContext<float>& c) { ... });   // after backward, before the update
+//   loop.run();
+// The contracts are in train/model.hpp, train/task.hpp, train/batch_source.hpp, train/optimizer.hpp
+// and train/step_hooks.hpp; docs/decisions.md ("The training loop: model, task, batch source,
+// optimizer, hooks") says who owns what. The caller owns model, task, source, optimizer and the
+// evaluation data, which must outlive the loop; the loop owns its scratch, the guard and the CSV.
+//
+// Per step: lr from the schedule (warmup + cosine/step/constant over all epochs), then taskStep:
+// forward, the task's loss and gradient, backward, the hooks, the NaN/Inf guard, clipping, the
+// optimizer. Per epoch: evaluation on the validation and test sets, a checkpoint (atomic) and a
+// row of metrics.csv in options.outDir. The checkpoint holds the parameters, the optimizer's state
+// tensors and step count, the epoch, the position inside the epoch (train_position: batches done
+// and the running loss and accuracy sums), the model configuration (model_config), the preset and
+// the training options (train_options, with the optimizer's settings); batch b of epoch e is a
+// function of (seed, e, b) (the batch source's contract), so a run resumed from any checkpoint,
+// also one written mid-epoch, is bit-identical to one that never stopped.
+//
+// Guards: with options.checkFinite (default on) a NaN/Inf loss or gradient stops training with a
+// NonFiniteError naming the step and the first bad parameter, before the update (finite_guard.hpp);
+// nothing is written then, so the last checkpoint stays the last good state; a hook that throws
+// ends run() the same way. shouldStop, polled after every step, ends run() early with a mid-epoch
+// checkpoint (stopped() tells; stop_signal.hpp turns SIGINT/SIGTERM into it). A failed write throws
+// IoError; the previous checkpoint stays intact. Error messages name ddl::Trainer, as they always did.
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <type_traits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "ddl/core/error.hpp"
+#include "ddl/core/parse.hpp"
+#include "ddl/core/threading.hpp"
+#include "ddl/core/types.hpp"
+#include "ddl/diag/gate_audit.hpp"
+#include "ddl/io/atomic_file.hpp"
+#include "ddl/io/checkpoint.hpp"
+#include "ddl/io/metrics_csv.hpp"
+#include "ddl/train/finite_guard.hpp"
+#include "ddl/train/lr_schedule.hpp"
+#include "ddl/train/model.hpp"
+#include "ddl/train/optimizer.hpp"
+#include "ddl/train/step_hooks.hpp"
+#include "ddl/train/train_step.hpp"
+#include "ddl/train/trainer_options.hpp"
+
+namespace ddl {
+
+// Reported after every training batch (running means over the epoch so far).
+struct BatchProgress {
+  int epoch = 0;        // 0-based
+  int epochs = 0;
+  Index batch = 0;      // batches done in this epoch
+  Index batches = 0;    // batches per epoch
+  double loss = 0.0;
+  double accuracy = 0.0;
+  double samplesPerSec = 0.0;
+};
+
+// One epoch's results; a data set that was not given has count == 0.
+struct EpochMetrics {
+  int epoch = 0;  // 1-based: epochs completed
+  std::int64_t step = 0;
+  double lr = 0.0;  // learning rate of the epoch's last step
+  double trainLoss = 0.0, trainAccuracy = 0.0;
+  EvalResult validation, test;
+  double seconds = 0.0;        // wall time of the epoch incl. evaluation
+  double samplesPerSec = 0.0;  // training throughput
+  std::vector<GateStats> gates;  // per block, over the test set (else validation); empty when additive
+  GateStats gatesAll;            // all blocks together (tokens == 0 when additive)
+};
+
+template <class Model, class Task, class Source, class Optimizer>
+class TrainingLoop {
+ public:
+  using S = typename Task::Scalar;
+  using EvalData = typename Task::EvalData;
+  static_assert(std::is_same<typename Source::Target, typename Task::Target>::value,
+                "ddl::TrainingLoop: the batch source's Target must be the task's Target");
+  static_assert(std::is_same<typename Source::Scalar, S>::value && std::is_same<typename Optimizer::Scalar, S>::value,
+                "ddl::TrainingLoop: task, batch source and optimizer must share one scalar type");
+
+  // model, task, source, optimizer and the evaluation data must outlive the loop; validation and
+  // test may be null. Throws ValueError for options outside their domain or a model that cannot
+  // take the source's batches or the evaluation data.
+  TrainingLoop(Model& model, Task& task, Source& source, Optimizer& optimizer, const TrainerOptions& options,
+               const EvalData* validation = nullptr, const EvalData* test = nullptr)
+      : m_model(model), m_task(task), m_source(source), m_optimizer(optimizer), m_val(validation), m_test(test),
+        m_opt(checked(options)), m_optimizerJson(optimizerOptionsJson(optimizer)), m_guard(model) {
+    const char* fn = "ddl::Trainer";
+    source.checkModel(model, fn);
+    for (const EvalData* d : {validation, test})
+      if (d) task.checkEvalData(model, *d, fn);
+    m_schedule = makeSchedule();
+  }
+  TrainingLoop(const TrainingLoop&) = delete;
+  TrainingLoop& operator=(const TrainingLoop&) = delete;
+
+  // Runs in every step after backward, before clipping and the update (train/step_hooks.hpp);
+  // hooks run in the order added, then the NaN/Inf guard.
+  void addStepHook(StepHook<S> hook) {
+    require(static_cast<bool>(hook), "ddl::TrainingLoop::addStepHook", "the hook is empty");
+    m_hooks.push_back(std::move(hook));
+  }
+
+  std::function<void(const BatchProgress&)> onBatch;  // after every training batch
+  std::function<void(int epoch)> onEpochStart;        // 0-based epoch about to run (or continue)
+  std::function<void(const EpochMetrics&)> onEpoch;   // after evaluation, checkpoint and CSV row
+  std::function<bool()> shouldStop;                   // polled after every step: true = stop now
+
+  // Trains from the current position (epoch(), batchInEpoch()) up to options.epochs and returns the
+  // last completed epoch's metrics (count == 0 in them when no epoch completed). When shouldStop
+  // returns true, run() returns after the current step with stopped() == true, having written a
+  // checkpoint of that position (when outDir is set and anything changed since the last one).
+  // Throws NonFiniteError (checkFinite), IoError for an output that cannot be written.
+  EpochMetrics run() {
+    setNumThreads(m_opt.threads);
+    m_stopped = false;
+    EpochMetrics last;
+    if (stopRequested()) return last;  // before any output is created
+    if (!m_opt.outDir.empty()) openOutputs();
+    while (m_epoch < m_opt.epochs) {
+      if (stopRequested()) break;
+      if (!trainEpoch()) break;  // stopped mid-epoch
+      last = finishEpoch();
+    }
+    if (m_stopped && !m_opt.outDir.empty() && m_step != m_savedStep) saveCheckpoint(checkpointPath());
+    return last;
+  }
+
+  // Loads model, optimizer state, epoch, step and the position inside the epoch from a checkpoint
+  // written by this class. Throws IoError/ValueError when the model configuration or the training
+  // options differ from the saved ones (a resumed run must follow the same trajectory) or the saved
+  // position does not fit this training set, and leaves everything untouched then.
+  void resume(const std::string& path) {
+    const char* fn = "ddl::Trainer::resume";
+    const CheckpointMeta head = readCheckpointMetadata(path);
+    const std::string mine = modelConfigJson(m_model);
+    if (head.modelConfig != mine)
+      throw ValueError(message(fn, path, ": the checkpoint's model configuration differs from this model's\n  saved: ",
+                               head.modelConfig, "\n  model: ", mine));
+    const auto it = head.extra.find("train_options");
+    if (it == head.extra.end()) throw IoError(message(fn, path, ": no train_options metadata (not a Trainer checkpoint)"));
+    // A malformed text parses to "discarded", which has no keys: it must not pass as "same options".
+    const nlohmann::json savedJson = nlohmann::json::parse(it->second, nullptr, false);
+    if (!savedJson.is_object())
+      throw IoError(message(fn, path, ": the train_options metadata is not a JSON object: ", it->second.substr(0, 200)));
+    TrainerOptions saved = m_opt;
+    saved.updateFromJson(savedJson);  // checks the types and ranges of the shared keys
+    nlohmann::json savedAll = trainOptionsJson(saved);
+    for (const auto& kv : m_optimizerJson.items())
+      if (savedJson.contains(kv.key())) savedAll[kv.key()] = savedJson.at(kv.key());
+    const nlohmann::json now = trainOptionsJson(m_opt);
+    if (savedAll != now)
+      throw ValueError(message(fn, path, ": the training options differ from the saved run\n  saved: ",
+                               savedAll.dump(), "\n  now:   ", now.dump()));
+    require(head.epoch >= 0 && head.epoch <= m_opt.epochs, fn, path, ": saved epoch ", head.epoch,
+            " is outside [0, ", m_opt.epochs, "]");
+    const EpochPosition pos = readPosition(head, path, head.epoch == m_opt.epochs);
+    const CheckpointMeta meta = loadCheckpoint(path, m_model, m_optimizer);
+    m_epoch = static_cast<int>(meta.epoch);
+    m_step = meta.step;
+    m_pos = pos;
+    if (m_optimizer.stepCount() > 0) m_lr = m_schedule.lrAt(m_optimizer.stepCount() - 1);  // an epoch may have no steps left
+    m_savedStep = m_step;
+    m_resumed = true;
+  }
+
+  // Writes the checkpoint of the current state (atomic replace). IoError when it cannot be written;
+  // the previous file at `path` is then unchanged.
+  void saveCheckpoint(const std::string& path) {
+    CheckpointMeta meta;
+    meta.preset = modelPreset(m_model);
+    meta.modelConfig = modelConfigJson(m_model);
+    meta.epoch = m_epoch;
+    meta.step = m_step;
+    meta.extra = m_opt.extraMeta;
+    meta.extra["train_options"] = trainOptionsJson(m_opt).dump();
+    meta.extra["train_position"] = nlohmann::json{{"batch", m_pos.batch},
+                                                  {"loss_sum", m_pos.lossSum},
+                                                  {"correct", m_pos.correct},
+                                                  {"seen", m_pos.seen}}
+                                       .dump();
+    try {
+      ddl::saveCheckpoint(path, m_model, m_optimizer, meta);
+    } catch (const IoError& e) {
+      throw IoError(message("ddl::Trainer", "cannot write the checkpoint of step ", m_step, ": ", e.what(),
+                            " (the previous checkpoint, if any, is unchanged)"));
+    }
+    m_savedStep = m_step;
+  }
+
+  // The task's mean loss and accuracy on data; gates, when given and the model has gated blocks
+  // (train/model.hpp), accumulates the gate statistics of every block over the whole set (it stays
+  // empty for an additive net) through the caching forward, which the audit reads; otherwise the
+  // evaluation is the forward that caches nothing.
+  EvalResult evaluate(const EvalData& data, NetGateAccumulator* gates = nullptr) {
+    if constexpr (detail::HasGateBlocks<Model>::value) {
+      if (gates) return m_task.evaluate(m_model, data, m_opt.evalBatch, m_logits, [&] { gates->add(m_model); });
+    }
+    return m_task.evaluate(m_model, data, m_opt.evalBatch, m_logits);
+  }
+
+  std::string checkpointPath() const { return m_opt.outDir + "/checkpoint.safetensors"; }
+  std::string metricsPath() const { return m_opt.outDir + "/metrics.csv"; }
+  int epoch() const { return m_epoch; }                 // completed epochs
+  Index batchInEpoch() const { return m_pos.batch; }    // batches done in the current epoch
+  bool stopped() const { return m_stopped; }            // the last run() ended through shouldStop
+  std::int64_t step() const { return m_step; }
+  const LrSchedule& schedule() const { return m_schedule; }
+  const TrainerOptions& options() const { return m_opt; }
+  Optimizer& optimizer() { return m_optimizer; }
+  Model& model() { return m_model; }
+  Task& task() { return m_task; }
+  Source& source() { return m_source; }
+  Index batchesPerEpoch() const { return m_source.batchesPerEpoch(); }
+
+  static std::vector<std::string> metricsColumns() {
+    return {"epoch",    "step",     "lr",        "train_loss",    "train_acc",   "val_loss", "val_acc",
+            "test_loss", "test_acc", "seconds",  "samples_per_s", "beta_mean",   "beta_min", "beta_max",
+            "beta_saturated"};
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  static const TrainerOptions& checked(const TrainerOptions& o) {
+    o.validate();
+    return o;
+  }
+  // The train_options metadata: the options' JSON with the optimizer's settings in place of adam's
+  // (the same text as before for AdamW, train/optimizer.hpp).
+  nlohmann::json trainOptionsJson(const TrainerOptions& o) const {
+    nlohmann::json j = o.toJson();
+    for (const char* key : {"lr", "beta1", "beta2", "adam_eps", "weight_decay"}) j.erase(key);
+    j.update(m_optimizerJson);
+    return j;
+  }
+
+  LrSchedule makeSchedule() const {
+    const std::int64_t total = static_cast<std::int64_t>(m_opt.epochs) * m_source.batchesPerEpoch();
+    const double lr = m_optimizerJson.at("lr").get<double>();  // the optimizer's rate when it was passed in
+    switch (m_opt.schedule) {
+      case LrScheduleKind::Constant: return LrSchedule::constant(lr, m_opt.warmupSteps);
+      case LrScheduleKind::Cosine:
+        require(total > m_opt.warmupSteps, "ddl::Trainer", "warmup of ", m_opt.warmupSteps,
+                " steps does not fit in the ", total, " training steps");
+        return LrSchedule::cosine(lr, m_opt.warmupSteps, total, m_opt.minLrFactor * lr);
+      case LrScheduleKind::Step: {
+        const std::int64_t every = m_opt.stepEvery > 0 ? m_opt.stepEvery : std::max<std::int64_t>(1, total / 3);
+        return LrSchedule::stepDecay(lr, every, m_opt.stepGamma, m_opt.warmupSteps);
+      }
+    }
+    return LrSchedule::constant(lr);
+  }
+
+  // Where training stands inside the current epoch, and the running sums of its batches so far.
+  struct EpochPosition {
+    Index batch = 0;
+    double lossSum = 0.0;  // sum over samples of the per-sample loss
+    Index correct = 0, seen = 0;
+  };
+
+  // The train_position metadata, checked against this training set (absent = start of the epoch).
+  EpochPosition readPosition(const CheckpointMeta& head, const std::string& path, bool finished) const {
+    const char* fn = "ddl::Trainer::resume";
+    EpochPosition pos;
+    const auto it = head.extra.find("train_position");
+    if (it == head.extra.end()) return pos;
+    const nlohmann::json j = nlohmann::json::parse(it->second, nullptr, false);
+    try {
+      if (!j.is_object()) throw ValueError("it is not a JSON object: " + it->second);
+      const Index batches = m_source.batchesPerEpoch();
+      pos.batch = detail::jsonInteger<Index>("batch", j.at("batch"), 0, finished ? 0 : batches);
+      const Index seen = m_source.samplesIn(pos.batch);
+      pos.seen = detail::jsonInteger<Index>("seen", j.at("seen"), seen, seen);
+      pos.correct = detail::jsonInteger<Index>("correct", j.at("correct"), 0, seen);
+      if (!j.at("loss_sum").is_number()) throw ValueError("loss_sum is not a number");
+      pos.lossSum = numberInRange("loss_sum", j.at("loss_sum").get<double>(), 0.0);
+    } catch (const nlohmann::json::exception& e) {
+      throw IoError(message(fn, path, ": bad train_position metadata: ", e.what()));
+    } catch (const ValueError& e) {
+      throw IoError(message(fn, path, ": bad train_position metadata (", m_source.batchesPerEpoch(), " batches of ",
+                            m_opt.batchSize, " per epoch here): ", e.what()));
+    }
+    return pos;
+  }
+
+  bool stopRequested() {
+    if (shouldStop && shouldStop()) m_stopped = true;
+    return m_stopped;
+  }
+
+  void openOutputs() {
+    const char* fn = "ddl::Trainer";
+    std::error_code ec;
+    std::filesystem::create_directories(m_opt.outDir, ec);
+    if (ec) throw IoError(message(fn, "cannot create output folder '", m_opt.outDir, "': ", ec.message()));
+    // Fail now rather than after the first epoch: create (and remove) a file where the checkpoint goes.
+    const std::string probe = atomicTempPath(checkpointPath());
+    const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0)
+      throw IoError(message(fn, "cannot write to output folder '", m_opt.outDir, "': ", detail::errnoText(errno)));
+    ::close(fd);
+    ::unlink(probe.c_str());
+    if (!m_csv) m_csv = std::make_unique<MetricsCsv>(metricsPath(), metricsColumns(), /*append=*/m_resumed);
+  }
+
+  // The remaining steps of the current epoch. False when shouldStop ended it early.
+  bool trainEpoch() {
+    if (onEpochStart) onEpochStart(m_epoch);
+    m_epochStart = Clock::now();
+    m_source.startEpoch(static_cast<std::uint64_t>(m_epoch));
+    m_source.seek(m_pos.batch);
+    const TrainStepOptions stepOpt{m_opt.clipNorm};
+    Index seenNow = 0;  // samples of this call, for the throughput
+    while (m_source.next(m_X, m_y)) {
+      m_lr = m_schedule.lrAt(m_optimizer.stepCount());
+      m_optimizer.setLr(m_lr);
+      const std::int64_t stepNo = m_step + 1;
+      StepStats s;
+      try {
+        s = taskStep(m_model, m_task, m_optimizer, m_X, m_y, m_buf, stepOpt, [&](StepStats& st) {
+          StepContext<S> context{stepNo, m_epoch, m_pos.batch, m_lr, st, m_buf.params};
+          for (StepHook<S>& hook : m_hooks) hook(context);
+          if (m_opt.checkFinite) m_guard.check(st.loss, stepNo);
+        });
+      } catch (const NonFiniteError& e) {
+        throw NonFiniteError(message("ddl::Trainer", "training stopped in epoch ", m_epoch + 1, ", batch ",
+                                     m_pos.batch + 1, ": ", e.what(), lastCheckpointNote()),
+                             e.step());
+      } catch (const MathError& e) {
+        // A layer met a NaN/Inf itself (e.g. a direction of norm NaN after the weights blew up).
+        if (!m_opt.checkFinite) throw;
+        throw NonFiniteError(message("ddl::Trainer", "training stopped in epoch ", m_epoch + 1, ", batch ",
+                                     m_pos.batch + 1, ": step ", stepNo, " failed: ", e.what(), "; ",
+                                     m_guard.parameterReport(), " (check the learning rate and the input data)",
+                                     lastCheckpointNote()),
+                             stepNo);
+      }
+      ++m_step;
+      ++m_pos.batch;
+      m_pos.lossSum += s.loss * static_cast<double>(s.count);
+      m_pos.correct += s.correct;
+      m_pos.seen += s.count;
+      seenNow += s.count;
+      if (onBatch) {
+        const double secs = std::chrono::duration<double>(Clock::now() - m_epochStart).count();
+        onBatch(BatchProgress{m_epoch, m_opt.epochs, m_pos.batch, m_source.batchesPerEpoch(),
+                              m_pos.lossSum / static_cast<double>(m_pos.seen),
+                              static_cast<double>(m_pos.correct) / static_cast<double>(m_pos.seen),
+                              secs > 0 ? static_cast<double>(seenNow) / secs : 0.0});
+      }
+      if (stopRequested()) return false;
+    }
+    m_trainSecs = std::chrono::duration<double>(Clock::now() - m_epochStart).count();
+    m_seenNow = seenNow;
+    return true;
+  }
+
+  std::string lastCheckpointNote() const {
+    if (m_opt.outDir.empty()) return "";
+    if (m_savedStep < 0) return "; no checkpoint was written in this run";
+    return "; the last checkpoint (" + checkpointPath() + ", step " + std::to_string(m_savedStep) + ") is unchanged";
+  }
+
+  // Evaluation, checkpoint and metrics row of the epoch trainEpoch() completed.
+  EpochMetrics finishEpoch() {
+    EpochMetrics m;
+    m.epoch = m_epoch + 1;
+    m.step = m_step;
+    m.lr = m_lr;
+    const double seen = static_cast<double>(m_pos.seen);
+    m.trainLoss = m_pos.lossSum / seen;
+    m.trainAccuracy = static_cast<double>(m_pos.correct) / seen;
+    m.samplesPerSec = m_trainSecs > 0 ? static_cast<double>(m_seenNow) / m_trainSecs : 0.0;
+    NetGateAccumulator gates;
+    if (m_val) m.validation = evaluate(*m_val, m_test ? nullptr : &gates);
+    if (m_test) m.test = evaluate(*m_test, &gates);
+    m.gates = gates.stats();
+    GateAccumulator all;
+    for (const GateAccumulator& b : gates.blocks()) all.merge(b);
+    m.gatesAll = all.stats();
+    m.seconds = std::chrono::duration<double>(Clock::now() - m_epochStart).count();
+    ++m_epoch;
+    m_pos = EpochPosition{};
+    // The checkpoint before the row: a row exists only for an epoch a resume will not repeat.
+    if (!m_opt.outDir.empty()) saveCheckpoint(checkpointPath());
+    if (m_csv) writeRow(m);
+    if (onEpoch) onEpoch(m);
+    return m;
+  }
+
+  void writeRow(const EpochMetrics& m) {
+    auto num = [](double v) { return csvNumber(v); };
+    auto opt = [&](const EvalResult& r, double v) { return r.count > 0 ? num(v) : std::string(); };
+    const GateStats& g = m.gatesAll;
+    const bool hasGates = g.tokens > 0;
+    auto gate = [&](double v) { return hasGates ? num(v) : std::string(); };
+    m_csv->writeRow({std::to_string(m.epoch), std::to_string(m.step), num(m.lr), num(m.trainLoss),
+                     num(m.trainAccuracy), opt(m.validation, m.validation.loss),
+                     opt(m.validation, m.validation.accuracy), opt(m.test, m.test.loss), opt(m.test, m.test.accuracy),
+                     num(m.seconds), num(m.samplesPerSec), gate(g.betaMean), gate(g.betaMin), gate(g.betaMax),
+                     gate(g.saturatedFraction())});
+  }
+
+  Model& m_model;
+  Task& m_task;
+  Source& m_source;
+  Optimizer& m_optimizer;
+  const EvalData* m_val;
+  const EvalData* m_test;
+  TrainerOptions m_opt;
+  nlohmann::json m_optimizerJson;  // the optimizer's settings when it was passed in (train_options)
+  std::vector<StepHook<S>> m_hooks;
+  LrSchedule m_schedule;
+  std::unique_ptr<MetricsCsv> m_csv;
+  FiniteGuard<S> m_guard;
+  int m_epoch = 0;
+  std::int64_t m_step = 0;
+  std::int64_t m_savedStep = -1;  // step of the checkpoint last written or resumed from (-1 = none)
+  EpochPosition m_pos;
+  Clock::time_point m_epochStart;
+  double m_trainSecs = 0.0, m_lr = 0.0;
+  Index m_seenNow = 0;
+  bool m_resumed = false;
+  bool m_stopped = false;
+  typename Source::Input m_X;
+  typename Source::Target m_y;
+  MatX<S> m_logits;
+  StepBuffers<S> m_buf;
+};
+
+}  // namespace ddl
