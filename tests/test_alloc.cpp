@@ -35,6 +35,7 @@ static std::atomic<long> g_eigenAsserts{0};  // Eigen heap allocations while for
 #include "ddl/train/grad_clip.hpp"
 #include "ddl/train/sgd.hpp"
 #include "ddl/train/train_step.hpp"
+#include "ddl/train/trainer.hpp"
 
 #include "counting_new.hpp"  // counts every global operator new of this executable
 
@@ -291,6 +292,41 @@ TEST_CASE("ConvDeltaNet: a steady-state training step allocates nothing", "[allo
         ddl::ConvDeltaNet<float> net(cfg, 5);
         checkNone(steadyState(net, X1, X2, threads));
       }
+  ddl::setNumThreads(1);
+}
+
+TEST_CASE("Trainer: a steady-state step of the loop, with a step hook and the guard, allocates nothing", "[alloc][train][trainer]") {
+  // 96 samples in batches of 16: every batch is full, so X and the labels keep their size. The
+  // allocations between two onBatch calls are one whole step of the loop: next batch, schedule,
+  // forward, task loss, backward, the hook, the NaN/Inf guard, clipping, AdamW, the running sums.
+  ddl::Dataset<float> train;
+  train.numClasses = 3;
+  train.shape = ddl::ImageShape{1, 1, 10};
+  train.images.resize(10, 96);
+  fillNormal(train.images, 7);
+  train.labels = labelsFor(96, 3, 0);
+  for (const int threads : threadCounts()) {
+    CAPTURE(threads);
+    ddl::TrainerOptions opt;
+    opt.epochs = 1;
+    opt.batchSize = 16;
+    opt.clipNorm = 1.0;
+    opt.threads = threads;
+    ddl::DeltaNet<float> net(mlpConfig(ddl::ResidualKind::Delta, 2), 3);
+    ddl::Trainer<float> trainer(net, train, opt);
+    trainer.addStepHook([](ddl::StepContext<float>& c) {
+      for (const auto& p : c.params) p.param->grad *= 0.5f;  // an allreduce's averaging, in place
+    });
+    std::vector<long> counts;
+    counts.reserve(8);
+    trainer.onBatch = [&](const ddl::BatchProgress&) { counts.push_back(ddl_test::operatorNewCount()); };
+    trainer.run();
+    REQUIRE(counts.size() == 6);
+    for (std::size_t i = 3; i < counts.size(); ++i) {
+      CAPTURE(i);
+      CHECK(counts[i] - counts[i - 1] == 0);
+    }
+  }
   ddl::setNumThreads(1);
 }
 
