@@ -137,7 +137,8 @@ StepStats trainStep(Model& model, SoftmaxCrossEntropy<S>& loss, Opt& optimizer,
     throw ShapeError(message("ddl::trainStep", "got ", labels.size(), " labels for X of shape ", shapeOf(X),
                              " (one label per column)"));
   detail::LossLayerTask<S> task{loss};
-  return taskStep(model, task, optimizer, X, labels, buf, options, beforeUpdate);
+  return taskStep(model, task, optimizer, X, labels, buf, options,
+                  [&beforeUpdate](const StepStats& s) { beforeUpdate(s); });  // read-only here, as always
 }
 
 template <class S, class Model, class Opt>

@@ -86,6 +86,7 @@ struct EpochMetrics {
   double seconds = 0.0;        // wall time of the epoch incl. evaluation
   double samplesPerSec = 0.0;  // training throughput
   std::vector<GateStats> gates;  // per block, over the test set (else validation); empty when additive
+                                 // or when the model has no gated blocks (train/model.hpp)
   GateStats gatesAll;            // all blocks together (tokens == 0 when additive)
 };
 
