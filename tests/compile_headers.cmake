@@ -10,7 +10,7 @@ foreach(var CXX INCLUDE_DIR EIGEN_DIR WORK_DIR)
 endforeach()
 file(GLOB_RECURSE headers RELATIVE ${INCLUDE_DIR} ${INCLUDE_DIR}/ddl/*.hpp)
 list(SORT headers)
-set(flags -std=c++17 -Wall -Wextra -Wpedantic -Werror -DDDL_WITH_OPENMP=0 -DDDL_WITH_ZLIB=0
+set(flags -std=c++17 -Wall -Wextra -Wpedantic -Werror -DDDL_WITH_OPENMP=0 -DDDL_WITH_ZLIB=0 -DDDL_WITH_MPI=0
           -I${INCLUDE_DIR} -isystem ${EIGEN_DIR} -x c++)
 set(failed "")
 file(MAKE_DIRECTORY ${WORK_DIR})
@@ -36,7 +36,7 @@ foreach(area IN LISTS EIGEN_ONLY_AREAS)
     unit_of(${h} tu)
     execute_process(COMMAND ${CXX} ${flags} -M ${tu}
                     RESULT_VARIABLE rc OUTPUT_VARIABLE deps ERROR_VARIABLE err)
-    if(NOT rc EQUAL 0 OR deps MATCHES "nlohmann|zlib\\.h|omp\\.h")
+    if(NOT rc EQUAL 0 OR deps MATCHES "nlohmann|zlib\\.h|omp\\.h|mpi\\.h")
       string(REGEX MATCHALL "[^ \n\\\\]*(nlohmann|zlib\\.h|omp\\.h)[^ \n\\\\]*" reached "${deps}")
       message("${h}: needs more than Eigen: ${reached}${err}")
       list(APPEND failed ${h})

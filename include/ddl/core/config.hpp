@@ -1,6 +1,6 @@
 #pragma once
 // ddl/core/config.hpp: version and the one place where optional dependencies become macros.
-// CMake defines DDL_WITH_ZLIB / DDL_WITH_OPENMP on the ddl::ddl target when it finds them;
+// CMake defines DDL_WITH_ZLIB / DDL_WITH_OPENMP / DDL_WITH_MPI on the ddl::ddl target when it finds them;
 // without CMake both default to what the compiler can see, so the headers work standalone.
 
 #define DDL_VERSION_MAJOR 0
@@ -17,6 +17,11 @@
 #endif
 #ifndef DDL_WITH_ZLIB
 #define DDL_WITH_ZLIB 0
+#endif
+
+// DDL_WITH_MPI is 1 only when CMake found MPI (mpi.h is not on the default include path).
+#ifndef DDL_WITH_MPI
+#define DDL_WITH_MPI 0
 #endif
 
 #ifndef DDL_WITH_OPENMP

@@ -7,19 +7,24 @@
 //   trainer.onEpoch = [&](const ddl::EpochMetrics& m) { ... };
 //   if (resume) trainer.resume(trainer.checkpointPath());
 //   trainer.run();
+//   ddl::Trainer<float> ranks(net, train, opts, &validation, nullptr, &comm);  // data-parallel (MPI)
 //
 // Trainer is ddl::TrainingLoop (train/training_loop.hpp: steps, schedule, evaluation, checkpoints,
 // metrics.csv, guards, stop requests, resume) with the parts it builds itself from the options:
 // ClassificationTask (options.labelSmoothing), DatasetBatches over train (options.batchSize, a fresh
 // order per epoch, options.augment, options.seed) and AdamW (options.adam; adam.lr is the peak
-// rate). Train another model, task, batch source or optimizer with TrainingLoop itself.
+// rate). Train another model, task, batch source or optimizer with TrainingLoop itself. With a
+// communicator of several ranks, each rank trains on its part of every global batch of
+// options.batchSize (ShardedBatches) and the loop averages the gradients (TrainingLoop::distribute).
 // The model is anything with forward(X (inputDim, B), logits), backward(dLogits), visitParams,
 // inputDim(), classes(), config() (train/model.hpp) and, for the gate audit, blocks().
 #include "ddl/data/dataset.hpp"
 #include "ddl/nn/delta_net.hpp"
 #include "ddl/train/adamw.hpp"
+#include "ddl/core/collective.hpp"
 #include "ddl/train/batch_source.hpp"
 #include "ddl/train/model_config.hpp"
+#include "ddl/train/sharded_batches.hpp"
 #include "ddl/train/task.hpp"
 #include "ddl/train/trainer_options.hpp"
 #include "ddl/train/training_loop.hpp"
@@ -30,8 +35,11 @@ namespace detail {
 // The parts ddl::Trainer owns; a base class so that they exist before the loop that refers to them.
 template <class S>
 struct ClassifierTrainingParts {
-  ClassifierTrainingParts(const Dataset<S>& train, const TrainerOptions& o)
-      : ownTask(o.labelSmoothing), ownSource(train, batchOptions(o), o.seed), ownOptimizer(o.adam) {}
+  ClassifierTrainingParts(const Dataset<S>& train, const TrainerOptions& o, const Collective* comm)
+      : ownTask(o.labelSmoothing),
+        ownSource(train, batchOptions(o), o.seed),
+        ownShard(ownSource, comm ? comm->rank() : 0, comm ? comm->size() : 1, o.batchSize),
+        ownOptimizer(o.adam) {}
 
   static BatchOptions batchOptions(const TrainerOptions& o) {
     BatchOptions b;
@@ -47,24 +55,28 @@ struct ClassifierTrainingParts {
 
   ClassificationTask<S> ownTask;
   DatasetBatches<S> ownSource;
+  ShardedBatches<DatasetBatches<S>> ownShard;  // this rank's part (all of it on one process)
   AdamW<S> ownOptimizer;
 };
 }  // namespace detail
 
 template <class S, class Model = DeltaNet<S>>
 class Trainer : private detail::ClassifierTrainingParts<S>,
-                public TrainingLoop<Model, ClassificationTask<S>, DatasetBatches<S>, AdamW<S>> {
+                public TrainingLoop<Model, ClassificationTask<S>, ShardedBatches<DatasetBatches<S>>, AdamW<S>> {
   using Parts = detail::ClassifierTrainingParts<S>;
-  using Loop = TrainingLoop<Model, ClassificationTask<S>, DatasetBatches<S>, AdamW<S>>;
+  using Loop = TrainingLoop<Model, ClassificationTask<S>, ShardedBatches<DatasetBatches<S>>, AdamW<S>>;
 
  public:
-  // The model and data sets must outlive the trainer; validation and test may be null.
+  // The model, data sets and communicator must outlive the trainer; validation, test and comm may
+  // be null (comm null: one process).
   Trainer(Model& model, const Dataset<S>& train, const TrainerOptions& options,
-          const Dataset<S>* validation = nullptr, const Dataset<S>* test = nullptr)
-      : Parts(train, Parts::validated(options)),
-        Loop(model, Parts::ownTask, Parts::ownSource, Parts::ownOptimizer, options, validation, test) {}
-  Trainer(Model&, Dataset<S>&&, const TrainerOptions&, const Dataset<S>* = nullptr,
-          const Dataset<S>* = nullptr) = delete;  // keeps a reference: a temporary would dangle
+          const Dataset<S>* validation = nullptr, const Dataset<S>* test = nullptr, Collective* comm = nullptr)
+      : Parts(train, Parts::validated(options), comm),
+        Loop(model, Parts::ownTask, Parts::ownShard, Parts::ownOptimizer, options, validation, test) {
+    if (comm) Loop::distribute(*comm);
+  }
+  Trainer(Model&, Dataset<S>&&, const TrainerOptions&, const Dataset<S>* = nullptr, const Dataset<S>* = nullptr,
+          Collective* = nullptr) = delete;  // keeps a reference: a temporary would dangle
 };
 
 }  // namespace ddl

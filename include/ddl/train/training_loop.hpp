@@ -30,6 +30,16 @@
 // ends run() the same way. shouldStop, polled after every step, ends run() early with a mid-epoch
 // checkpoint (stopped() tells; stop_signal.hpp turns SIGINT/SIGTERM into it). A failed write throws
 // IoError; the previous checkpoint stays intact. Error messages name ddl::Trainer, as they always did.
+//
+// Data-parallel (distribute(comm), train/data_parallel.hpp): the source yields this rank's part of
+// every global batch (train/sharded_batches.hpp). run() first checks that every rank has the same
+// model configuration, options, data sizes and position (else every rank throws ValueError) and
+// gives every rank rank 0's parameters and optimizer state; every step sums the statistics and
+// averages the gradients over the ranks before the hooks and the guard, so clipping, the guard and
+// the position see the global batch and every rank takes the same decisions; a stop request on any
+// rank stops every rank after the same step. Rank 0 alone evaluates and writes the checkpoint and
+// metrics.csv (the other ranks' EpochMetrics have no validation or test results); a checkpoint
+// does not depend on the number of ranks, so a run resumes on any number of them.
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -47,6 +57,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ddl/core/collective.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/parse.hpp"
 #include "ddl/core/threading.hpp"
@@ -55,6 +66,7 @@
 #include "ddl/io/atomic_file.hpp"
 #include "ddl/io/checkpoint.hpp"
 #include "ddl/io/metrics_csv.hpp"
+#include "ddl/train/data_parallel.hpp"
 #include "ddl/train/finite_guard.hpp"
 #include "ddl/train/lr_schedule.hpp"
 #include "ddl/train/model.hpp"
@@ -128,6 +140,17 @@ class TrainingLoop {
   std::function<void(const EpochMetrics&)> onEpoch;   // after evaluation, checkpoint and CSV row
   std::function<bool()> shouldStop;                   // polled after every step: true = stop now
 
+  // Trains data-parallel over comm's ranks (see the header comment); the source must yield this
+  // rank's part of each global batch. With one rank nothing changes.
+  void distribute(Collective& comm, DataParallelOptions options = {}) {
+    m_dp.reset();
+    if (comm.size() > 1) m_dp = std::make_unique<DataParallel<S>>(comm, options);
+    m_synced = false;
+  }
+  // The data-parallel state (nullptr on one process): ranks, communication time.
+  const DataParallel<S>* dataParallel() const { return m_dp.get(); }
+  bool isRankZero() const { return !m_dp || m_dp->rank() == 0; }
+
   // Trains from the current position (epoch(), batchInEpoch()) up to options.epochs and returns the
   // last completed epoch's metrics (count == 0 in them when no epoch completed). When shouldStop
   // returns true, run() returns after the current step with stopped() == true, having written a
@@ -135,16 +158,17 @@ class TrainingLoop {
   // Throws NonFiniteError (checkFinite), IoError for an output that cannot be written.
   EpochMetrics run() {
     setNumThreads(m_opt.threads);
+    if (m_dp && !m_synced) synchronizeRanks();
     m_stopped = false;
     EpochMetrics last;
     if (stopRequested()) return last;  // before any output is created
-    if (!m_opt.outDir.empty()) openOutputs();
+    if (writes()) openOutputs();
     while (m_epoch < m_opt.epochs) {
       if (stopRequested()) break;
       if (!trainEpoch()) break;  // stopped mid-epoch
       last = finishEpoch();
     }
-    if (m_stopped && !m_opt.outDir.empty() && m_step != m_savedStep) saveCheckpoint(checkpointPath());
+    if (m_stopped && writes() && m_step != m_savedStep) saveCheckpoint(checkpointPath());
     return last;
   }
 
@@ -184,6 +208,7 @@ class TrainingLoop {
     if (m_optimizer.stepCount() > 0) m_lr = m_schedule.lrAt(m_optimizer.stepCount() - 1);  // an epoch may have no steps left
     m_savedStep = m_step;
     m_resumed = true;
+    m_synced = false;
   }
 
   // Writes the checkpoint of the current state (atomic replace). IoError when it cannot be written;
@@ -306,9 +331,32 @@ class TrainingLoop {
     return pos;
   }
 
+  // A collective vote when data-parallel: every rank calls this at the same points.
   bool stopRequested() {
-    if (shouldStop && shouldStop()) m_stopped = true;
+    bool stop = m_stopped || (shouldStop && shouldStop());
+    if (m_dp) stop = m_dp->anyRank(stop);
+    if (stop) m_stopped = true;
     return m_stopped;
+  }
+
+  // Only rank 0 writes the checkpoint and metrics.csv.
+  bool writes() const { return !m_opt.outDir.empty() && isRankZero(); }
+
+  // Every rank runs the same configuration from the same state: compared by digest, then rank 0's
+  // parameters and optimizer state are broadcast.
+  void synchronizeRanks() {
+    nlohmann::json j{{"model_config", modelConfigJson(m_model)},
+                     {"train_options", trainOptionsJson(m_opt)},
+                     {"batches_per_epoch", m_source.batchesPerEpoch()},
+                     {"samples_per_epoch", m_source.samplesIn(m_source.batchesPerEpoch())},
+                     {"validation", m_val != nullptr},
+                     {"test", m_test != nullptr},
+                     {"position", {m_epoch, m_step, m_pos.batch, m_optimizer.stepCount()}}};
+    m_dp->requireSame(j.dump(), "the model configuration, training options, data sizes or position (" + j.dump() + ")");
+    ParamList<S> params(m_model);
+    m_dp->broadcastParameters(params);
+    m_dp->broadcastOptimizer(m_optimizer);
+    m_synced = true;
   }
 
   void openOutputs() {
@@ -339,12 +387,23 @@ class TrainingLoop {
       m_optimizer.setLr(m_lr);
       const std::int64_t stepNo = m_step + 1;
       StepStats s;
+      bool reduced = false;  // this rank took part in the step's collective calls
       try {
-        s = taskStep(m_model, m_task, m_optimizer, m_X, m_y, m_buf, stepOpt, [&](StepStats& st) {
-          StepContext<S> context{stepNo, m_epoch, m_pos.batch, m_lr, st, m_buf.params};
-          for (StepHook<S>& hook : m_hooks) hook(context);
-          if (m_opt.checkFinite) m_guard.check(st.loss, stepNo);
-        });
+        try {
+          s = taskStep(m_model, m_task, m_optimizer, m_X, m_y, m_buf, stepOpt, [&](StepStats& st) {
+            reduced = true;
+            if (m_dp) m_dp->reduceStep(st, m_buf.params);  // global stats and gradients first
+            StepContext<S> context{stepNo, m_epoch, m_pos.batch, m_lr, st, m_buf.params};
+            for (StepHook<S>& hook : m_hooks) hook(context);
+            if (m_opt.checkFinite) m_guard.check(st.loss, stepNo);
+          });
+        } catch (...) {
+          if (m_dp && !reduced) m_dp->failStep();  // the other ranks wait in reduceStep: tell them
+          throw;
+        }
+      } catch (const RankFailedError& e) {
+        throw RankFailedError(message("ddl::Trainer", "training stopped in epoch ", m_epoch + 1, ", batch ",
+                                      m_pos.batch + 1, " (step ", stepNo, "): ", e.what(), lastCheckpointNote()));
       } catch (const NonFiniteError& e) {
         throw NonFiniteError(message("ddl::Trainer", "training stopped in epoch ", m_epoch + 1, ", batch ",
                                      m_pos.batch + 1, ": ", e.what(), lastCheckpointNote()),
@@ -395,8 +454,8 @@ class TrainingLoop {
     m.trainAccuracy = static_cast<double>(m_pos.correct) / seen;
     m.samplesPerSec = m_trainSecs > 0 ? static_cast<double>(m_seenNow) / m_trainSecs : 0.0;
     NetGateAccumulator gates;
-    if (m_val) m.validation = evaluate(*m_val, m_test ? nullptr : &gates);
-    if (m_test) m.test = evaluate(*m_test, &gates);
+    if (m_val && isRankZero()) m.validation = evaluate(*m_val, m_test ? nullptr : &gates);
+    if (m_test && isRankZero()) m.test = evaluate(*m_test, &gates);
     m.gates = gates.stats();
     GateAccumulator all;
     for (const GateAccumulator& b : gates.blocks()) all.merge(b);
@@ -405,7 +464,7 @@ class TrainingLoop {
     ++m_epoch;
     m_pos = EpochPosition{};
     // The checkpoint before the row: a row exists only for an epoch a resume will not repeat.
-    if (!m_opt.outDir.empty()) saveCheckpoint(checkpointPath());
+    if (writes()) saveCheckpoint(checkpointPath());
     if (m_csv) writeRow(m);
     if (onEpoch) onEpoch(m);
     return m;
@@ -433,6 +492,8 @@ class TrainingLoop {
   TrainerOptions m_opt;
   nlohmann::json m_optimizerJson;  // the optimizer's settings when it was passed in (train_options)
   std::vector<StepHook<S>> m_hooks;
+  std::unique_ptr<DataParallel<S>> m_dp;  // null on one process
+  bool m_synced = false;                   // ranks compared and given rank 0's state
   LrSchedule m_schedule;
   std::unique_ptr<MetricsCsv> m_csv;
   FiniteGuard<S> m_guard;

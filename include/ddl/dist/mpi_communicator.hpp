@@ -1,0 +1,192 @@
+#pragma once
+// ddl/dist/mpi_communicator.hpp: ddl::Collective (core/collective.hpp) over MPI, for data-parallel
+// training on several processes or machines (Open MPI 4.1 on Debian: libopenmpi-dev, openmpi-bin).
+//
+//   int main(int argc, char** argv) {
+//     ddl::MpiSession mpi(&argc, &argv);                  // MPI_Init_thread ... MPI_Finalize
+//     ddl::MpiCommunicator world;                         // MPI_COMM_WORLD, deterministic sums
+//     ddl::Trainer<float> trainer(net, train, options, &val, nullptr, &world);
+//   }
+// Available when ddl was built with MPI (CMake option DDL_USE_MPI, on when find_package(MPI) finds
+// it; the macro DDL_WITH_MPI is then 1). Only the thread that created the session calls MPI
+// (MPI_THREAD_FUNNELED): ddl's OpenMP threads never do.
+//
+// Sums: in the deterministic mode (the default) every rank adds the ranks' buffers in rank order,
+// r = 0, 1, ..., P - 1, so a sum does not depend on the algorithm MPI picks, on the process placement
+// or on the message sizes: the buffer is cut into P segments, rank j receives segment j of every rank
+// (MPI_Alltoallv), adds them in rank order and the sums are gathered back (MPI_Allgatherv). That sends
+// 2 (P - 1) / P of the buffer per rank, as a ring allreduce does. The native mode is MPI_Allreduce.
+// Errors: the communicator returns MPI errors instead of aborting (MPI_ERRORS_RETURN) and every
+// failed call throws ddl::Error naming the call and MPI's text.
+#include "ddl/core/config.hpp"
+
+#if DDL_WITH_MPI
+#include <algorithm>
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <mpi.h>
+
+#include "ddl/core/collective.hpp"
+#include "ddl/core/error.hpp"
+
+namespace ddl {
+
+enum class ReduceMode {
+  Deterministic,  // rank-order sums (the default): identical bits for any MPI algorithm
+  Native,         // MPI_Allreduce: MPI's own algorithm and order
+};
+
+namespace detail {
+inline void checkMpi(int rc, const char* call) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) len = 0;
+  throw Error(message("ddl::MpiCommunicator", call, " failed (error ", rc, "): ", std::string(text, len)));
+}
+template <class S>
+MPI_Datatype mpiType();
+template <>
+inline MPI_Datatype mpiType<float>() { return MPI_FLOAT; }
+template <>
+inline MPI_Datatype mpiType<double>() { return MPI_DOUBLE; }
+}  // namespace detail
+
+// MPI_Init_thread (FUNNELED) in the constructor, MPI_Finalize in the destructor, unless MPI was
+// already initialised by the caller (then the caller finalises it).
+class MpiSession {
+ public:
+  MpiSession(int* argc, char*** argv) {
+    int initialized = 0;
+    detail::checkMpi(MPI_Initialized(&initialized), "MPI_Initialized");
+    if (initialized) return;
+    int provided = 0;
+    detail::checkMpi(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+    m_owner = true;
+  }
+  ~MpiSession() {
+    int finalized = 0;
+    if (m_owner && MPI_Finalized(&finalized) == MPI_SUCCESS && !finalized) MPI_Finalize();
+  }
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+
+ private:
+  bool m_owner = false;
+};
+
+class MpiCommunicator final : public Collective {
+ public:
+  explicit MpiCommunicator(MPI_Comm comm = MPI_COMM_WORLD, ReduceMode mode = ReduceMode::Deterministic)
+      : m_comm(comm), m_mode(mode) {
+    detail::checkMpi(MPI_Comm_set_errhandler(m_comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    detail::checkMpi(MPI_Comm_rank(m_comm, &m_rank), "MPI_Comm_rank");
+    detail::checkMpi(MPI_Comm_size(m_comm, &m_size), "MPI_Comm_size");
+  }
+
+  int rank() const override { return m_rank; }
+  int size() const override { return m_size; }
+  ReduceMode mode() const { return m_mode; }
+  MPI_Comm comm() const { return m_comm; }
+
+  void allreduceSum(float* data, std::size_t n) override { sum(data, n); }
+  void allreduceSum(double* data, std::size_t n) override { sum(data, n); }
+
+  void broadcast(void* data, std::size_t bytes, int root) override {
+    require(root >= 0 && root < m_size, "ddl::MpiCommunicator::broadcast", "root ", root, " is not a rank of ",
+            m_size);
+    auto* p = static_cast<char*>(data);
+    for (std::size_t done = 0; done < bytes;) {  // MPI counts are int: large buffers go in pieces
+      const int count = static_cast<int>(std::min<std::size_t>(bytes - done, INT_MAX));
+      detail::checkMpi(MPI_Bcast(p + done, count, MPI_BYTE, root, m_comm), "MPI_Bcast");
+      done += static_cast<std::size_t>(count);
+    }
+  }
+
+  void allgather(std::uint64_t value, std::uint64_t* out) override {
+    detail::checkMpi(MPI_Allgather(&value, 1, MPI_UINT64_T, out, 1, MPI_UINT64_T, m_comm), "MPI_Allgather");
+  }
+
+  void barrier() override { detail::checkMpi(MPI_Barrier(m_comm), "MPI_Barrier"); }
+
+  std::string describe() const override {
+    return std::to_string(m_size) + (m_size == 1 ? " rank" : " ranks") + " (MPI, " +
+           (m_mode == ReduceMode::Deterministic ? "rank-order sums" : "MPI_Allreduce sums") + ")";
+  }
+
+  // Ends every rank of the job (MPI_Abort): for an error on one rank, which the others, waiting in
+  // a collective call, would otherwise never learn of.
+  [[noreturn]] void abort(int code) const {
+    MPI_Abort(m_comm, code);
+    std::abort();  // MPI_Abort does not return; this keeps [[noreturn]] honest if it did
+  }
+
+ private:
+  template <class S>
+  void sum(S* data, std::size_t n) {
+    if (m_size == 1 || n == 0) return;
+    // Large buffers go in pieces whose per-rank counts fit an int.
+    const std::size_t piece = static_cast<std::size_t>(INT_MAX / 2);
+    for (std::size_t done = 0; done < n; done += piece) {
+      const std::size_t len = std::min(piece, n - done);
+      if (m_mode == ReduceMode::Native)
+        detail::checkMpi(MPI_Allreduce(MPI_IN_PLACE, data + done, static_cast<int>(len), detail::mpiType<S>(),
+                                       MPI_SUM, m_comm),
+                         "MPI_Allreduce");
+      else
+        rankOrderSum(data + done, len);
+    }
+  }
+
+  // Segment j of the buffer is summed by rank j, in rank order, then gathered back to every rank.
+  template <class S>
+  void rankOrderSum(S* data, std::size_t n) {
+    const int P = m_size;
+    m_counts.resize(static_cast<std::size_t>(P));
+    m_offsets.resize(static_cast<std::size_t>(P));
+    for (int j = 0; j < P; ++j) {  // the first n % P segments hold one element more
+      const std::size_t base = n / static_cast<std::size_t>(P), extra = n % static_cast<std::size_t>(P);
+      const std::size_t jj = static_cast<std::size_t>(j);
+      m_counts[jj] = static_cast<int>(base + (jj < extra ? 1 : 0));
+      m_offsets[jj] = static_cast<int>(jj * base + std::min(jj, extra));
+    }
+    const int mine = m_counts[static_cast<std::size_t>(m_rank)];
+    m_recvCounts.assign(static_cast<std::size_t>(P), mine);
+    m_recvOffsets.resize(static_cast<std::size_t>(P));
+    for (int r = 0; r < P; ++r) m_recvOffsets[static_cast<std::size_t>(r)] = r * mine;
+    std::vector<S>& scratch = scratchOf(static_cast<S*>(nullptr));
+    const std::size_t need = static_cast<std::size_t>(P) * static_cast<std::size_t>(mine);
+    if (scratch.size() < need) scratch.resize(need);  // grows to the largest bucket once, then is reused
+    S* recv = scratch.data();
+    detail::checkMpi(MPI_Alltoallv(data, m_counts.data(), m_offsets.data(), detail::mpiType<S>(), recv,
+                                   m_recvCounts.data(), m_recvOffsets.data(), detail::mpiType<S>(), m_comm),
+                     "MPI_Alltoallv");
+    S* out = data + m_offsets[static_cast<std::size_t>(m_rank)];
+    for (int i = 0; i < mine; ++i) {
+      S s = recv[i];
+      for (int r = 1; r < P; ++r) s += recv[static_cast<std::size_t>(r) * static_cast<std::size_t>(mine) + static_cast<std::size_t>(i)];
+      out[i] = s;
+    }
+    detail::checkMpi(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, m_counts.data(), m_offsets.data(),
+                                    detail::mpiType<S>(), m_comm),
+                     "MPI_Allgatherv");
+  }
+
+  std::vector<float>& scratchOf(float*) { return m_scratchFloat; }
+  std::vector<double>& scratchOf(double*) { return m_scratchDouble; }
+
+  MPI_Comm m_comm;
+  ReduceMode m_mode;
+  int m_rank = 0, m_size = 1;
+  std::vector<int> m_counts, m_offsets, m_recvCounts, m_recvOffsets;
+  std::vector<float> m_scratchFloat;  // the P received copies of this rank's segment
+  std::vector<double> m_scratchDouble;
+};
+
+}  // namespace ddl
+#endif  // DDL_WITH_MPI
