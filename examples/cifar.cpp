@@ -190,7 +190,7 @@ int run(const ddl::cli::CommandLine& cli) {
   std::cout << "model: ConvDeltaNet, preset " << cfg.preset << ", residual " << ddl::toString(cfg.block.residual.residual)
             << ", stem stride " << cfg.stemStride << ", widths " << joinList(cfg.widths) << ", depths "
             << joinList(cfg.depths) << ", dv " << cfg.dv << ", " << ddl::numParams(net) << " parameters, "
-            << ddl::numThreads() << " threads\n";
+            << ddl::numThreads() << " threads" << ranks().note() << "\n";
   if (saved.evalOnly) return evaluateCheckpoint(cli, net, saved, test, 500);
 
   const ddl::Dataset<float> validation = splitOffValidation(train, nVal, opt.seed);

@@ -1,8 +1,11 @@
 #pragma once
 // What ddl-mnist and ddl-cifar share: the training and output options, reading a saved run, the
 // validation split, evaluating a checkpoint, the training loop's display and stop handling, and the
-// mapping of errors to exit statuses. Each program keeps only its data and its model.
+// mapping of errors to exit statuses, and running on several MPI ranks (`mpirun -np 2 ddl-mnist`:
+// one model, the global batch split over the ranks, rank 0 alone prints and writes). Each program
+// keeps only its data and its model.
 #include <algorithm>
+#include <cstdlib>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
@@ -21,8 +24,61 @@
 #include "ddl/train/progress.hpp"
 #include "ddl/train/stop_signal.hpp"
 #include "ddl/train/trainer.hpp"
+#include "ddl/core/collective.hpp"
+#include "ddl/dist/mpi_communicator.hpp"
 
 namespace ddl::example {
+
+// The ranks of this run: MPI's world when started by mpirun (and ddl was built with MPI), else one
+// process. Set up by runMain before the program's run().
+class Ranks {
+ public:
+  Collective& comm() { return m_mpi ? static_cast<Collective&>(*m_mpi) : m_single; }
+  bool distributed() { return comm().size() > 1; }
+  // The communicator for a Trainer: null on one process, so nothing changes there.
+  Collective* forTrainer() { return distributed() ? &comm() : nullptr; }
+  // "" on one process, else " per rank, 2 ranks (MPI, rank-order sums)".
+  std::string note() { return distributed() ? " per rank, " + comm().describe() : std::string(); }
+
+  // MPI is started only under a launcher (its environment variables are set), so a plain run never
+  // touches it. On ranks other than 0 standard output is discarded: rank 0 speaks for the run.
+  void start(int* argc, char*** argv) {
+#if DDL_WITH_MPI
+    if (std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK")) {
+      m_session = std::make_unique<MpiSession>(argc, argv);
+      m_mpi = std::make_unique<MpiCommunicator>();
+      if (m_mpi->rank() != 0) std::cout.rdbuf(nullptr);
+    }
+#else
+    (void)argc;
+    (void)argv;
+#endif
+  }
+
+  // An error on one rank while the others may wait in a collective call: report it with the rank
+  // and end every rank of the job (MPI_Abort) with the exit status.
+  int fail(int status) {
+#if DDL_WITH_MPI
+    if (m_mpi && m_mpi->size() > 1) {
+      std::cerr << "(rank " << m_mpi->rank() << " of " << m_mpi->size() << ": ending every rank)\n" << std::flush;
+      m_mpi->abort(status);
+    }
+#endif
+    return status;
+  }
+
+ private:
+  SingleProcess m_single;
+#if DDL_WITH_MPI
+  std::unique_ptr<MpiSession> m_session;
+  std::unique_ptr<MpiCommunicator> m_mpi;
+#endif
+};
+
+inline Ranks& ranks() {
+  static Ranks r;
+  return r;
+}
 
 // Exit statuses besides 0 (done) and 128 + signal (stopped by SIGINT/SIGTERM, checkpoint saved).
 constexpr int kExitUsage = 1;      // a bad option or another error
@@ -173,7 +229,9 @@ int trainAndReport(const std::string& program, const cli::CommandLine& cli, Net&
                    const SavedRun& run, const TrainerOptions& opt, const Dataset<float>& train,
                    const Dataset<float>& validation, const Dataset<float>& test) {
   // The test set is not seen during training: it is evaluated once, after the last epoch.
-  Trainer<float, Net> trainer(net, train, opt, validation.size() > 0 ? &validation : nullptr, nullptr);
+  Trainer<float, Net> trainer(net, train, opt, validation.size() > 0 ? &validation : nullptr, nullptr,
+                              ranks().forTrainer());
+  const bool rankZero = trainer.isRankZero();
   if (run.resume) {
     trainer.resume(run.ckpt);
     std::cout << "resumed " << run.ckpt << " at epoch " << trainer.epoch() << ", batch " << trainer.batchInEpoch()
@@ -195,10 +253,10 @@ int trainAndReport(const std::string& program, const cli::CommandLine& cli, Net&
   };
   trainer.shouldStop = [] { return stopSignal() != 0; };
   AuditRecorder audit;
-  if (cli.has("audit")) auditEveryEpoch(trainer, net, audit, run.out);
+  if (cli.has("audit") && rankZero) auditEveryEpoch(trainer, net, audit, run.out);
   const EpochMetrics last = trainer.run();
   if (trainer.stopped()) {
-    const int sig = stopSignal();
+    const int sig = stopSignal() != 0 ? stopSignal() : SIGTERM;  // another rank may have been signalled
     bar.finish("interrupted");
     std::cout << program << ": stopped by " << signalName(sig) << " at epoch " << trainer.epoch() + 1 << "/"
               << opt.epochs << ", batch " << trainer.batchInEpoch() << "/" << trainer.batchesPerEpoch() << " (step "
@@ -211,7 +269,10 @@ int trainAndReport(const std::string& program, const cli::CommandLine& cli, Net&
     std::cout << "nothing to do: the checkpoint already holds " << trainer.epoch() << " epochs\n";
     return 0;
   }
-  report::finalTest(trainer, last, test, validation.size(), cfg, opt.epochs, run.out);
+  if (rankZero) report::finalTest(trainer, last, test, validation.size(), cfg, opt.epochs, run.out);
+  if (const auto* dp = trainer.dataParallel())
+    std::cout << "communication: " << dp->messages() << " collective calls, " << dp->communicationSeconds()
+              << " s on rank 0\n";
   return 0;
 }
 
@@ -220,6 +281,7 @@ int trainAndReport(const std::string& program, const cli::CommandLine& cli, Net&
 inline int runMain(const std::string& program, cli::CommandLine& cli, int argc, char** argv,
                    const std::function<int(const cli::CommandLine&)>& run, const std::string& dataHint) {
   try {
+    ranks().start(&argc, &argv);
     cli.parse(argc, argv);
     if (cli.has("help")) {
       std::cout << cli.help();
@@ -232,18 +294,18 @@ inline int runMain(const std::string& program, cli::CommandLine& cli, int argc, 
     return run(cli);
   } catch (const DataError& e) {
     std::cerr << program << ": " << e.what() << "\n" << dataHint;
-    return kExitFile;
+    return ranks().fail(kExitFile);
   } catch (const NonFiniteError& e) {
     std::cerr << program << ": " << e.what() << "\n";
-    return kExitNonFinite;
+    return ranks().fail(kExitNonFinite);
   } catch (const IoError& e) {
     std::cerr << program << ": " << e.what() << "\n"
               << "hint: --resume and --eval-only need a checkpoint.safetensors of " << program
               << " in --out; --out must be writable.\n";
-    return kExitFile;
+    return ranks().fail(kExitFile);
   } catch (const std::exception& e) {
     std::cerr << program << ": " << e.what() << "\n";
-    return kExitUsage;
+    return ranks().fail(kExitUsage);
   }
 }
 

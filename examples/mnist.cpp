@@ -106,7 +106,7 @@ int run(const ddl::cli::CommandLine& cli) {
   ddl::DeltaNet<float> net(cfg, opt.seed);
   std::cout << "ddl-mnist: preset " << cfg.preset << ", residual " << ddl::toString(cfg.block.residual.residual)
             << ", d " << cfg.d << ", depth " << cfg.depth << ", dv " << cfg.dv << ", hidden " << cfg.block.hidden
-            << ", " << ddl::numParams(net) << " parameters, " << ddl::numThreads() << " threads\n"
+            << ", " << ddl::numParams(net) << " parameters, " << ddl::numThreads() << " threads" << ranks().note() << "\n"
             << "config: " << ddl::configJson(cfg) << "\n";
   if (saved.evalOnly) return evaluateCheckpoint(cli, net, saved, test, 1000);
 
