@@ -44,7 +44,7 @@ struct DataParallelOptions {
 template <class S>
 class DataParallel {
  public:
-  explicit DataParallel(Collective& comm, DataParallelOptions options = {}) : m_comm(&comm), m_opt(options) {
+  explicit DataParallel(Collective& comm, DataParallelOptions options = {}) : m_comm(&comm) {
     require(options.bucketBytes >= sizeof(S), "ddl::DataParallel", "bucketBytes must hold one value, got ",
             options.bucketBytes);
     m_bucket.resize(std::max<std::size_t>(1, options.bucketBytes / sizeof(S)));
@@ -175,7 +175,6 @@ class DataParallel {
   }
 
   Collective* m_comm;
-  DataParallelOptions m_opt;
   std::vector<S> m_bucket;
   double m_commSeconds = 0.0;
   std::int64_t m_steps = 0, m_messages = 0;
