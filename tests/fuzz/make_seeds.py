@@ -87,3 +87,19 @@ put("safetensors", "bad_step", safetensors(model + optim, dict(meta, optimizer_s
 # A number beyond double's range: nlohmann reports it as out_of_range, not parse_error (a fuzzer find).
 put("safetensors", "number_overflow",
     safetensors(model + optim, meta, edit=lambda t: t.replace(b'"shape":[2,3]', b'"shape":[2e400,3]', 1)))
+
+
+def text_input(split, window, body):  # the fuzz_text_corpus input layout: split byte, window byte, file
+    return bytes([split, window]) + body
+
+
+prose = "To be, or not to be, that is the question:\nWhether 'tis nobler in the mind to suffer\n".encode()
+put("text_corpus", "prose", text_input(0x11, 7, prose * 3))  # 1/16 validation, 1/16 test, T = 8
+put("text_corpus", "utf8", text_input(0x22, 3, "Grüße, 世界! ∂β/∂z\n".encode() * 4))
+put("text_corpus", "binary", text_input(0x00, 63, bytes(range(256)) + bytes([0, 255, 0x1f, 0x8b])))
+put("text_corpus", "gzip_magic", text_input(0x10, 1, gz(prose)))  # kept as bytes, never inflated
+put("text_corpus", "too_short_split", text_input(0x33, 9, prose[:40]))  # held-out parts shorter than T + 1
+put("text_corpus", "no_training_bytes", text_input(0x44, 0, b"ab"))  # 1/4 of 2 bytes rounds up twice
+put("text_corpus", "fractions_sum_one", text_input(0x88, 0, b"abcd"))  # 1/2 + 1/2: fractions refused
+put("text_corpus", "one_byte", text_input(0x00, 0, b"x"))
+put("text_corpus", "empty", text_input(0x00, 0, b""))
