@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Sets up a fresh Debian 12 machine for the benchmarks (apt-get, only what is missing: Google Benchmark,
 # PyTorch with an optimised BLAS, jq), builds every benchmark program into build-bench, and runs the two
-# ddl-against-PyTorch comparisons (the MLP and the conv training step) in interleaved rounds.
+# ddl-against-PyTorch comparisons (the MLP and the conv training step) in interleaved rounds, then the
+# data-parallel step on 1 and 2 MPI ranks (bench/run_mpi.sh).
 #   tools/run-bench.sh [threads]        (default 2; the other benchmarks: build-bench/bench/ddl_bench_*)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 threads=${1:-2}
 "$(dirname "$0")/install-deps.sh" build-essential cmake libeigen3-dev libbenchmark-dev nlohmann-json3-dev \
-  zlib1g-dev python3-torch libopenblas0-openmp jq
+  zlib1g-dev python3-torch libopenblas0-openmp jq libopenmpi-dev openmpi-bin
 cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=Release -DDDL_BUILD_TESTS=OFF -DDDL_BUILD_EXAMPLES=OFF \
   -DDDL_BUILD_BENCH=ON >/dev/null
 cmake --build build-bench -j "$(nproc)"
 bench/run_compare.sh --net mlp build-bench "$threads"
 bench/run_compare.sh --net conv build-bench "$threads"
+bench/run_mpi.sh 3 build-bench
