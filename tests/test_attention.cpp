@@ -299,6 +299,50 @@ TEST_CASE("CausalSelfAttention gives the same bits on one and two threads", "[at
   }
 }
 
+TEST_CASE("CausalSelfAttention: an inference call between forward and backward changes nothing; a steady "
+          "state allocates nothing", "[attention][malloc]") {
+  const Shape s{2, 5, 2, 4};
+  Attention a(configOf(s, true));
+  initRandom(a, 5);
+  const auto layout = ddl::TokenLayout::sequence(s.B, s.T);
+  const MatX<double> c = MatX<double>::Random(8, 10), other = MatX<double>::Random(8, 21);
+  const MatX<double> dOut = MatX<double>::Random(8, 10);
+  MatX<double> out, outOther, dc, dcRef;
+  a.forward(c, layout, out);
+  ddl::zeroGrad(a);
+  a.backward(dOut, dcRef);
+  std::vector<MatX<double>> gradsRef;
+  a.visitParams("", [&](const std::string&, ddl::Param<double>& p) { gradsRef.push_back(p.grad); });
+
+  a.forward(c, layout, out);
+  a.forwardInference(other, ddl::TokenLayout::sequence(3, 7), outOther);  // another shape in between
+  ddl::zeroGrad(a);
+  a.backward(dOut, dc);
+  CHECK(dc == dcRef);
+  std::size_t i = 0;
+  a.visitParams("", [&](const std::string& name, ddl::Param<double>& p) {
+    CAPTURE(name);
+    CHECK(p.grad == gradsRef[i++]);
+  });
+
+  auto step = [&] {
+    a.forward(c, layout, out);
+    a.forwardInference(c, layout, outOther);
+    a.backward(dOut, dc);
+  };
+  step();  // buffers take this shape
+  Eigen::internal::set_is_malloc_allowed(false);  // Eigen's allocations now throw (tests/eigen_guard.hpp)
+  CHECK_NOTHROW(step());
+  Eigen::internal::set_is_malloc_allowed(true);
+  CHECK_THROWS([] {  // the guard really fires in this build
+    Eigen::internal::set_is_malloc_allowed(false);
+    struct Restore {
+      ~Restore() { Eigen::internal::set_is_malloc_allowed(true); }
+    } restore;
+    MatX<double> m(10, 10);
+  }());
+}
+
 // ---------------------------------------------------------------- errors
 
 TEST_CASE("CausalSelfAttention rejects bad options, shapes, layouts and misuse with clear errors",
