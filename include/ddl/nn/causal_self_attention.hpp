@@ -1,0 +1,337 @@
+#pragma once
+// ddl/nn/causal_self_attention.hpp: multi-head causal self-attention with rotary positions (RoPE) and
+// per-head RMSNorm on queries and keys, the token mixer of the causal language model.
+//
+//   c: (d, N), N = B*T, layout sequence(B, T): column b*T + t (core/token_layout.hpp)
+//   H heads of d_h = d / H features; head h owns rows h*d_h .. h*d_h + d_h - 1
+//   q = W_q c,  k = W_k c,  v = W_v c                                   (d, N), no biases
+//   RoPE on q and k (ops/rotary.hpp): in each head the pair (i, i + d_h/2) is rotated by
+//     a = t * base^(-2i/d_h):  x1' = x1 cos a − x2 sin a,  x2' = x2 cos a + x1 sin a
+//   qkNorm: q, k <- RMSNorm over the d_h features of each head, after RoPE; one gain [d_h] for q
+//     (q_norm.weight) and one for k (k_norm.weight), shared by the heads
+//   per (b, h):  P(s, t) = softmax_{s <= t} (k_s · q_t / sqrt(d_h)),  o_t = Σ_s P(s, t) v_s
+//   out = W_o concat_h(o)                                                (d, N)
+// Parameters (PyTorch names): q.weight, k.weight, v.weight, o.weight [d, d]; q_norm.weight,
+// k_norm.weight [d_h] when qkNorm.
+//
+// Backward, per (b, h), with dS the gradient of the scores before scaling:
+//   dV = dO Pᵀ,  dP = Vᵀ dO,  dS(s,t) = P(s,t) (dP(s,t) − Σ_s' P(s',t) dP(s',t)),
+//   dQ = K dS / sqrt(d_h),  dK = Q dSᵀ / sqrt(d_h)
+// then the norms', RoPE's (the transposed rotation) and the projections' backwards.
+//
+// What backward keeps: per query its score maximum and 1/Σexp (2 B H T scalars); backward recomputes
+// P from q and k with the same operations as forward instead of storing B H T² probabilities
+// (docs/decisions.md, "Attention: what the backward keeps"). Scores of one (b, h) pair live in a
+// T x T scratch per thread.
+//
+// Threads: the (b, h) pairs are independent and each runs on one thread with single-threaded
+// products, so the attention core gives the same bits on any thread count; the gains' gradients are
+// RmsNorm's sums in double over tokens, in a fixed order.
+// The caches are views as elsewhere (docs/decisions.md, "Activation caches are views"): c must stay
+// alive and unchanged from forward until backward.
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "ddl/core/alias.hpp"
+#include "ddl/core/config.hpp"
+#include "ddl/core/error.hpp"
+#include "ddl/core/gemm.hpp"
+#include "ddl/core/param.hpp"
+#include "ddl/core/rng.hpp"
+#include "ddl/core/threading.hpp"
+#include "ddl/core/token_layout.hpp"
+#include "ddl/core/types.hpp"
+#include "ddl/nn/linear.hpp"
+#include "ddl/nn/rms_norm.hpp"
+#include "ddl/ops/rotary.hpp"
+
+namespace ddl {
+
+struct CausalSelfAttentionConfig {
+  Index d = 0;             // model width, d = heads * d_h
+  Index heads = 1;         // H
+  double ropeBase = 10000;  // RoPE frequency base
+  bool qkNorm = true;      // RMSNorm per head on q and k after RoPE
+  double normEps = 1e-5;   // eps of those norms
+};
+
+template <class S>
+class CausalSelfAttention {
+ public:
+  explicit CausalSelfAttention(const CausalSelfAttentionConfig& cfg)
+      : m_cfg(checked(cfg)), m_dh(cfg.d / cfg.heads), m_q(cfg.d, cfg.d, false), m_k(cfg.d, cfg.d, false),
+        m_v(cfg.d, cfg.d, false), m_o(cfg.d, cfg.d, false), m_qNorm(m_dh, cfg.normEps), m_kNorm(m_dh, cfg.normEps),
+        m_rope(m_dh, cfg.ropeBase) {}
+
+  // Draw order: q, k, v, o (torch.nn.Linear default); the norm gains are reset to 1.
+  void init(Rng& rng) {
+    m_q.init(rng);
+    m_k.init(rng);
+    m_v.init(rng);
+    m_o.init(rng);
+    m_qNorm.weight().value.setOnes();
+    m_kNorm.weight().value.setOnes();
+  }
+
+  // c: (d, B*T) -> out: (d, B*T), layout = sequence(B, T). Keeps views of c and its own activations
+  // for backward. out must not alias c.
+  void forward(const Eigen::Ref<const MatX<S>>& c, const TokenLayout& layout, MatX<S>& out) {
+    const char* fn = "ddl::CausalSelfAttention::forward";
+    checkInput(fn, c, layout);
+    requireNoAlias(fn, "c", c, "out", out);
+    m_q.forward(c, m_Q);
+    m_k.forward(c, m_K);
+    m_v.forward(c, m_V);
+    project(layout, m_Q, m_K, m_Qn, m_Kn, true);
+    const bool norm = m_cfg.qkNorm;
+    attend(layout, tokens(norm ? m_Qn : m_Q), tokens(norm ? m_Kn : m_K), m_V, m_A, true);
+    m_o.forward(m_A, out);
+    m_layout = layout;
+    m_hasForward = true;
+  }
+
+  // Same out as forward, bit for bit; keeps nothing backward reads (scratch of its own).
+  void forwardInference(const Eigen::Ref<const MatX<S>>& c, const TokenLayout& layout, MatX<S>& out) {
+    const char* fn = "ddl::CausalSelfAttention::forwardInference";
+    checkInput(fn, c, layout);
+    requireNoAlias(fn, "c", c, "out", out);
+    m_q.forwardInference(c, m_iQ);
+    m_k.forwardInference(c, m_iK);
+    m_v.forwardInference(c, m_iV);
+    project(layout, m_iQ, m_iK, m_iQn, m_iKn, false);
+    const bool norm = m_cfg.qkNorm;
+    attend(layout, tokens(norm ? m_iQn : m_iQ), tokens(norm ? m_iKn : m_iK), m_iV, m_iA, false);
+    m_o.forwardInference(m_iA, out);
+  }
+
+  // dOut: (d, B*T) of the last forward -> dc: (d, B*T) overwritten; every parameter gradient
+  // accumulates (+=). dc must not alias dOut.
+  void backward(const Eigen::Ref<const MatX<S>>& dOut, MatX<S>& dc) {
+    const char* fn = "ddl::CausalSelfAttention::backward";
+    if (!m_hasForward) throw Error(message(fn, "called before forward"));
+    checkShape(fn, "dOut", dOut, m_cfg.d, m_layout.tokens());
+    requireNoAlias(fn, "dOut", dOut, "dc", dc);
+    const Index N = m_layout.tokens();
+    m_o.backward(dOut, m_dA);
+    const bool norm = m_cfg.qkNorm;
+    // dQ, dK are held as (d_h, H*N), one column per (token, head), the shape the norms work on.
+    m_dQ.resize(m_dh, m_cfg.heads * N);
+    m_dK.resize(m_dh, m_cfg.heads * N);
+    m_dV.resize(m_cfg.d, N);
+    attendBackward(tokens(norm ? m_Qn : m_Q), tokens(norm ? m_Kn : m_K));
+    if (norm) {
+      m_qNorm.backward(m_dQ, m_dQ);
+      m_kNorm.backward(m_dK, m_dK);
+    }
+    auto dQ = tokensMut(m_dQ), dK = tokensMut(m_dK);
+    applyRotary(dQ, m_layout.length, m_rope, true);  // the transposed rotation
+    applyRotary(dK, m_layout.length, m_rope, true);
+    m_q.backward(dQ, dc);
+    m_k.backward(dK, m_tmp);
+    dc += m_tmp;
+    m_v.backward(m_dV, m_tmp);
+    dc += m_tmp;
+  }
+
+  // Parameters in a fixed order: q, k, v, o weights [d, d], then q_norm, k_norm gains [d_h] (qkNorm only).
+  template <class F>
+  void visitParams(const std::string& prefix, F&& f) {
+    m_q.visitParams(joinName(prefix, "q"), f);
+    m_k.visitParams(joinName(prefix, "k"), f);
+    m_v.visitParams(joinName(prefix, "v"), f);
+    m_o.visitParams(joinName(prefix, "o"), f);
+    if (m_cfg.qkNorm) {
+      m_qNorm.visitParams(joinName(prefix, "q_norm"), f);
+      m_kNorm.visitParams(joinName(prefix, "k_norm"), f);
+    }
+  }
+
+  const CausalSelfAttentionConfig& config() const { return m_cfg; }
+  Index headDim() const { return m_dh; }
+
+ private:
+  using TokenMap = Eigen::Map<const MatX<S>>;
+  using TokenMapMut = Eigen::Map<MatX<S>>;
+
+  static CausalSelfAttentionConfig checked(const CausalSelfAttentionConfig& cfg) {
+    const char* fn = "ddl::CausalSelfAttention";
+    require(cfg.d >= 1 && cfg.heads >= 1, fn, "d and heads must be >= 1, got d = ", cfg.d, ", heads = ", cfg.heads);
+    require(cfg.d % cfg.heads == 0, fn, "d = ", cfg.d, " is not divisible by heads = ", cfg.heads);
+    require((cfg.d / cfg.heads) % 2 == 0, fn, "RoPE rotates pairs of features, so the head size d / heads = ",
+            cfg.d, " / ", cfg.heads, " = ", cfg.d / cfg.heads, " must be even");
+    require(std::isfinite(cfg.ropeBase) && cfg.ropeBase > 0, fn, "ropeBase must be finite and > 0, got ",
+            cfg.ropeBase);
+    require(std::isfinite(cfg.normEps) && cfg.normEps >= 0, fn, "normEps must be finite and >= 0, got ",
+            cfg.normEps);
+    return cfg;
+  }
+
+  void checkInput(const char* fn, const Eigen::Ref<const MatX<S>>& c, const TokenLayout& layout) const {
+    if (layout.height != 1 || layout.width != 1)
+      throw ShapeError(message(fn, "expects a sequence layout (TokenLayout::sequence(B, T)), got ", toString(layout)));
+    checkShape(fn, "c", c, m_cfg.d, -1);
+    if (c.cols() != layout.tokens())
+      throw ShapeError(message(fn, "c has ", c.cols(), " columns but the layout ", toString(layout), " has ",
+                               layout.tokens(), " tokens"));
+  }
+
+  // A (d_h, H*N) per-head matrix read as (d, N) tokens, and back: the same memory.
+  TokenMap tokens(const MatX<S>& M) const { return TokenMap(M.data(), m_cfg.d, M.size() / m_cfg.d); }
+  TokenMapMut tokensMut(MatX<S>& M) const { return TokenMapMut(M.data(), m_cfg.d, M.size() / m_cfg.d); }
+  TokenMap heads(const MatX<S>& M) const { return TokenMap(M.data(), m_dh, M.size() / m_dh); }
+
+  // RoPE in place on Q and K, then (qkNorm) the per-head norms into Qn, Kn (training: with caches).
+  void project(const TokenLayout& layout, MatX<S>& Q, MatX<S>& K, MatX<S>& Qn, MatX<S>& Kn, bool training) {
+    m_rope.reserve(layout.length);
+    auto q = tokensMut(Q), k = tokensMut(K);
+    applyRotary(q, layout.length, m_rope);
+    applyRotary(k, layout.length, m_rope);
+    if (!m_cfg.qkNorm) return;
+    if (training) {
+      m_qNorm.forward(heads(Q), Qn);
+      m_kNorm.forward(heads(K), Kn);
+    } else {
+      m_qNorm.forwardInference(heads(Q), Qn);
+      m_kNorm.forwardInference(heads(K), Kn);
+    }
+  }
+
+  // Per-thread scratch: one (b, h) pair's T x T probabilities and their gradient, and one product
+  // workspace per product shape ((T, T, d_h) for scores, (d_h, T, T) for the rest).
+  struct Scratch {
+    MatX<S> P, dP;
+    GemmWorkspace<S> scores, values;
+  };
+
+  // Threads for the pair loop; scratch sized (and product buffers made) before any parallel region.
+  int prepareScratch(Index T, Index pairs, bool withGradient) {
+    int threads = 1;
+#if DDL_WITH_OPENMP
+    if (pairs > 1 && pairs * T * T * m_dh >= detail::kLinearParallelMin && !omp_in_parallel())
+      threads = omp_get_max_threads();
+#else
+    (void)pairs;
+#endif
+    if (static_cast<int>(m_scratch.size()) < threads) m_scratch.resize(static_cast<std::size_t>(threads));
+    for (int i = 0; i < threads; ++i) {
+      Scratch& s = m_scratch[static_cast<std::size_t>(i)];
+      s.P.resize(T, T);
+      if (withGradient) s.dP.resize(T, T);
+      s.scores.reserve(T, T, m_dh);
+      s.values.reserve(m_dh, T, T);
+    }
+    return threads;
+  }
+
+  static int threadIndex() {
+#if DDL_WITH_OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+  }
+
+  // The probabilities of pair (b, h) into P (T, T): scaled scores, then per query column t the softmax
+  // over keys s <= t (entries s > t are 0). Forward records the column maximum and 1 / Σ exp; backward
+  // (recompute) reuses them, so it repeats forward's operations on the same values.
+  void probabilities(Scratch& s, const TokenMap& Q, const TokenMap& K, Index b, Index h, Index T, S* colMax,
+                     S* colInv, bool recompute) {
+    const auto Qb = Q.block(h * m_dh, b * T, m_dh, T);
+    const auto Kb = K.block(h * m_dh, b * T, m_dh, T);
+    const S scale = static_cast<S>(1.0 / std::sqrt(static_cast<double>(m_dh)));
+    s.scores.product(Kb, true, Qb, false, s.P, scale, false);
+    for (Index t = 0; t < T; ++t) {
+      auto p = s.P.col(t).head(t + 1).array();
+      if (recompute) {
+        p = (p - colMax[t]).exp();
+        p *= colInv[t];
+      } else {
+        const S m = p.maxCoeff();
+        p = (p - m).exp();
+        const S inv = S(1) / p.sum();
+        p *= inv;
+        if (colMax != nullptr) {
+          colMax[t] = m;
+          colInv[t] = inv;
+        }
+      }
+      s.P.col(t).tail(T - t - 1).setZero();
+    }
+  }
+
+  // A: (d, N) = heads concatenated; record keeps the softmax statistics for backward.
+  void attend(const TokenLayout& layout, const TokenMap& Q, const TokenMap& K, const MatX<S>& V, MatX<S>& A,
+              bool record) {
+    const Index B = layout.batch, T = layout.length, H = m_cfg.heads, pairs = B * H;
+    A.resize(m_cfg.d, B * T);
+    if (record) {
+      m_colMax.resize(T, pairs);
+      m_colInv.resize(T, pairs);
+    }
+    [[maybe_unused]] const int threads = prepareScratch(T, pairs, false);  // read by the pragma
+    ParallelErrors errors;  // nothing here should throw; an escaping exception would end the process
+    DDL_OMP(parallel for schedule(static) num_threads(threads) if (threads > 1))
+    for (Index pair = 0; pair < pairs; ++pair) {
+      errors.guard([&] {
+        const Index b = pair / H, h = pair % H;
+        Scratch& s = m_scratch[static_cast<std::size_t>(threadIndex())];
+        probabilities(s, Q, K, b, h, T, record ? m_colMax.col(pair).data() : nullptr,
+                      record ? m_colInv.col(pair).data() : nullptr, false);
+        s.values.product(V.block(h * m_dh, b * T, m_dh, T), false, s.P, false, A.block(h * m_dh, b * T, m_dh, T),
+                         S(1), false);
+      });
+    }
+    errors.rethrow();
+  }
+
+  // From m_dA: the gradients of the attention's q, k (as used: after the norms when qkNorm) into
+  // m_dQ, m_dK and of v into m_dV.
+  void attendBackward(const TokenMap& Q, const TokenMap& K) {
+    const Index B = m_layout.batch, T = m_layout.length, H = m_cfg.heads, pairs = B * H;
+    const S scale = static_cast<S>(1.0 / std::sqrt(static_cast<double>(m_dh)));
+    auto dQ = tokensMut(m_dQ), dK = tokensMut(m_dK);
+    [[maybe_unused]] const int threads = prepareScratch(T, pairs, true);
+    ParallelErrors errors;
+    DDL_OMP(parallel for schedule(static) num_threads(threads) if (threads > 1))
+    for (Index pair = 0; pair < pairs; ++pair) {
+      errors.guard([&] {
+        const Index b = pair / H, h = pair % H, r = h * m_dh, c0 = b * T;
+        Scratch& s = m_scratch[static_cast<std::size_t>(threadIndex())];
+        probabilities(s, Q, K, b, h, T, m_colMax.col(pair).data(), m_colInv.col(pair).data(), true);
+        const auto dO = m_dA.block(r, c0, m_dh, T);
+        const auto Vb = m_V.block(r, c0, m_dh, T);
+        s.values.product(dO, false, s.P, true, m_dV.block(r, c0, m_dh, T), S(1), false);  // dV = dO Pᵀ
+        s.scores.product(Vb, true, dO, false, s.dP, S(1), false);                        // dP = Vᵀ dO
+        for (Index t = 0; t < T; ++t) {
+          const auto p = s.P.col(t).head(t + 1).array();
+          auto g = s.dP.col(t).head(t + 1).array();
+          const S D = (p * g).sum();
+          g = p * (g - D);  // dS, the softmax's backward
+          s.dP.col(t).tail(T - t - 1).setZero();
+        }
+        s.values.product(K.block(r, c0, m_dh, T), false, s.dP, false, dQ.block(r, c0, m_dh, T), scale, false);
+        s.values.product(Q.block(r, c0, m_dh, T), false, s.dP, true, dK.block(r, c0, m_dh, T), scale, false);
+      });
+    }
+    errors.rethrow();
+  }
+
+  CausalSelfAttentionConfig m_cfg;
+  Index m_dh;
+  Linear<S> m_q, m_k, m_v, m_o;
+  RmsNorm<S> m_qNorm, m_kNorm;
+  RotaryTable<S> m_rope;         // (d_h/2, T) cos and sin
+  TokenLayout m_layout;
+  bool m_hasForward = false;
+  MatX<S> m_Q, m_K, m_V;         // (d, N) projections; Q, K after RoPE (the norms view them)
+  MatX<S> m_Qn, m_Kn;            // (d_h, H*N) normalised q, k (qkNorm)
+  MatX<S> m_A;                   // (d, N) heads concatenated (W_o views it)
+  MatX<S> m_colMax, m_colInv;    // (T, B*H) per query: score maximum and 1 / Σ exp
+  MatX<S> m_dA, m_dV, m_tmp;     // (d, N) backward scratch
+  MatX<S> m_dQ, m_dK;            // (d_h, H*N) backward scratch
+  MatX<S> m_iQ, m_iK, m_iV, m_iQn, m_iKn, m_iA;  // forwardInference scratch
+  std::vector<Scratch> m_scratch;  // per thread
+};
+
+}  // namespace ddl

@@ -1,0 +1,86 @@
+#pragma once
+// ddl/ops/rotary.hpp: rotary position embedding (RoPE) with half-split pairs, as rotate_half of
+// PyTorch's LLaMA code.
+//
+//   X: (H * d_h, N) tokens as columns, N = B * T, column b*T + t at position t of its sequence
+//   in each head (rows h*d_h ..), feature i < d_h/2 pairs with i + d_h/2, and with a = t * base^(-2i/d_h)
+//     x1' = x1 cos a − x2 sin a,   x2' = x2 cos a + x1 sin a
+//   the backward is the transposed rotation (by −a): the same call with inverse = true.
+// Position 0 is the identity. The angles are computed in double and rounded once into the table.
+#include <cmath>
+
+#include <Eigen/Core>
+
+#include "ddl/core/config.hpp"
+#include "ddl/core/error.hpp"
+#include "ddl/core/types.hpp"
+
+namespace ddl {
+
+// cos and sin of t * base^(-2i/d_h) for i < d_h/2 and t < positions(): (d_h/2, T) each.
+template <class S>
+class RotaryTable {
+ public:
+  // headDim even and >= 2, base finite and > 0.
+  RotaryTable(Index headDim, double base) : m_dh(headDim), m_base(base) {
+    require(headDim >= 2 && headDim % 2 == 0, "ddl::RotaryTable", "the head size must be even and >= 2, got ",
+            headDim);
+    require(std::isfinite(base) && base > 0, "ddl::RotaryTable", "base must be finite and > 0, got ", base);
+  }
+
+  // Makes positions() >= T. A position's angle does not depend on T, so the table only grows and a
+  // steady state allocates nothing.
+  void reserve(Index T) {
+    if (m_cos.cols() >= T) return;
+    const Index half = m_dh / 2;
+    m_cos.resize(half, T);
+    m_sin.resize(half, T);
+    for (Index t = 0; t < T; ++t)
+      for (Index i = 0; i < half; ++i) {
+        const double a = static_cast<double>(t) *
+                         std::pow(m_base, -2.0 * static_cast<double>(i) / static_cast<double>(m_dh));
+        m_cos(i, t) = static_cast<S>(std::cos(a));
+        m_sin(i, t) = static_cast<S>(std::sin(a));
+      }
+  }
+
+  Index headDim() const { return m_dh; }
+  Index positions() const { return m_cos.cols(); }
+  const MatX<S>& cosines() const { return m_cos; }  // (d_h/2, positions())
+  const MatX<S>& sines() const { return m_sin; }
+
+ private:
+  Index m_dh;
+  double m_base;
+  MatX<S> m_cos, m_sin;
+};
+
+// X: (H * d_h, B * T) rotated in place, every column by its position t = column % T (inverse: by −t).
+// The table must cover T positions. Columns are independent: split over OpenMP threads when large.
+template <class S, class Derived>
+void applyRotary(Eigen::MatrixBase<Derived>& X, Index T, const RotaryTable<S>& table, bool inverse = false) {
+  const char* fn = "ddl::applyRotary";
+  const Index dh = table.headDim(), half = dh / 2, N = X.cols();
+  require(T >= 1 && N % T == 0, fn, "X has ", N, " columns, not a whole number of sequences of length T = ", T);
+  require(X.rows() % dh == 0, fn, "X has ", X.rows(), " rows, not a whole number of heads of size ", dh);
+  require(table.positions() >= T, fn, "the table covers ", table.positions(), " positions, T = ", T);
+  const Index heads = X.rows() / dh;
+  const S sign = inverse ? S(-1) : S(1);
+  const MatX<S>& cosT = table.cosines();
+  const MatX<S>& sinT = table.sines();
+  DDL_OMP(parallel for schedule(static) if (X.rows() * N >= detail::kParallelMinWork))
+  for (Index n = 0; n < N; ++n) {
+    const Index t = n % T;
+    for (Index h = 0; h < heads; ++h) {
+      const Index r = h * dh;
+      for (Index i = 0; i < half; ++i) {
+        const S c = cosT(i, t), s = sign * sinT(i, t);
+        const S x1 = X(r + i, n), x2 = X(r + half + i, n);
+        X(r + i, n) = x1 * c - x2 * s;
+        X(r + half + i, n) = x2 * c + x1 * s;
+      }
+    }
+  }
+}
+
+}  // namespace ddl
