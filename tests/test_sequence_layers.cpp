@@ -14,6 +14,7 @@
 #include "fd_check.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/rng.hpp"
+#include "ddl/core/threading.hpp"
 #include "ddl/core/token_layout.hpp"
 #include "ddl/nn/delta_block.hpp"
 #include "ddl/nn/swiglu_branch.hpp"
@@ -396,4 +397,56 @@ TEST_CASE("TokenConv rejects bad layouts, shapes and options with clear errors",
   CHECK(contains(dOut, "ddl::TokenConv::backward"));
   CHECK(contains(dOut, "(3, 6)"));
   CHECK(contains(thrownMessage<ddl::Error>([&] { ddl::TokenConv<double>(3).bias(); }), "without a bias"));
+}
+
+TEST_CASE("TokenConv and SwiGluBranch on shapes that split over threads agree with the definition",
+          "[token_conv][swiglu][threads]") {
+  const int saved = ddl::numThreads();
+  std::srand(23);
+  // TokenConv: C * K * N = 2^16 >= kParallelMinWork, so forward and dx are split over the threads.
+  const Index C = 64, K = 4, B = 4, T = 64;
+  const auto layout = TokenLayout::sequence(B, T);
+  ddl::TokenConv<double> conv(C, K);
+  ddl::Rng rng(23);
+  conv.init(rng);
+  const MatX<double> x = MatX<double>::Random(C, B * T), dOut = MatX<double>::Random(C, B * T);
+  // SwiGLU: hidden * N = 170 * 512 >= 2^16, so the gate and its backward are split too.
+  const Index d = 64, N = 512;
+  ddl::SwiGluBranch<double> branch(d, siluOptions());
+  branch.init(rng);
+  const MatX<double> Cin = MatX<double>::Random(d, N), dH = MatX<double>::Random(d, N);
+  const MatX<double> &W1 = branch.fc1().weight().value, &W2 = branch.fc2().weight().value,
+                     &W3 = branch.fc3().weight().value;
+  const MatX<double> A = W1 * Cin, Bv = W3 * Cin;
+  const MatX<double> sig = A.unaryExpr([](double v) { return 1 / (1 + std::exp(-v)); });
+  const MatX<double> Hexp = W2 * (A.array() * sig.array() * Bv.array()).matrix();
+  const MatX<double> dM = W2.transpose() * dH;
+  const MatX<double> dA = (dM.array() * Bv.array() * sig.array() * (1 + A.array() * (1 - sig.array()))).matrix();
+  const MatX<double> dB = (dM.array() * A.array() * sig.array()).matrix();
+  const MatX<double> dCexp = W1.transpose() * dA + W3.transpose() * dB;
+
+  MatX<double> out1, dx1, dw1;
+  for (int threads : {1, 2}) {
+    CAPTURE(threads);
+    ddl::setNumThreads(threads);
+    MatX<double> out, dx, H, dC;
+    conv.forward(x, layout, out);
+    ddl::zeroGrad(conv);
+    conv.backward(dOut, dx);
+    CHECK(ddl::testing::relErr(out, convReference(conv.weight().value, x, B, T)) < 1e-14);
+    if (threads == 1) {
+      out1 = out;
+      dx1 = dx;
+      dw1 = conv.weight().grad;
+    }
+    CHECK(out == out1);  // per-token columns and a one-thread weight sum: the same bits
+    CHECK(dx == dx1);
+    CHECK(conv.weight().grad == dw1);
+
+    branch.forward(Cin, TokenLayout::vectors(N), H);
+    branch.backward(dH, dC);
+    CHECK(ddl::testing::relErr(H, Hexp) < 1e-12);
+    CHECK(ddl::testing::relErr(dC, dCexp) < 1e-12);
+  }
+  ddl::setNumThreads(saved);
 }
