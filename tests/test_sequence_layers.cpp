@@ -199,7 +199,11 @@ TEST_CASE("SwiGluBranch rejects bad options and shapes with clear errors", "[swi
   CHECK(contains(cols, "ddl::SwiGluBranch::forwardInference"));
   CHECK(contains(cols, "(4, 5)"));
   CHECK(contains(cols, "T=3"));
-  branch.forward(MatX<double>::Zero(4, 6), TokenLayout::sequence(2, 3), H);
+  MatX<double> C = MatX<double>::Zero(4, 6);
+  const auto alias = thrownMessage<ddl::Error>([&] { branch.forward(C, TokenLayout::sequence(2, 3), C); });
+  CHECK(contains(alias, "ddl::SwiGluBranch::forward"));
+  CHECK(contains(alias, "must not alias"));
+  branch.forward(C, TokenLayout::sequence(2, 3), H);
   const auto dH = thrownMessage<ddl::ShapeError>([&] { branch.backward(MatX<double>::Zero(4, 5), dC); });
   CHECK(contains(dH, "ddl::SwiGluBranch::backward"));
   CHECK(contains(dH, "(4, 5)"));

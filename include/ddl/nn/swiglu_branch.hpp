@@ -14,6 +14,7 @@
 // mlp.fc2.weight [d, hidden] (W2, output), mlp.fc3.weight [hidden, d] (W3, the gate's partner).
 #include <string>
 
+#include "ddl/core/alias.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/rng.hpp"
@@ -50,6 +51,7 @@ class SwiGluBranch {
   // until backward) and its own a, b, m. H must not alias C.
   void forward(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H) {
     checkInput("ddl::SwiGluBranch::forward", C, layout);
+    requireNoAlias("ddl::SwiGluBranch::forward", "C", C, "H", H);  // fc1 and fc3 keep views of C
     m_fc1.forward(C, m_a);
     m_fc3.forward(C, m_b);
     gate(m_a, m_b, m_m);
