@@ -1,6 +1,7 @@
 #pragma once
 // ddl/ddl.hpp: the umbrella header. Include this, or only the headers you need.
 #include "ddl/core/alias.hpp"
+#include "ddl/core/collective.hpp"
 #include "ddl/core/config.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/gemm.hpp"
@@ -8,6 +9,7 @@
 #include "ddl/core/param.hpp"
 #include "ddl/core/param_list.hpp"
 #include "ddl/core/parse.hpp"
+#include "ddl/core/reduce.hpp"
 #include "ddl/core/rng.hpp"
 #include "ddl/core/threading.hpp"
 #include "ddl/core/token_layout.hpp"
@@ -18,8 +20,10 @@
 #include "ddl/ops/delta_write.hpp"
 #include "ddl/ops/direction.hpp"
 #include "ddl/ops/gate.hpp"
+#include "ddl/ops/rotary.hpp"
 
 #include "ddl/nn/activation.hpp"
+#include "ddl/nn/causal_self_attention.hpp"
 #include "ddl/nn/compressor.hpp"
 #include "ddl/nn/conv2d.hpp"
 #include "ddl/nn/conv_branch.hpp"
@@ -31,6 +35,7 @@
 #include "ddl/nn/delta_net_config.hpp"
 #include "ddl/nn/delta_residual.hpp"
 #include "ddl/nn/dropout.hpp"
+#include "ddl/nn/embedding.hpp"
 #include "ddl/nn/expansion.hpp"
 #include "ddl/nn/global_avg_pool.hpp"
 #include "ddl/nn/init.hpp"
@@ -39,17 +44,23 @@
 #include "ddl/nn/pool2d.hpp"
 #include "ddl/nn/rms_norm.hpp"
 #include "ddl/nn/stage_transition.hpp"
+#include "ddl/nn/swiglu_branch.hpp"
+#include "ddl/nn/token_conv.hpp"
 #include "ddl/nn/window2d.hpp"
 
 #include "ddl/diag/audit_file.hpp"
 #include "ddl/diag/gate_audit.hpp"
 #include "ddl/diag/recorder.hpp"
 #include "ddl/diag/spectral.hpp"
+#include "ddl/diag/t_test.hpp"
 
 #include "ddl/data/cifar.hpp"
 #include "ddl/data/dataset.hpp"
 #include "ddl/data/file_bytes.hpp"
 #include "ddl/data/idx.hpp"
+#include "ddl/data/text_corpus.hpp"
+
+#include "ddl/dist/mpi_communicator.hpp"  // empty unless ddl was built with MPI
 
 #include "ddl/io/atomic_file.hpp"
 #include "ddl/io/checkpoint.hpp"
@@ -58,6 +69,7 @@
 
 #include "ddl/train/adamw.hpp"
 #include "ddl/train/batch_source.hpp"
+#include "ddl/train/data_parallel.hpp"
 #include "ddl/train/epoch_audit.hpp"
 #include "ddl/train/finite_guard.hpp"
 #include "ddl/train/grad_clip.hpp"
@@ -68,6 +80,7 @@
 #include "ddl/train/optimizer_state.hpp"
 #include "ddl/train/progress.hpp"
 #include "ddl/train/sgd.hpp"
+#include "ddl/train/sharded_batches.hpp"
 #include "ddl/train/step_hooks.hpp"
 #include "ddl/train/stop_signal.hpp"
 #include "ddl/train/task.hpp"
