@@ -194,6 +194,26 @@ TEST_CASE("P ranks equal one process: ConvDeltaNet, every kind, dv 1 and 4", "[m
     }
 }
 
+// The float bound of dv = 4 above is not the reduction's: one process whose single input weight
+// differs by one ulp moves as far in the same 54 steps. (Each rank runs this alone.)
+TEST_CASE("float trajectories at dv = 4 amplify one ulp as much as the batch split does", "[mpi][exact]") {
+  const ddl::Dataset<float> train = blobs<float>(10, 4, 100, 3);
+  for (ddl::ResidualKind kind : {ddl::ResidualKind::Delta, ddl::ResidualKind::Additive})
+    for (Index dv : {1, 4}) {
+      ddl::DeltaNet<float> a(mlpConfig(kind, dv), 7), b(mlpConfig(kind, dv), 7);
+      b.visitParams("", [](const std::string& name, ddl::Param<float>& p) {
+        if (name == "input.weight") p.value(0, 0) = std::nextafter(p.value(0, 0), 1.0f);
+      });
+      ddl::Trainer<float> ta(a, train, options(6)), tb(b, train, options(6));
+      ta.run();
+      tb.run();
+      const double moved = globalRelDiff(values(b), values(a));
+      INFO("kind " << ddl::toString(kind) << ", dv " << dv << ": one ulp moves the parameters by " << moved);
+      if (dv == 1) CHECK(moved < 1e-6);
+      else CHECK(moved > 1e-6);  // the float noise floor of this trajectory is above the goal's 1e-6
+    }
+}
+
 TEST_CASE("a checkpoint of P ranks resumes on P ranks and on one process", "[mpi][resume]") {
   const ddl::Dataset<double> train = blobs<double>(10, 4, 100, 9);
   const ddl::DeltaNetConfig cfg = mlpConfig(ddl::ResidualKind::Delta, 4);
