@@ -1,0 +1,175 @@
+#pragma once
+// ddl/nn/delta_lm_config.hpp: the configuration of DeltaLM, the causal language model of Delta
+// Transformer blocks (docs/spec.md §8), its paper variants and its checkpoint key-values.
+//
+// Variants (the paper's names; applyVariant sets dv, the state compressor and the expansion):
+//   dv1    dv = 1, no compressor                      the paper's "DDL (dv = 1)"
+//   cc     dv = 4, CC per token, expansion by repeat  "DDL-CC w/o EC"
+//   cc-ec  dv = 4, CC per token, EC expansion         "DDL-CC", the paper's headline
+//   tc     dv = 4, TC over tokens, repeat             "DDL-TC w/o EC"
+//   tc-ec  dv = 4, TC over tokens, EC expansion       "DDL-TC"
+// Any residual kind combines with any variant; ResidualKind::Additive with dv1 is a pre-norm GPT
+// with RoPE, QK-norm and SwiGLU, the baseline of the comparisons.
+//
+// Key-values (model_config of a checkpoint, read by tools/ddl_torch.py): model = "delta_lm", vocab, d,
+// depth, heads, context, hidden (SwiGLU width, resolved), variant, state_compressor (cc | tc),
+// conv_kernel (TC and EC), tied_head, rope_base, qk_norm, and the options every Delta net shares
+// (dv, learned_expansion, preset, norm_eps, compressor (the CC form), residual, gate, value, ...).
+#include <string>
+
+#include "ddl/core/error.hpp"
+#include "ddl/core/key_values.hpp"
+#include "ddl/core/types.hpp"
+#include "ddl/nn/activation.hpp"
+#include "ddl/nn/delta_block.hpp"
+#include "ddl/nn/delta_net_config.hpp"
+
+namespace ddl {
+
+// How a block reads its expanded state into the sublayers' input (dv > 1).
+enum class StateCompressorKind {
+  PerToken,    // CC: x_in[i] = sum_j W[i, j] X_j[i] at the current token (nn/compressor.hpp)
+  OverTokens,  // TC: causal depthwise conv over tokens on every (i, j) channel, then a read vector over dv
+};
+inline const char* toString(StateCompressorKind k) { return k == StateCompressorKind::PerToken ? "cc" : "tc"; }
+inline StateCompressorKind parseStateCompressorKind(const std::string& s) {
+  if (s == "cc") return StateCompressorKind::PerToken;
+  if (s == "tc") return StateCompressorKind::OverTokens;
+  throw ValueError(message("ddl::parseStateCompressorKind", "unknown value '", s, "', expected one of cc, tc"));
+}
+
+struct DeltaLMConfig {
+  static constexpr Index kMaxSize = Index(1) << 24;  // upper bound of every size read from text
+
+  Index vocab = 256;     // byte-level text
+  Index d = 256;
+  Index depth = 4;       // L blocks of two Delta sublayers each
+  Index heads = 4;       // d must be a multiple of heads
+  Index context = 256;   // longest sequence forward accepts (and generate keeps)
+  Index hidden = 0;      // SwiGLU hidden width; 0 means floor(8 d / 3)
+  Index dv = 1;
+  bool learnedExpansion = false;  // EC (dv > 1)
+  StateCompressorKind stateCompressor = StateCompressorKind::PerToken;
+  Index convKernel = 4;  // K of the TC compressor and of EC
+  bool tiedHead = true;  // logits = E y (E the embedding) or a separate head.weight [vocab, d]
+  double ropeBase = 10000;
+  bool qkNorm = true;
+  double finalNormEps = 1e-5;
+  std::string preset = "code";
+  std::string variant = "dv1";
+  DeltaBlockOptions block = defaultBlock();  // residual options, norm eps, CC form; activation SiLU
+
+  static DeltaBlockOptions defaultBlock() {
+    DeltaBlockOptions b;
+    b.activation = Activation::SiLU;
+    b.compressor = CompressorKind::Structured;
+    return b;
+  }
+
+  Index resolvedHidden() const { return hidden > 0 ? hidden : 8 * d / 3; }
+  Index headDim() const { return heads > 0 ? d / heads : 0; }
+
+  void validate() const {
+    const char* fn = "ddl::DeltaLMConfig";
+    require(vocab >= 2, fn, "vocab must be >= 2, got ", vocab);
+    require(d >= 1, fn, "d must be >= 1, got ", d);
+    require(depth >= 0, fn, "depth must be >= 0, got ", depth);
+    require(heads >= 1 && d % heads == 0, fn, "heads must be >= 1 and divide d = ", d, ", got ", heads);
+    require(headDim() % 2 == 0, fn, "the head width d / heads must be even for RoPE's pairs, got ", headDim());
+    require(context >= 1, fn, "context must be >= 1, got ", context);
+    require(hidden >= 0, fn, "hidden must be >= 0 (0 means floor(8 d / 3)), got ", hidden);
+    require(dv >= 1, fn, "dv must be >= 1, got ", dv);
+    require(convKernel >= 1, fn, "conv_kernel must be >= 1, got ", convKernel);
+    require(ropeBase > 0 && std::isfinite(ropeBase), fn, "rope_base must be finite and > 0, got ", ropeBase);
+    require(block.normEps >= 0 && finalNormEps >= 0, fn, "RMSNorm eps must be >= 0");
+    require(block.activation == Activation::SiLU, fn, "the SwiGLU sublayer gates with silu, got activation ",
+            toString(block.activation));
+    require(block.residual.direction == DirectionSource::BranchOutput, fn,
+            "a DeltaLM takes its directions from the sublayers (k-Map); direction '", toString(block.residual.direction),
+            "' (preset v1) is for DeltaNet");
+    block.residual.validate(fn);
+  }
+
+  KeyValues toKeyValues() const {
+    KeyValues kv;
+    KeyValueWriter w(kv);
+    w.put("model", std::string("delta_lm"));
+    w.put("vocab", vocab);
+    w.put("d", d);
+    w.put("depth", depth);
+    w.put("heads", heads);
+    w.put("context", context);
+    w.put("hidden", resolvedHidden());
+    w.put("variant", variant);
+    w.put("state_compressor", std::string(toString(stateCompressor)));
+    w.put("conv_kernel", convKernel);
+    w.put("tied_head", tiedHead);
+    w.put("rope_base", ropeBase);
+    w.put("qk_norm", qkNorm);
+    putSharedOptions(w, *this);
+    return kv;
+  }
+
+  static DeltaLMConfig fromKeyValues(const KeyValues& kv) {
+    const KeyValueReader in(kv, "ddl::DeltaLMConfig::fromKeyValues", kMaxSize);
+    if (in.text("model") != "delta_lm")
+      throw ValueError(message("ddl::DeltaLMConfig::fromKeyValues", "model is '", in.text("model"),
+                               "', expected 'delta_lm'"));
+    DeltaLMConfig c;
+    c.vocab = in.size("vocab", 2);
+    c.d = in.size("d", 1);
+    c.depth = in.size("depth", 0);
+    c.heads = in.size("heads", 1);
+    c.context = in.size("context", 1);
+    c.hidden = in.size("hidden", 0);
+    c.variant = in.text("variant");
+    c.stateCompressor = parseStateCompressorKind(in.text("state_compressor"));
+    c.convKernel = in.size("conv_kernel", 1);
+    c.tiedHead = in.flag("tied_head");
+    c.ropeBase = in.number("rope_base");
+    c.qkNorm = in.flag("qk_norm");
+    readSharedOptions(in, c);
+    c.validate();
+    return c;
+  }
+};
+
+// The paper's variants: dv1 | cc | cc-ec | tc | tc-ec (see the header comment). dv > 1 variants use
+// dv = 4, the paper's setting; change c.dv afterwards for another.
+inline void applyVariant(DeltaLMConfig& c, const std::string& variant) {
+  if (variant == "dv1") {
+    c.dv = 1;
+    c.learnedExpansion = false;
+    c.stateCompressor = StateCompressorKind::PerToken;
+  } else if (variant == "cc" || variant == "cc-ec" || variant == "tc" || variant == "tc-ec") {
+    c.dv = 4;
+    c.stateCompressor = variant[0] == 'c' ? StateCompressorKind::PerToken : StateCompressorKind::OverTokens;
+    c.learnedExpansion = variant.size() == 5;
+  } else {
+    throw ValueError(message("ddl::applyVariant", "unknown variant '", variant,
+                             "', expected one of dv1, cc, cc-ec, tc, tc-ec"));
+  }
+  c.variant = variant;
+}
+
+// The residual presets of docs/spec.md §7 that apply to a language model: code (default) and paper.
+inline void applyPreset(DeltaLMConfig& c, const std::string& preset) {
+  if (preset != "code" && preset != "paper")
+    throw ValueError(message("ddl::applyPreset", "unknown language-model preset '", preset,
+                             "', expected one of code, paper (v1's auxiliary direction is for DeltaNet)"));
+  DeltaResidualOptions& r = c.block.residual;
+  const ResidualKind kind = r.residual;
+  r = DeltaResidualOptions{};
+  r.residual = kind;
+  c.block.normEps = 1e-5;
+  c.finalNormEps = 1e-5;
+  if (preset == "code") {
+    c.block.compressor = CompressorKind::Structured;
+  } else {
+    r.value = ValueKind::LinearOnC;
+    c.block.compressor = CompressorKind::Free;
+  }
+  c.preset = preset;
+}
+
+}  // namespace ddl
