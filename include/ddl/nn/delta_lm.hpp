@@ -1,0 +1,214 @@
+#pragma once
+// ddl/nn/delta_lm.hpp: DeltaLM, the causal language model of the paper (docs/spec.md §8):
+//   ids (B*T) -> embedding x (d, N) -> X0 = x (dv = 1) | repeat | EC (dv > 1)
+//   -> depth x DeltaTransformerBlock -> readout compressor (dv > 1) -> RMSNorm -> head -> logits (V, N)
+// N = B*T, column b*T + t (core/token_batch.hpp). The head is tied to the embedding (logits = E y) or a
+// separate head.weight [V, d]. Configuration and variants: nn/delta_lm_config.hpp.
+//
+// Initialisation (the authors' code, docs/spec.md §8), from one seed: every parameter with two or more
+// dimensions ~ N(0, (0.5/sqrt(d))²), the two output projections of each block (attn.o, mlp.fc2)
+// ~ N(0, (0.5/sqrt(d)/sqrt(L))²), the embedding ~ N(0, 0.02²); one-dimensional parameters keep their
+// module's start (gate bias logit(beta0/2), value bias 0, read vectors 1/dv, gains 1, the CC kernel a
+// centred delta) and EC starts as the copy of the current token. Draws in visitParams order.
+//
+// Tied head: the head's matrix is refreshed from E before every forward and its gradient is folded into
+// E's after backward (a V x d copy per step), so the head is one Linear for both choices.
+// Parameter names: embed.weight, expand.weight (EC), blocks.<l>.* (nn/delta_transformer_block.hpp),
+// readout.* (dv > 1), norm.weight, head.weight (untied only).
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ddl/core/error.hpp"
+#include "ddl/core/param.hpp"
+#include "ddl/core/rng.hpp"
+#include "ddl/core/token_batch.hpp"
+#include "ddl/core/types.hpp"
+#include "ddl/nn/compressor.hpp"
+#include "ddl/nn/delta_lm_config.hpp"
+#include "ddl/nn/delta_transformer_block.hpp"
+#include "ddl/nn/embedding.hpp"
+#include "ddl/nn/expansion.hpp"
+#include "ddl/nn/init.hpp"
+#include "ddl/nn/linear.hpp"
+#include "ddl/nn/rms_norm.hpp"
+
+namespace ddl {
+
+template <class S>
+class DeltaLM {
+ public:
+  explicit DeltaLM(const DeltaLMConfig& config, std::uint64_t seed = 0)
+      : m_cfg(validated(config)), m_embed(config.vocab, config.d, m_initRng), m_expand(config.d, config.dv, false),
+        m_readout(config.d, config.dv, config.block.compressor, config.block.compressorKernel),
+        m_norm(config.d, config.finalNormEps), m_head(config.d, config.vocab, /*bias=*/false) {
+    require(!config.learnedExpansion || config.dv == 1, "ddl::DeltaLM",
+            "EC (learned expansion) is not available in this build");
+    require(config.stateCompressor == StateCompressorKind::PerToken || config.dv == 1, "ddl::DeltaLM",
+            "the TC compressor is not available in this build");
+    m_blocks.reserve(static_cast<std::size_t>(config.depth));
+    for (Index i = 0; i < config.depth; ++i) m_blocks.emplace_back(config);
+    m_states.resize(static_cast<std::size_t>(config.depth) + 1);
+    initialize(seed);
+  }
+
+  // Re-initialises every parameter as a new model of this configuration and seed and clears the gradients.
+  void init(std::uint64_t seed) {
+    DeltaLM fresh(m_cfg, seed);
+    assignParams(*this, fresh);
+  }
+
+  // batch: B sequences of T <= context ids -> logits: (vocab, B*T). Every id is checked first (an id
+  // outside [0, vocab) throws ValueError naming its position). Keeps a copy of the ids and the
+  // activations backward reads.
+  void forward(const TokenBatch& batch, MatX<S>& logits) {
+    const TokenLayout layout = checkBatch("ddl::DeltaLM::forward", batch);
+    m_layout = layout;
+    if (m_cfg.dv == 1) {
+      m_embed.forward(batch.ids, m_states[0]);
+    } else {
+      m_embed.forward(batch.ids, m_x);
+      m_expand.forward(m_x, m_states[0]);
+    }
+    for (std::size_t i = 0; i < m_blocks.size(); ++i) m_blocks[i].forward(m_states[i], layout, m_states[i + 1]);
+    const MatX<S>& last = m_states.back();
+    if (m_cfg.dv == 1) {
+      m_norm.forward(last, m_z);
+    } else {
+      m_readout.forward(last, m_xin);
+      m_norm.forward(m_xin, m_z);
+    }
+    refreshTiedHead();
+    m_head.forward(m_z, logits);
+    m_hasForward = true;
+  }
+
+  // Same logits as forward, bit for bit; writes none of the caches backward reads (two states used in turn).
+  void forwardInference(const TokenBatch& batch, MatX<S>& logits) {
+    const TokenLayout layout = checkBatch("ddl::DeltaLM::forwardInference", batch);
+    MatX<S>* cur = &m_inferA;
+    MatX<S>* next = &m_inferB;
+    if (m_cfg.dv == 1) {
+      m_embed.forwardInference(batch.ids, m_inferA);
+    } else {
+      m_embed.forwardInference(batch.ids, m_inferX);
+      m_expand.forwardInference(m_inferX, m_inferA);
+    }
+    for (auto& block : m_blocks) {
+      block.forwardInference(*cur, layout, *next);
+      std::swap(cur, next);
+    }
+    if (m_cfg.dv == 1) {
+      m_norm.forwardInference(*cur, m_inferZ);
+    } else {
+      m_readout.forwardInference(*cur, m_inferZ);
+      m_norm.forwardInference(m_inferZ, m_inferZ);
+    }
+    refreshTiedHead();
+    m_head.forwardInference(m_inferZ, logits);
+  }
+
+  // dLogits: (vocab, B*T) of the last forward -> every parameter's gradient accumulates.
+  void backward(const MatX<S>& dLogits) {
+    const char* fn = "ddl::DeltaLM::backward";
+    if (!m_hasForward) throw Error(message(fn, "called before forward"));
+    checkShape(fn, "dLogits", dLogits, m_cfg.vocab, m_layout.tokens());
+    m_head.backward(dLogits, m_dz);
+    if (m_cfg.tiedHead) {  // fold the head's share into E (the head is E's copy)
+      m_embed.weight().grad += m_head.weight().grad;
+      m_head.weight().grad.setZero();
+    }
+    if (m_cfg.dv == 1) {
+      m_norm.backward(m_dz, m_dA);
+    } else {
+      m_norm.backward(m_dz, m_dz);
+      m_readout.backward(m_dz, m_dA);
+    }
+    for (std::size_t i = m_blocks.size(); i-- > 0;) {
+      m_blocks[i].backward(m_dA, m_dB);
+      m_dA.swap(m_dB);
+    }
+    if (m_cfg.dv == 1) {
+      m_embed.backward(m_dA);
+    } else {
+      m_expand.backward(m_dA, m_dx);
+      m_embed.backward(m_dx);
+    }
+  }
+
+  template <class F>
+  void visitParams(const std::string& prefix, F&& f) {
+    m_embed.visitParams(joinName(prefix, "embed"), f);
+    if (m_cfg.dv > 1) m_expand.visitParams(joinName(prefix, "expand"), f);
+    for (std::size_t i = 0; i < m_blocks.size(); ++i)
+      m_blocks[i].visitParams(joinName(prefix, "blocks." + std::to_string(i)), f);
+    if (m_cfg.dv > 1) m_readout.visitParams(joinName(prefix, "readout"), f);
+    m_norm.visitParams(joinName(prefix, "norm"), f);
+    if (!m_cfg.tiedHead) m_head.visitParams(joinName(prefix, "head"), f);
+  }
+
+  const DeltaLMConfig& config() const { return m_cfg; }
+  Index vocabulary() const { return m_cfg.vocab; }
+  const std::vector<DeltaTransformerBlock<S>>& blocks() const { return m_blocks; }
+  // States of the last forward: states()[l] is the input of block l, back() the last block's output.
+  const std::vector<MatX<S>>& states() const { return m_states; }
+
+ private:
+  static const DeltaLMConfig& validated(const DeltaLMConfig& c) {
+    c.validate();
+    return c;
+  }
+
+  TokenLayout checkBatch(const char* fn, const TokenBatch& batch) const {
+    batch.check(fn);
+    require(batch.length() <= m_cfg.context, fn, "sequence length T = ", batch.length(), " exceeds the context ",
+            m_cfg.context, " (accepted: 1 .. ", m_cfg.context, ")");
+    require(batch.sequences() >= 1, fn, "a token batch needs B >= 1 sequences, got ", batch.sequences());
+    return batch.layout;
+  }
+
+  void refreshTiedHead() {
+    if (m_cfg.tiedHead) m_head.weight().value = m_embed.weight().value;  // same shape: no allocation
+  }
+
+  // docs/spec.md §8's initialisation (see the header comment).
+  void initialize(std::uint64_t seed) {
+    Rng moduleRng(seed ^ 0x9e3779b97f4a7c15ULL);  // the modules' own starts; the matrices are redrawn below
+    for (auto& b : m_blocks) b.init(moduleRng);
+    Rng rng(seed);
+    const double std2d = 0.5 / std::sqrt(static_cast<double>(m_cfg.d));
+    const double stdOut = m_cfg.depth > 0 ? std2d / std::sqrt(static_cast<double>(m_cfg.depth)) : std2d;
+    const auto endsWith = [](const std::string& s, const char* tail) {
+      const std::string t(tail);
+      return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;
+    };
+    visitParams("", [&](const std::string& name, Param<S>& p) {
+      if (name == "embed.weight")
+        fillNormal(p.value, rng, 0.0, 0.02);
+      else if (name == "expand.weight")
+        return;  // EC keeps its copy of the current token
+      else if (p.shape.size() >= 2)
+        fillNormal(p.value, rng, 0.0, endsWith(name, "attn.o.weight") || endsWith(name, "mlp.fc2.weight") ? stdOut : std2d);
+    });
+    refreshTiedHead();
+  }
+
+  DeltaLMConfig m_cfg;
+  Rng m_initRng;  // consumed by the embedding's constructor; initialize() redraws everything
+  Embedding<S> m_embed;
+  Expansion<S> m_expand;
+  std::vector<DeltaTransformerBlock<S>> m_blocks;
+  Compressor<S> m_readout;
+  RmsNorm<S> m_norm;
+  Linear<S> m_head;
+  TokenLayout m_layout;
+  bool m_hasForward = false;
+  std::vector<MatX<S>> m_states;  // m_states[l] is the input of block l; back() the last output
+  MatX<S> m_x, m_xin, m_z;
+  MatX<S> m_dz, m_dA, m_dB, m_dx;
+  MatX<S> m_inferX, m_inferA, m_inferB, m_inferZ;
+};
+
+}  // namespace ddl
