@@ -1,0 +1,102 @@
+#pragma once
+// ddl/train/next_token_task.hpp: next-token prediction, the task of a language model in the training
+// loop (the contract of train/task.hpp). The model's output is logits (vocab, B*T), the target the B*T
+// ids one position later; the loss is the mean cross-entropy over all B*T positions (nats), accuracy
+// the fraction of positions whose largest logit is the next id.
+//
+// Evaluation reads a held-out byte split in order: consecutive windows of T = the model's context
+// tokens, window w predicting bytes w*T + 1 .. w*T + T from bytes w*T .. w*T + T - 1 (each from at most
+// T - 1 bytes of its own window before it), batches of up to batchSize windows, the shorter last
+// window on its own. So every byte after the first is predicted exactly once and the figure does not
+// depend on the batch size; the sums run in double. Bits per byte = loss / ln 2 (bitsPerByte()).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "ddl/core/error.hpp"
+#include "ddl/core/token_batch.hpp"
+#include "ddl/core/types.hpp"
+#include "ddl/nn/cross_entropy.hpp"
+#include "ddl/train/train_step.hpp"
+
+namespace ddl {
+
+// Mean cross-entropy in nats -> bits per byte (per token of a byte-level model).
+inline double bitsPerByte(double nats) { return nats / std::log(2.0); }
+
+template <class S>
+class NextTokenTask {
+ public:
+  using Scalar = S;
+  using Target = std::vector<int>;
+  using EvalData = std::vector<std::uint8_t>;  // a held-out split of a byte corpus (data/text_corpus.hpp)
+
+  // Mean cross-entropy over the B*T positions; dLogits is its gradient.
+  StepStats lossAndGradient(const MatX<S>& logits, const Target& next, MatX<S>& dLogits) {
+    return detail::classificationLoss(m_loss, logits, next, dLogits);
+  }
+
+  template <class Model>
+  EvalResult evaluate(Model& model, const EvalData& text, Index batchSize, MatX<S>& logits) {
+    return evaluateWindows<false>(model, text, batchSize, logits, [] {});
+  }
+  template <class Model, class OnBatch>
+  EvalResult evaluate(Model& model, const EvalData& text, Index batchSize, MatX<S>& logits, OnBatch&& onBatch) {
+    return evaluateWindows<true>(model, text, batchSize, logits, onBatch);
+  }
+
+  template <class Model>
+  void checkEvalData(const Model& model, const EvalData& text, const char* fn) const {
+    require(text.size() >= 2, fn, "held-out text needs at least 2 bytes (one to predict), got ", text.size());
+    require(model.config().vocab >= 256, fn, "a byte corpus needs a vocabulary of 256, the model has ",
+            model.config().vocab);
+  }
+
+ private:
+  template <bool Observed, class Model, class OnBatch>
+  EvalResult evaluateWindows(Model& model, const EvalData& text, Index batchSize, MatX<S>& logits, OnBatch&& onBatch) {
+    const char* fn = "ddl::NextTokenTask::evaluate";
+    require(batchSize > 0, fn, "batchSize must be > 0, got ", batchSize);
+    require(text.size() >= 2, fn, "held-out text needs at least 2 bytes, got ", text.size());
+    const auto T = static_cast<std::size_t>(model.config().context);
+    const std::size_t predicted = text.size() - 1;
+    const std::size_t fullWindows = predicted / T;
+    double lossSum = 0.0;
+    Index correct = 0;
+    auto runBatch = [&](std::size_t firstWindow, std::size_t windows, std::size_t len) {
+      m_batch.layout = TokenLayout::sequence(static_cast<Index>(windows), static_cast<Index>(len));
+      m_batch.ids.resize(windows * len);
+      m_next.resize(windows * len);
+      for (std::size_t w = 0; w < windows; ++w) {
+        const std::uint8_t* src = text.data() + (firstWindow + w) * T;
+        for (std::size_t t = 0; t < len; ++t) {
+          m_batch.ids[w * len + t] = src[t];
+          m_next[w * len + t] = src[t + 1];
+        }
+      }
+      if constexpr (Observed) {
+        model.forward(m_batch, logits);
+      } else {
+        model.forwardInference(m_batch, logits);
+      }
+      lossSum += static_cast<double>(m_loss.forward(logits, m_next)) * static_cast<double>(m_next.size());
+      correct += countCorrect(logits, m_next);
+      if constexpr (Observed) onBatch();
+    };
+    const auto B = static_cast<std::size_t>(batchSize);
+    for (std::size_t w = 0; w < fullWindows; w += B) runBatch(w, std::min(B, fullWindows - w), T);
+    if (predicted % T != 0) runBatch(fullWindows, 1, predicted % T);
+    EvalResult r;
+    r.count = static_cast<Index>(predicted);
+    r.loss = lossSum / static_cast<double>(predicted);
+    r.accuracy = static_cast<double>(correct) / static_cast<double>(predicted);
+    return r;
+  }
+
+  SoftmaxCrossEntropy<S> m_loss;
+  TokenBatch m_batch;         // evaluation scratch
+  std::vector<int> m_next;
+};
+
+}  // namespace ddl

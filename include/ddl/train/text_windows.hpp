@@ -1,0 +1,78 @@
+#pragma once
+// ddl/train/text_windows.hpp: the batch source of a language model (the contract of
+// train/batch_source.hpp): every batch is B random windows of T + 1 consecutive bytes of a training
+// split (data/text_corpus.hpp, drawWindows), input the first T bytes of each window, target the T
+// bytes one position later. An "epoch" is a fixed number of batches (the corpus is sampled, not walked).
+// Batch b of epoch e draws its window starts from Rng(mix(mix(seed, e), b)), so any position of a
+// run is reproducible and a resume mid-epoch is bit-identical.
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "ddl/core/error.hpp"
+#include "ddl/core/token_batch.hpp"
+#include "ddl/core/types.hpp"
+#include "ddl/data/dataset.hpp"
+#include "ddl/data/text_corpus.hpp"
+
+namespace ddl {
+
+template <class S>
+class TextWindows {
+ public:
+  using Scalar = S;
+  using Input = TokenBatch;
+  using Target = std::vector<int>;
+
+  // split must outlive the source. B, T >= 1, batchesPerEpoch >= 1; the split must hold T + 1 bytes.
+  TextWindows(const std::vector<std::uint8_t>& split, Index B, Index T, Index batchesPerEpoch, std::uint64_t seed)
+      : m_split(&split), m_B(B), m_T(T), m_batches(batchesPerEpoch), m_seed(seed) {
+    const char* fn = "ddl::TextWindows";
+    require(B >= 1 && T >= 1, fn, "need B >= 1 windows of T >= 1 tokens, got B = ", B, ", T = ", T);
+    require(batchesPerEpoch >= 1, fn, "batchesPerEpoch must be >= 1, got ", batchesPerEpoch);
+    require(split.size() > static_cast<std::uint64_t>(T), fn, "a window of T + 1 = ", T + 1,
+            " bytes does not fit in a training split of ", split.size(), " bytes");
+  }
+  TextWindows(std::vector<std::uint8_t>&&, Index, Index, Index, std::uint64_t) = delete;  // would dangle
+
+  Index batchesPerEpoch() const { return m_batches; }
+  void startEpoch(std::uint64_t epoch) {
+    m_epoch = epoch;
+    m_batch = 0;
+  }
+  void seek(Index batch) {
+    require(batch >= 0 && batch <= m_batches, "ddl::TextWindows::seek", "batch ", batch, " is outside [0, ", m_batches,
+            "]");
+    m_batch = batch;
+  }
+  bool next(Input& input, Target& target) {
+    if (m_batch >= m_batches) return false;
+    const std::uint64_t seed = detail::mixSeed(detail::mixSeed(m_seed, m_epoch), static_cast<std::uint64_t>(m_batch));
+    drawWindows(*m_split, m_B, m_T, seed, input.ids, target);
+    input.layout = TokenLayout::sequence(m_B, m_T);
+    ++m_batch;
+    return true;
+  }
+  Index samplesIn(Index batches) const { return batches * m_B * m_T; }  // positions predicted
+
+  // The model must take byte ids and windows of T tokens.
+  template <class Model>
+  void checkModel(const Model& model, const char* fn) const {
+    require(model.config().vocab >= 256, fn, "byte windows need a vocabulary of 256, the model has ",
+            model.config().vocab);
+    require(m_T <= model.config().context, fn, "windows of T = ", m_T, " tokens exceed the model's context ",
+            model.config().context);
+  }
+
+  Index windows() const { return m_B; }
+  Index length() const { return m_T; }
+
+ private:
+  const std::vector<std::uint8_t>* m_split;
+  Index m_B, m_T, m_batches;
+  std::uint64_t m_seed;
+  std::uint64_t m_epoch = 0;
+  Index m_batch = 0;
+};
+
+}  // namespace ddl
