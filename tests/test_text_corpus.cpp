@@ -375,3 +375,25 @@ TEST_CASE("drawWindows: bad B, T, a short split and one vector for both are Valu
   const std::string same = thrownMessage<ddl::ValueError>([&] { ddl::drawWindows(split, 1, 2, 0, in, in); });
   CHECK(same == fn + ": input and target must be different vectors");
 }
+
+TEST_CASE("readTextCorpusFiles reads files one after another as one text, split like one file", "[text]") {
+  const std::string dir = freshDir("files");
+  Bytes a, b, all;
+  for (int i = 0; i < 300; ++i) a.push_back(static_cast<std::uint8_t>(i * 7));
+  for (int i = 0; i < 100; ++i) b.push_back(static_cast<std::uint8_t>(255 - i));
+  all = a;
+  all.insert(all.end(), b.begin(), b.end());
+  writeFile(dir + "/a", a);
+  writeFile(dir + "/b", b);
+  writeFile(dir + "/all", all);
+  const ddl::TextCorpus joined = ddl::readTextCorpusFiles({dir + "/a", dir + "/b"}, ddl::TextSplit{0.1, 0.1});
+  const ddl::TextCorpus one = ddl::readTextCorpus(dir + "/all", ddl::TextSplit{0.1, 0.1});
+  CHECK(joined.train == one.train);
+  CHECK(joined.validation == one.validation);
+  CHECK(joined.test == one.test);
+  CHECK(contains(joined.path, "and 1 more files"));
+  const std::string missing = thrownMessage<ddl::IoError>([&] { ddl::readTextCorpusFiles({dir + "/a", dir + "/nope"}); });
+  CHECK(contains(missing, "ddl::readTextCorpusFiles"));
+  CHECK(contains(missing, dir + "/nope"));
+  CHECK(contains(thrownMessage<ddl::ValueError>([&] { ddl::readTextCorpusFiles({}); }), "no files given"));
+}

@@ -122,27 +122,28 @@ inline std::vector<std::uint8_t> readRawFileBytes(const std::string& path, const
 
 }  // namespace detail
 
-// Reads the file at path as bytes and splits it contiguously (see the header comment).
-// Throws ValueError for fractions outside [0, 1) or summing to >= 1 (before the file is touched) and
-// IoError for a missing, non-regular, unreadable or empty file, or one too small to leave training bytes.
-inline TextCorpus readTextCorpus(const std::string& path, const TextSplit& split = TextSplit()) {
-  const char* fn = "ddl::readTextCorpus";
+namespace detail {
+inline void checkTextSplit(const char* fn, const std::string& path, const TextSplit& split) {
   const double v = split.valFraction, t = split.testFraction;
   require(std::isfinite(v) && v >= 0 && v < 1, fn, "file '", path, "': valFraction must be in [0, 1), got ", v);
   require(std::isfinite(t) && t >= 0 && t < 1, fn, "file '", path, "': testFraction must be in [0, 1), got ", t);
   require(v + t < 1, fn, "file '", path, "': valFraction + testFraction must be < 1 (training needs bytes), got ", v,
           " + ", t, " = ", v + t);
+}
 
-  std::vector<std::uint8_t> bytes = detail::readRawFileBytes(path, fn);
+// Cuts bytes (read from path) into the three contiguous parts.
+inline TextCorpus splitTextBytes(const char* fn, const std::string& path, std::vector<std::uint8_t> bytes,
+                                 const TextSplit& split) {
   const std::uint64_t n = bytes.size();
   if (n == 0) throw IoError(fileMessage(fn, path, 0, "expected at least one byte, found an empty file"));
   const auto part = [n](double fraction) {
     return static_cast<std::uint64_t>(std::llround(static_cast<double>(n) * fraction));
   };
-  const std::uint64_t nVal = part(v), nTest = part(t);
+  const std::uint64_t nVal = part(split.valFraction), nTest = part(split.testFraction);
   if (nVal + nTest >= n)  // rounding both parts up can take the last training byte of a tiny file
     throw IoError(fileMessage(fn, path, 0, "the file's ", n, " bytes leave none for training: validation ", nVal,
-                              " (valFraction ", v, ") + test ", nTest, " (testFraction ", t, ")"));
+                              " (valFraction ", split.valFraction, ") + test ", nTest, " (testFraction ",
+                              split.testFraction, ")"));
   const std::uint64_t nTrain = n - nVal - nTest;
 
   TextCorpus c;
@@ -153,6 +154,33 @@ inline TextCorpus readTextCorpus(const std::string& path, const TextSplit& split
   bytes.resize(static_cast<std::size_t>(nTrain));  // train keeps the file's buffer (capacity n): no third copy
   c.train = std::move(bytes);
   return c;
+}
+}  // namespace detail
+
+// Reads the file at path as bytes and splits it contiguously (see the header comment).
+// Throws ValueError for fractions outside [0, 1) or summing to >= 1 (before the file is touched) and
+// IoError for a missing, non-regular, unreadable or empty file, or one too small to leave training bytes.
+inline TextCorpus readTextCorpus(const std::string& path, const TextSplit& split = TextSplit()) {
+  const char* fn = "ddl::readTextCorpus";
+  detail::checkTextSplit(fn, path, split);
+  return detail::splitTextBytes(fn, path, detail::readRawFileBytes(path, fn), split);
+}
+
+// The files at paths read one after another, in the given order, as one text, then split as
+// readTextCorpus splits one file (so the held-out parts are the end of the last files). The corpus's
+// path names the first file and the count. Throws as readTextCorpus, naming the file at fault, and
+// ValueError for an empty list.
+inline TextCorpus readTextCorpusFiles(const std::vector<std::string>& paths, const TextSplit& split = TextSplit()) {
+  const char* fn = "ddl::readTextCorpusFiles";
+  require(!paths.empty(), fn, "no files given");
+  const std::string name = paths.size() == 1 ? paths[0] : paths[0] + " and " + std::to_string(paths.size() - 1) + " more files";
+  detail::checkTextSplit(fn, name, split);
+  std::vector<std::uint8_t> all;
+  for (const std::string& p : paths) {
+    const std::vector<std::uint8_t> bytes = detail::readRawFileBytes(p, fn);
+    all.insert(all.end(), bytes.begin(), bytes.end());
+  }
+  return detail::splitTextBytes(fn, name, std::move(all), split);
 }
 
 // Draws B windows of T + 1 consecutive bytes of split, the same ones for the same seed: the window
