@@ -15,6 +15,7 @@
 // E's after backward (a V x d copy per step), so the head is one Linear for both choices.
 // Parameter names: embed.weight, expand.weight (EC), blocks.<l>.* (nn/delta_transformer_block.hpp),
 // readout.* (dv > 1), norm.weight, head.weight (untied only).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -138,6 +139,40 @@ class DeltaLM {
     }
   }
 
+  // Samples n tokens after prompt and returns them (prompt not included). Each token is drawn from
+  // softmax(logits / temperature) restricted to the topK largest logits, with Rng(seed): the same
+  // arguments give the same text. The model sees at most the last `context` tokens. Throws ValueError
+  // for an empty prompt or one longer than the context, an id outside [0, vocab), n < 0, a temperature
+  // that is not finite and > 0, or topK outside [1, vocab], before anything is computed.
+  std::vector<int> generate(const std::vector<int>& prompt, Index n, double temperature, Index topK, std::uint64_t seed) {
+    const char* fn = "ddl::DeltaLM::generate";
+    const Index P = static_cast<Index>(prompt.size());
+    require(P >= 1, fn, "the prompt is empty (accepted: 1 .. ", m_cfg.context, " ids)");
+    require(P <= m_cfg.context, fn, "the prompt has ", P, " ids, more than the context ", m_cfg.context,
+            " (accepted: 1 .. ", m_cfg.context, " ids)");
+    for (Index i = 0; i < P; ++i)
+      require(prompt[static_cast<std::size_t>(i)] >= 0 && prompt[static_cast<std::size_t>(i)] < m_cfg.vocab, fn, "prompt id ",
+              prompt[static_cast<std::size_t>(i)], " at position ", i, " is outside [0, ", m_cfg.vocab, ")");
+    require(n >= 0, fn, "n must be >= 0, got ", n);
+    require(std::isfinite(temperature) && temperature > 0, fn, "temperature must be finite and > 0, got ", temperature);
+    require(topK >= 1 && topK <= m_cfg.vocab, fn, "topK must be in [1, ", m_cfg.vocab, "], got ", topK);
+    Rng rng(seed);
+    std::vector<int> window(prompt), out;
+    out.reserve(static_cast<std::size_t>(n));
+    TokenBatch batch;
+    MatX<S> logits;
+    for (Index i = 0; i < n; ++i) {
+      if (static_cast<Index>(window.size()) > m_cfg.context) window.erase(window.begin());
+      batch.ids = window;
+      batch.layout = TokenLayout::sequence(1, static_cast<Index>(window.size()));
+      forwardInference(batch, logits);
+      const int next = sampleToken(logits.col(logits.cols() - 1), temperature, topK, rng);
+      out.push_back(next);
+      window.push_back(next);
+    }
+    return out;
+  }
+
   template <class F>
   void visitParams(const std::string& prefix, F&& f) {
     m_embed.visitParams(joinName(prefix, "embed"), f);
@@ -167,6 +202,28 @@ class DeltaLM {
             m_cfg.context, " (accepted: 1 .. ", m_cfg.context, ")");
     require(batch.sequences() >= 1, fn, "a token batch needs B >= 1 sequences, got ", batch.sequences());
     return batch.layout;
+  }
+
+  // One draw from softmax(z / temperature) over the topK largest z (ties: the lower id first), in double.
+  int sampleToken(const Eigen::Ref<const VecX<S>>& z, double temperature, Index topK, Rng& rng) {
+    const Index V = z.size();
+    m_order.resize(static_cast<std::size_t>(V));
+    for (Index i = 0; i < V; ++i) m_order[static_cast<std::size_t>(i)] = static_cast<int>(i);
+    const auto larger = [&z](int a, int b) { return z(a) > z(b) || (z(a) == z(b) && a < b); };
+    std::partial_sort(m_order.begin(), m_order.begin() + topK, m_order.end(), larger);
+    const double top = static_cast<double>(z(m_order[0]));
+    double total = 0.0;
+    m_weights.resize(static_cast<std::size_t>(topK));
+    for (Index i = 0; i < topK; ++i) {
+      m_weights[static_cast<std::size_t>(i)] = std::exp((static_cast<double>(z(m_order[static_cast<std::size_t>(i)])) - top) / temperature);
+      total += m_weights[static_cast<std::size_t>(i)];
+    }
+    double u = rng.uniform() * total;
+    for (Index i = 0; i + 1 < topK; ++i) {
+      u -= m_weights[static_cast<std::size_t>(i)];
+      if (u < 0) return m_order[static_cast<std::size_t>(i)];
+    }
+    return m_order[static_cast<std::size_t>(topK - 1)];
   }
 
   void refreshTiedHead() {
@@ -209,6 +266,8 @@ class DeltaLM {
   MatX<S> m_x, m_xin, m_z;
   MatX<S> m_dz, m_dA, m_dB, m_dx;
   MatX<S> m_inferX, m_inferA, m_inferB, m_inferZ;
+  std::vector<int> m_order;       // sampling scratch
+  std::vector<double> m_weights;
 };
 
 }  // namespace ddl
