@@ -141,7 +141,9 @@ class DeltaLM {
 
   // Samples n tokens after prompt and returns them (prompt not included). Each token is drawn from
   // softmax(logits / temperature) restricted to the topK largest logits, with Rng(seed): the same
-  // arguments give the same text. The model sees at most the last `context` tokens. Throws ValueError
+  // arguments give the same text. Decoding is incremental (startDecode / decodeStep); when the context
+  // is full it restarts from the newest half of it, so every token is predicted from between
+  // context/2 and context tokens before it. Throws ValueError
   // for an empty prompt or one longer than the context, an id outside [0, vocab), n < 0, a temperature
   // that is not finite and > 0, or topK outside [1, vocab], before anything is computed.
   std::vector<int> generate(const std::vector<int>& prompt, Index n, double temperature, Index topK, std::uint64_t seed) {
@@ -157,20 +159,73 @@ class DeltaLM {
     require(std::isfinite(temperature) && temperature > 0, fn, "temperature must be finite and > 0, got ", temperature);
     require(topK >= 1 && topK <= m_cfg.vocab, fn, "topK must be in [1, ", m_cfg.vocab, "], got ", topK);
     Rng rng(seed);
-    std::vector<int> window(prompt), out;
+    std::vector<int> window(prompt), out;  // window: the tokens the cache holds
     out.reserve(static_cast<std::size_t>(n));
-    TokenBatch batch;
-    MatX<S> logits;
+    window.reserve(static_cast<std::size_t>(m_cfg.context));
+    startDecode(m_decode, m_cfg.context);
+    for (int id : window) decodeStep(id, m_decode, m_stepLogits);
     for (Index i = 0; i < n; ++i) {
-      if (static_cast<Index>(window.size()) > m_cfg.context) window.erase(window.begin());
-      batch.ids = window;
-      batch.layout = TokenLayout::sequence(1, static_cast<Index>(window.size()));
-      forwardInference(batch, logits);
-      const int next = sampleToken(logits.col(logits.cols() - 1), temperature, topK, rng);
+      const int next = sampleToken(m_stepLogits.col(0), temperature, topK, rng);
       out.push_back(next);
+      if (i + 1 == n) break;
+      if (m_decode.length == m_cfg.context) {  // full: restart from the newest half of the context
+        window.erase(window.begin(), window.end() - m_cfg.context / 2);
+        startDecode(m_decode, m_cfg.context);
+        for (int id : window) decodeStep(id, m_decode, m_stepLogits);
+      }
       window.push_back(next);
+      decodeStep(next, m_decode, m_stepLogits);
     }
     return out;
+  }
+
+  // Incremental decoding of one sequence (docs/spec.md §8, "Generation"): per block the attention's
+  // keys and values of the positions so far, so a new position costs O(t d) attention and the
+  // per-token layers instead of a forward over the whole prefix.
+  struct DecodeState {
+    std::vector<typename DeltaTransformerBlock<S>::DecodeState> blocks;
+    Index length = 0, capacity = 0;
+  };
+  // Empties state for up to `capacity` positions (1 .. context). The weights must not change until
+  // the last decodeStep of this state.
+  void startDecode(DecodeState& state, Index capacity) {
+    require(capacity >= 1 && capacity <= m_cfg.context, "ddl::DeltaLM::startDecode", "capacity must be in [1, ",
+            m_cfg.context, "] (the context), got ", capacity);
+    state.blocks.resize(m_blocks.size());
+    for (std::size_t i = 0; i < m_blocks.size(); ++i) m_blocks[i].startDecode(state.blocks[i], capacity);
+    state.length = 0;
+    state.capacity = capacity;
+    refreshTiedHead();
+  }
+  // Appends token id at position state.length -> logits (vocab, 1) of the next token, equal (to
+  // rounding) to that position's column of forwardInference over the sequence so far.
+  void decodeStep(int id, DecodeState& state, MatX<S>& logits) {
+    const char* fn = "ddl::DeltaLM::decodeStep";
+    require(state.capacity > 0 && state.blocks.size() == m_blocks.size(), fn, "call startDecode first");
+    require(state.length < state.capacity, fn, "the decoding state holds ", state.length, " of its capacity of ",
+            state.capacity, " positions (startDecode again)");
+    require(id >= 0 && id < m_cfg.vocab, fn, "id ", id, " is outside [0, ", m_cfg.vocab, ")");
+    m_stepIds.assign(1, id);
+    MatX<S>* cur = &m_stepA;
+    MatX<S>* next = &m_stepB;
+    if (m_cfg.dv == 1) {
+      m_embed.forwardInference(m_stepIds, m_stepA);
+    } else {
+      m_embed.forwardInference(m_stepIds, m_stepX);
+      m_expand.forwardInference(m_stepX, m_stepA);
+    }
+    for (std::size_t i = 0; i < m_blocks.size(); ++i) {
+      m_blocks[i].forwardStep(*cur, state.blocks[i], *next);
+      std::swap(cur, next);
+    }
+    if (m_cfg.dv == 1) {
+      m_norm.forwardInference(*cur, m_stepZ);
+    } else {
+      m_readout.forwardInference(*cur, m_stepZ);
+      m_norm.forwardInference(m_stepZ, m_stepZ);
+    }
+    m_head.forwardInference(m_stepZ, logits);
+    ++state.length;
   }
 
   template <class F>
@@ -267,6 +322,9 @@ class DeltaLM {
   MatX<S> m_dz, m_dA, m_dB, m_dx;
   MatX<S> m_inferX, m_inferA, m_inferB, m_inferZ;
   std::vector<int> m_order;       // sampling scratch
+  DecodeState m_decode;           // generate's
+  std::vector<int> m_stepIds;
+  MatX<S> m_stepX, m_stepA, m_stepB, m_stepZ, m_stepLogits;
   std::vector<double> m_weights;
 };
 
