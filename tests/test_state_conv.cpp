@@ -573,8 +573,8 @@ TEST_CASE("1 and 2 threads give identical bits above every parallel threshold, a
           "[state_conv][conv_expansion][token_compressor][threads]") {
   const int saved = ddl::numThreads();
   std::srand(37);
-  // d * K * N = 96 * 4 * 100 >= 2^15 (kParallelMinWork): every per-channel loop and the weight-gradient
-  // tasks (two row blocks of 64 and 32 per channel) split over the threads.
+  // d * K * N = 96 * 4 * 100 >= 2^15 (kParallelMinWork): every per-token loop and the weight-gradient
+  // tasks (one per channel, dv = 3 of them on 2 threads) split over the threads.
   const Index d = 96, dv = 3, K = 4, B = 2, T = 50, N = B * T;
   const auto layout = TokenLayout::sequence(B, T);
   ddl::StateConv<float> conv(d, dv, K);
@@ -644,11 +644,11 @@ TEST_CASE("1 and 2 threads give identical bits above every parallel threshold, a
                                                            tc.read().value.cast<double>(), Xd, d, dv, B, T)) < 1e-5);
 }
 
-TEST_CASE("on shapes with several row blocks every backward is the adjoint of its forward",
+TEST_CASE("on a wide state every backward is the adjoint of its forward",
           "[state_conv][conv_expansion][token_compressor][grad]") {
   // Each output is linear in the input and in each parameter, so for random probes P and V
-  // <dOut, f(P)> = <dIn, P> and <dOut, f_V(X)> = <grad, V>. d = 150: weight-gradient row blocks of
-  // 64, 64 and 22 rows per channel (central differences above use d <= 3, one block).
+  // <dOut, f(P)> = <dIn, P> and <dOut, f_V(X)> = <grad, V>: every entry of every gradient at d = 150
+  // (wider than a SIMD packet loop's tail; central differences above use d <= 3).
   std::srand(41);
   const Index d = 150, dv = 3, K = 4, B = 2, T = 9, N = B * T;
   const auto layout = TokenLayout::sequence(B, T);

@@ -27,7 +27,6 @@
 // the channel order o (a ring of K slots, zero before the sequence start); startStep allocates it,
 // forwardStep allocates nothing and returns the column of forwardInference over the whole sequence
 // that belongs to the new token.
-#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -45,10 +44,6 @@
 
 namespace ddl {
 namespace detail {
-
-// Rows per weight-gradient task: a task sums one block of rows of one value channel (same bits on
-// any thread count, since each row's sum is one task's fixed-order loop).
-inline constexpr Index kStateConvGradRows = 64;
 
 // A sequence layout (H = W = 1) whose N = layout.tokens() gives expectedCols(N) columns to a (rows, .)
 // matrix; otherwise ShapeError naming fn, the matrix, its shape and the expected one.
@@ -76,21 +71,18 @@ void channelWeights(const MatX<S>& w, Index d, Index dv, MatX<S>& wj, const MatX
 
 // wide (d, dv*K) += per value channel j the weight-gradient correlation of dOut_j with x_j
 // (addCausalConvWeightGrad), where a (d, dv*N) operand gives channel j = middleCols(j*N, N) and a (d, N)
-// operand is shared by every channel (EC's input, TC's output gradient). Tasks over (channel, block of
-// kStateConvGradRows rows), split over threads above kParallelMinWork.
+// operand is shared by every channel (EC's input, TC's output gradient). One task per channel, over all
+// rows (contiguous columns: faster than blocks of rows), split over threads above kParallelMinWork;
+// every sum is one task's fixed-order loop, so the bits do not depend on the thread count.
 template <class S>
 void stateConvWeightGrad(const Eigen::Ref<const MatX<S>>& dOut, const Eigen::Ref<const MatX<S>>& x, Index dv,
                          Index N, Index T, MatX<SumType<S>>& wide) {
   const Index d = dOut.rows(), K = wide.cols() / dv;
-  const bool dOutShared = dOut.cols() == N && dv > 1, xShared = x.cols() == N && dv > 1;
-  const Index blocks = (d + kStateConvGradRows - 1) / kStateConvGradRows;
+  const bool dOutShared = dOut.cols() == N, xShared = x.cols() == N;
   DDL_OMP(parallel for schedule(static) if (d * dv * K * N >= kParallelMinWork))
-  for (Index task = 0; task < dv * blocks; ++task) {
-    const Index j = task / blocks, r0 = (task % blocks) * kStateConvGradRows;
-    const Index rows = std::min(kStateConvGradRows, d - r0);
-    addCausalConvWeightGrad<S>(dOut.block(r0, dOutShared ? 0 : j * N, rows, N), x.block(r0, xShared ? 0 : j * N, rows, N),
-                               T, wide.block(r0, j * K, rows, K));
-  }
+  for (Index j = 0; j < dv; ++j)
+    addCausalConvWeightGrad<S>(dOut.middleCols(dOutShared ? 0 : j * N, N), x.middleCols(xShared ? 0 : j * N, N), T,
+                               wide.middleCols(j * K, K));
 }
 
 // grad[i*dv + j, s] += wide(i, j*K + s), rounded once to S.

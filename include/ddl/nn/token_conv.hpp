@@ -70,18 +70,21 @@ void causalConvBackwardInput(const Eigen::Ref<const MatX<S>>& w, const Eigen::Re
 }
 
 // The weight gradient: acc(c, s) += sum_{b, t >= K-1-s} dOut(c, b*T + t) x(c, b*T + t - K + 1 + s),
-// acc: (C, K) in the wide type (core/reduce.hpp). One thread, fixed order: per tap, per sequence, the
-// overlapping column ranges; every row is its own sum, so callers may split the rows over threads.
+// acc: (C, K) in the wide type (core/reduce.hpp). One thread; one pass over the columns (each dOut column
+// meets the K x columns it pairs with while they are in cache), and every acc(c, s) is its own sum in
+// the fixed order b, then t ascending (addRowDots' arithmetic), so callers may split the rows over threads.
 template <class S>
 void addCausalConvWeightGrad(const Eigen::Ref<const MatX<S>>& dOut, const Eigen::Ref<const MatX<S>>& x, Index T,
                              Eigen::Ref<MatX<SumType<S>>> acc) {
+  using A = SumType<S>;
   const Index K = acc.cols(), B = dOut.cols() / T;
-  for (Index s = 0; s < K; ++s) {
-    const Index lag = K - 1 - s;
-    if (lag >= T) continue;  // this tap only ever sees padding
-    for (Index b = 0; b < B; ++b)
-      addRowDots(dOut.middleCols(b * T + lag, T - lag), x.middleCols(b * T, T - lag), acc.col(s));
-  }
+  for (Index b = 0; b < B; ++b)
+    for (Index t = 0; t < T; ++t) {
+      const Index n = b * T + t;
+      for (Index lag = 0; lag < K && lag <= t; ++lag)
+        acc.col(K - 1 - lag).array() +=
+            dOut.col(n).template cast<A>().array() * x.col(n - lag).template cast<A>().array();
+    }
 }
 
 }  // namespace detail
