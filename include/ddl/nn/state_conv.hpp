@@ -4,7 +4,8 @@
 //
 // Layout: sequence(B, T), N = B*T tokens, column b*T + t (core/token_layout.hpp). The state X is
 // (d, dv*N) with value channel j = X.middleCols(j*N, N); channel (i, j) of the state is feature i of
-// value channel j, which PyTorch's twin flattens as channel o = i*dv + j (X as (B, T, dv, d) -> (B, d*dv, T)).
+// value channel j, which PyTorch's twin flattens as channel o = i*dv + j (its X (B, T, dv, d) as
+// X.permute(0, 3, 2, 1).reshape(B, d*dv, T)).
 // Positions before the start of a sequence count as zero, so no token sees a later one or another
 // sequence; w[o, K-1] multiplies the current token, w[o, s] the token K-1-s positions back.
 //
@@ -21,12 +22,15 @@
 // as the identity of their kind (initIdentity): StateConv copies X, ConvExpansion repeats x into every
 // channel (X = x 1ᵀ, docs/spec.md §3's repetition); init() re-draws like torch.nn.Conv1d (fan_in = K).
 // Weight gradients are sums over tokens in double (core/reduce.hpp); every loop gives the same bits on
-// any thread count (columns are independent; a weight-gradient row is one thread's fixed-order sum).
+// any thread count (output columns are independent; a value channel's weight gradient is one task's
+// fixed-order sum). The loops are the shared kernels of nn/token_conv.hpp, run per value channel on
+// contiguous (d, N) blocks with that channel's weights gathered into a contiguous (d, K) block.
 //
 // Incremental decoding (one sequence, one new token per call): StepCache holds the last K inputs in
-// the channel order o (a ring of K slots, zero before the sequence start); startStep allocates it,
-// forwardStep allocates nothing and returns the column of forwardInference over the whole sequence
-// that belongs to the new token.
+// the channel order o (a ring of K slots: the new one and the K-1 before it, zero before the sequence
+// start); startStep allocates it, forwardStep allocates nothing and returns the column of
+// forwardInference over the whole sequence that belongs to the new token (the same operations in the
+// same order). A module applied to several states per token keeps one StepCache per application.
 #include <string>
 #include <vector>
 

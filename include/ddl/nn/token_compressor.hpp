@@ -16,7 +16,8 @@
 // (d*dv, K), row o) and "read.weight" [dv] (held as (dv, 1)), both with decay as compressor.hpp's. The
 // conv starts as the identity and r as 1/dv, so TC starts as the mean over channels at the current
 // token, exactly like CC (nn/compressor.hpp); conv().init(rng) re-draws the conv.
-// Decoding (one sequence, one token per call): StepCache keeps the last K states of the sequence.
+// Decoding (one sequence, one token per call): StepCache keeps the last K states of the sequence; a
+// block whose two sublayers share one TC keeps one StepCache per sublayer (they read different states).
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -52,7 +53,8 @@ class TokenCompressor {
   };
 
   // d, dv, kernel >= 1.
-  TokenCompressor(Index d, Index dv, Index kernel = 4) : m_d(d), m_dv(dv), m_K(kernel), m_conv(d, dv, kernel) {
+  TokenCompressor(Index d, Index dv, Index kernel = 4)
+      : m_d(checkedDim(d, dv, kernel)), m_dv(dv), m_K(kernel), m_conv(d, dv, kernel) {
     m_read = Param<S>(std::vector<Index>{dv});
     m_read.value.setConstant(S(1) / static_cast<S>(dv));
   }
@@ -162,6 +164,12 @@ class TokenCompressor {
   Index kernel() const { return m_K; }
 
  private:
+  static Index checkedDim(Index d, Index dv, Index kernel) {
+    require(d >= 1 && dv >= 1 && kernel >= 1, "ddl::TokenCompressor", "d, dv and kernel must be >= 1, got d = ", d,
+            ", dv = ", dv, ", kernel = ", kernel);
+    return d;
+  }
+
   void checkInput(const char* fn, const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout) const {
     detail::checkSequenceInput(fn, "X", X.rows(), X.cols(), m_d, m_dv * layout.tokens(), "dv*N", layout);
   }
