@@ -498,6 +498,10 @@ TEST_CASE("decoding one token at a time equals forwardInference column by column
       CHECK(relErr(Yt, Ycol, 1e-300) < 1e-12);
       CHECK(relErr(Et, Ecol, 1e-300) < 1e-12);
       CHECK(relErr(xt, xin.col(t), 1e-300) < 1e-12);
+      // The same vector operations in the same order: the same bits.
+      CHECK(Yt == Ycol);
+      CHECK(Et == Ecol);
+      CHECK(xt == xin.col(t));
     }
   }
   // In place: Yt may be Xt.

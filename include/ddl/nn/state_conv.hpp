@@ -98,8 +98,9 @@ void addChannelWeightGrad(const MatX<SumType<S>>& wide, Index d, Index dv, MatX<
       for (Index j = 0; j < dv; ++j) grad(i * dv + j, s) += static_cast<S>(wide(i, j * K + s));
 }
 
-// The ring of the last K inputs of one sequence in the channel order o = i*dv + j (zero before the
-// start), shared by the StepCaches of StateConv, ConvExpansion and TokenCompressor.
+// The ring of the last K inputs of one sequence (zero before the start), shared by the StepCaches of
+// StateConv and ConvExpansion (slots in the channel order o = i*dv + j, for convolve) and
+// TokenCompressor (slots as Xt's (d, dv) columns).
 template <class S>
 struct ConvStepRing {
   MatX<S> slots;  // (d*dv, K): slot (pos + K - lag) % K holds the input lag tokens back

@@ -18,7 +18,6 @@
 // token, exactly like CC (nn/compressor.hpp); conv().init(rng) re-draws the conv.
 // Decoding (one sequence, one token per call): StepCache keeps the last K states of the sequence; a
 // block whose two sublayers share one TC keeps one StepCache per sublayer (they read different states).
-#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -47,9 +46,11 @@ class TokenCompressor {
     Index N = -1;
   };
 
-  // Decoding state of one sequence: the last K states in the channel order o = i*dv + j.
+  // Decoding state of one sequence: the last K states, each as Xt's (d, dv) columns, and the effective
+  // weights of the current step.
   struct StepCache {
     detail::ConvStepRing<S> ring;
+    MatX<S> weff;  // (d, dv*K), as forward's
   };
 
   // d, dv, kernel >= 1.
@@ -118,33 +119,35 @@ class TokenCompressor {
   }
 
   // Decoding: a fresh cache for a new sequence (allocates).
-  void startStep(StepCache& cache) const { cache.ring.start(m_d * m_dv, m_K); }
+  void startStep(StepCache& cache) const {
+    cache.ring.start(m_d * m_dv, m_K);
+    cache.weff.setZero(m_d, m_dv * m_K);
+  }
 
   // Xt: (d, dv), the state of the next token -> xint: (d, 1), the column of forwardInference over the
-  // whole sequence for this token (the same operations in the same order). Allocates nothing once
-  // xint has its shape.
+  // whole sequence for this token (the same vector operations in the same order: the same bits in
+  // the tests, also with g++ -march=native).
+  // Allocates nothing once xint has its shape.
   void forwardStep(const Eigen::Ref<const MatX<S>>& Xt, StepCache& cache, MatX<S>& xint) const {
     const char* fn = "ddl::TokenCompressor::forwardStep";
     auto& ring = cache.ring;
     if (ring.t < 0 || ring.slots.rows() != m_d * m_dv || ring.slots.cols() != m_K)
       throw Error(message(fn, "called before startStep (or with the cache of another module)"));
     checkShape(fn, "Xt", Xt, m_d, m_dv);
-    const Index K = m_K, pos = ring.pos, lags = std::min(K - 1, ring.t);
-    Eigen::Map<MatX<S>>(ring.slots.col(pos).data(), m_dv, m_d) = Xt.transpose();
-    const MatX<S>& w = m_conv.weight().value;
-    xint.resize(m_d, 1);
-    for (Index i = 0; i < m_d; ++i) {
-      S acc = S(0);
-      for (Index j = 0; j < m_dv; ++j) {
-        const Index o = i * m_dv + j;
-        const S r = m_read.value(j, 0);
-        for (Index lag = 0; lag <= lags; ++lag) {
-          const S v = (r * w(o, K - 1 - lag)) * ring.slots(o, (pos + K - lag) % K);
-          acc = (j == 0 && lag == 0) ? v : acc + v;
-        }
+    const Index K = m_K, d = m_d, pos = ring.pos;
+    Eigen::Map<MatX<S>>(ring.slots.col(pos).data(), d, m_dv) = Xt;  // channel j at rows j*d .. j*d + d - 1
+    detail::channelWeights(m_conv.weight().value, d, m_dv, cache.weff, &m_read.value);
+    const MatX<S>& we = cache.weff;
+    xint.resize(d, 1);
+    auto out = xint.col(0);
+    for (Index j = 0; j < m_dv; ++j)
+      for (Index lag = 0; lag < K && lag <= ring.t; ++lag) {
+        const auto in = ring.slots.col((pos + K - lag) % K).segment(j * d, d);
+        if (j == 0 && lag == 0)
+          out = we.col(K - 1).cwiseProduct(in);
+        else
+          out += we.col(j * K + K - 1 - lag).cwiseProduct(in);
       }
-      xint(i, 0) = acc;
-    }
     ring.advance();
   }
 
