@@ -81,9 +81,9 @@ void channelWeights(const MatX<S>& w, Index d, Index dv, MatX<S>& wj, const MatX
 template <class S>
 void stateConvWeightGrad(const Eigen::Ref<const MatX<S>>& dOut, const Eigen::Ref<const MatX<S>>& x, Index dv,
                          Index N, Index T, MatX<SumType<S>>& wide) {
-  const Index d = dOut.rows(), K = wide.cols() / dv;
+  const Index K = wide.cols() / dv;
   const bool dOutShared = dOut.cols() == N, xShared = x.cols() == N;
-  DDL_OMP(parallel for schedule(static) if (d * dv * K * N >= kParallelMinWork))
+  DDL_OMP(parallel for schedule(static) if (dOut.rows() * dv * K * N >= kParallelMinWork))
   for (Index j = 0; j < dv; ++j)
     addCausalConvWeightGrad<S>(dOut.middleCols(dOutShared ? 0 : j * N, N), x.middleCols(xShared ? 0 : j * N, N), T,
                                wide.middleCols(j * K, K));
