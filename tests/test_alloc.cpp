@@ -28,12 +28,15 @@ static std::atomic<long> g_eigenAsserts{0};  // Eigen heap allocations while for
 #include "ddl/core/threading.hpp"
 #include "ddl/nn/conv_delta_net.hpp"
 #include "ddl/nn/cross_entropy.hpp"
+#include "ddl/nn/delta_lm.hpp"
 #include "ddl/nn/delta_net.hpp"
 #include "ddl/ops/delta_write.hpp"
 #include "ddl/train/adamw.hpp"
 #include "ddl/train/finite_guard.hpp"
 #include "ddl/train/grad_clip.hpp"
+#include "ddl/train/next_token_task.hpp"
 #include "ddl/train/sgd.hpp"
+#include "ddl/train/text_windows.hpp"
 #include "ddl/train/train_step.hpp"
 #include "ddl/train/trainer.hpp"
 
@@ -365,5 +368,45 @@ TEST_CASE("the delta kernels evaluate expression operands once, before their par
     CHECK(Y2.isApprox(Y));
     CHECK(Delta2.isApprox(Delta));
   }
+  ddl::setNumThreads(1);
+}
+
+TEST_CASE("DeltaLM through the training loop: a steady-state step allocates nothing", "[alloc][train][lm]") {
+  // Random windows of a byte text: every batch has the same shape, so the allocations between two
+  // onBatch calls are one whole step: windows, schedule, forward, next-token loss, backward, guard,
+  // clipping, AdamW.
+  std::vector<std::uint8_t> text(400);
+  for (std::size_t i = 0; i < text.size(); ++i) text[i] = static_cast<std::uint8_t>((i * 7 + i / 5) % 251);
+  for (const char* variant : {"dv1", "cc", "tc-ec"})
+    for (const int threads : threadCounts()) {
+      CAPTURE(variant, threads);
+      ddl::DeltaLMConfig cfg;
+      cfg.d = 16;
+      cfg.heads = 2;
+      cfg.depth = 2;
+      cfg.context = 8;
+      cfg.hidden = 24;
+      ddl::applyVariant(cfg, variant);
+      ddl::TrainerOptions opt;
+      opt.epochs = 1;
+      opt.batchSize = 3;
+      opt.clipNorm = 1.0;
+      opt.threads = threads;
+      ddl::DeltaLM<float> lm(cfg, 3);
+      ddl::NextTokenTask<float> task;
+      ddl::TextWindows<float> windows(text, 3, 8, 6, 1);
+      ddl::AdamW<float> adam(opt.adam);
+      ddl::TrainingLoop<ddl::DeltaLM<float>, ddl::NextTokenTask<float>, ddl::TextWindows<float>, ddl::AdamW<float>> loop(
+          lm, task, windows, adam, opt);
+      std::vector<long> counts;
+      counts.reserve(8);
+      loop.onBatch = [&](const ddl::BatchProgress&) { counts.push_back(ddl_test::operatorNewCount()); };
+      loop.run();
+      REQUIRE(counts.size() == 6);
+      for (std::size_t i = 3; i < counts.size(); ++i) {
+        CAPTURE(i);
+        CHECK(counts[i] - counts[i - 1] == 0);
+      }
+    }
   ddl::setNumThreads(1);
 }

@@ -84,7 +84,9 @@ std::vector<Case> lmCases() {
   return {{"dv1", R::Delta, "code", 0, 2, true},   {"dv1", R::Additive, "code", 0, 1, false},
           {"dv1", R::WriteOnly, "paper", 0, 2, true}, {"cc", R::Delta, "code", 3, 2, true},
           {"cc", R::Delta, "paper", 2, 3, false},  {"cc", R::Additive, "paper", 2, 2, true},
-          {"cc", R::WriteOnly, "code", 2, 1, true}};
+          {"cc", R::WriteOnly, "code", 2, 1, true},  {"cc-ec", R::Delta, "code", 2, 2, true},
+          {"tc", R::Delta, "code", 3, 1, true},    {"tc", R::Additive, "code", 2, 2, false},
+          {"tc-ec", R::Delta, "paper", 2, 2, false}, {"tc-ec", R::WriteOnly, "code", 2, 2, true}};
 }
 
 }  // namespace
@@ -187,6 +189,11 @@ TEST_CASE("DeltaLM backward matches central differences for every parameter", "[
       CAPTURE(nameOf(k), B, T);
       ddl::DeltaLM<double> lm(smallConfig(k), 11);
       perturbSmallParams(lm, 12);
+      // The embedding at unit scale: at N(0, 0.02²) the first RMSNorm's curvature (~1/|x|) makes the
+      // central difference's truncation error as large as the tolerance.
+      lm.visitParams("", [](const std::string& name, ddl::Param<double>& p) {
+        if (name == "embed.weight") p.value *= 50.0;
+      });
       const ddl::TokenBatch batch = randomBatch(B, T, 11, 13 + static_cast<std::uint64_t>(B));
       MatX<double> logits;
       lm.forward(batch, logits);

@@ -35,6 +35,8 @@
 #include "ddl/nn/init.hpp"
 #include "ddl/nn/linear.hpp"
 #include "ddl/nn/rms_norm.hpp"
+#include "ddl/nn/state_conv.hpp"
+#include "ddl/nn/token_compressor.hpp"
 
 namespace ddl {
 
@@ -42,13 +44,13 @@ template <class S>
 class DeltaLM {
  public:
   explicit DeltaLM(const DeltaLMConfig& config, std::uint64_t seed = 0)
-      : m_cfg(validated(config)), m_embed(config.vocab, config.d, m_initRng), m_expand(config.d, config.dv, false),
+      : m_cfg(validated(config)), m_ec(config.dv > 1 && config.learnedExpansion),
+        m_overTokens(config.dv > 1 && config.stateCompressor == StateCompressorKind::OverTokens),
+        m_embed(config.vocab, config.d, m_initRng), m_expand(config.d, config.dv, false),
+        m_convExpand(config.d, config.dv, config.convKernel),
         m_readout(config.d, config.dv, config.block.compressor, config.block.compressorKernel),
-        m_norm(config.d, config.finalNormEps), m_head(config.d, config.vocab, /*bias=*/false) {
-    require(!config.learnedExpansion || config.dv == 1, "ddl::DeltaLM",
-            "EC (learned expansion) is not available in this build");
-    require(config.stateCompressor == StateCompressorKind::PerToken || config.dv == 1, "ddl::DeltaLM",
-            "the TC compressor is not available in this build");
+        m_tcReadout(config.d, config.dv, config.convKernel), m_norm(config.d, config.finalNormEps),
+        m_head(config.d, config.vocab, /*bias=*/false) {
     m_blocks.reserve(static_cast<std::size_t>(config.depth));
     for (Index i = 0; i < config.depth; ++i) m_blocks.emplace_back(config);
     m_states.resize(static_cast<std::size_t>(config.depth) + 1);
@@ -71,14 +73,20 @@ class DeltaLM {
       m_embed.forward(batch.ids, m_states[0]);
     } else {
       m_embed.forward(batch.ids, m_x);
-      m_expand.forward(m_x, m_states[0]);
+      if (m_ec)
+        m_convExpand.forward(m_x, layout, m_states[0]);
+      else
+        m_expand.forward(m_x, m_states[0]);
     }
     for (std::size_t i = 0; i < m_blocks.size(); ++i) m_blocks[i].forward(m_states[i], layout, m_states[i + 1]);
     const MatX<S>& last = m_states.back();
     if (m_cfg.dv == 1) {
       m_norm.forward(last, m_z);
     } else {
-      m_readout.forward(last, m_xin);
+      if (m_overTokens)
+        m_tcReadout.forward(last, layout, m_xin);
+      else
+        m_readout.forward(last, m_xin);
       m_norm.forward(m_xin, m_z);
     }
     refreshTiedHead();
@@ -95,7 +103,10 @@ class DeltaLM {
       m_embed.forwardInference(batch.ids, m_inferA);
     } else {
       m_embed.forwardInference(batch.ids, m_inferX);
-      m_expand.forwardInference(m_inferX, m_inferA);
+      if (m_ec)
+        m_convExpand.forwardInference(m_inferX, layout, m_inferA);
+      else
+        m_expand.forwardInference(m_inferX, m_inferA);
     }
     for (auto& block : m_blocks) {
       block.forwardInference(*cur, layout, *next);
@@ -104,7 +115,10 @@ class DeltaLM {
     if (m_cfg.dv == 1) {
       m_norm.forwardInference(*cur, m_inferZ);
     } else {
-      m_readout.forwardInference(*cur, m_inferZ);
+      if (m_overTokens)
+        m_tcReadout.forwardInference(*cur, layout, m_inferZ);
+      else
+        m_readout.forwardInference(*cur, m_inferZ);
       m_norm.forwardInference(m_inferZ, m_inferZ);
     }
     refreshTiedHead();
@@ -125,7 +139,10 @@ class DeltaLM {
       m_norm.backward(m_dz, m_dA);
     } else {
       m_norm.backward(m_dz, m_dz);
-      m_readout.backward(m_dz, m_dA);
+      if (m_overTokens)
+        m_tcReadout.backward(m_dz, m_dA);
+      else
+        m_readout.backward(m_dz, m_dA);
     }
     for (std::size_t i = m_blocks.size(); i-- > 0;) {
       m_blocks[i].backward(m_dA, m_dB);
@@ -134,7 +151,10 @@ class DeltaLM {
     if (m_cfg.dv == 1) {
       m_embed.backward(m_dA);
     } else {
-      m_expand.backward(m_dA, m_dx);
+      if (m_ec)
+        m_convExpand.backward(m_dA, m_dx);
+      else
+        m_expand.backward(m_dA, m_dx);
       m_embed.backward(m_dx);
     }
   }
@@ -184,6 +204,8 @@ class DeltaLM {
   // per-token layers instead of a forward over the whole prefix.
   struct DecodeState {
     std::vector<typename DeltaTransformerBlock<S>::DecodeState> blocks;
+    typename ConvExpansion<S>::StepCache expand;      // EC's last K embeddings
+    typename TokenCompressor<S>::StepCache readout;   // TC's last K states
     Index length = 0, capacity = 0;
   };
   // Empties state for up to `capacity` positions (1 .. context). The weights must not change until
@@ -193,6 +215,8 @@ class DeltaLM {
             m_cfg.context, "] (the context), got ", capacity);
     state.blocks.resize(m_blocks.size());
     for (std::size_t i = 0; i < m_blocks.size(); ++i) m_blocks[i].startDecode(state.blocks[i], capacity);
+    if (m_ec) m_convExpand.startStep(state.expand);
+    if (m_overTokens) m_tcReadout.startStep(state.readout);
     state.length = 0;
     state.capacity = capacity;
     refreshTiedHead();
@@ -212,7 +236,10 @@ class DeltaLM {
       m_embed.forwardInference(m_stepIds, m_stepA);
     } else {
       m_embed.forwardInference(m_stepIds, m_stepX);
-      m_expand.forwardInference(m_stepX, m_stepA);
+      if (m_ec)
+        m_convExpand.forwardStep(m_stepX, state.expand, m_stepA);
+      else
+        m_expand.forwardInference(m_stepX, m_stepA);
     }
     for (std::size_t i = 0; i < m_blocks.size(); ++i) {
       m_blocks[i].forwardStep(*cur, state.blocks[i], *next);
@@ -221,7 +248,10 @@ class DeltaLM {
     if (m_cfg.dv == 1) {
       m_norm.forwardInference(*cur, m_stepZ);
     } else {
-      m_readout.forwardInference(*cur, m_stepZ);
+      if (m_overTokens)
+        m_tcReadout.forwardStep(*cur, state.readout, m_stepZ);
+      else
+        m_readout.forwardInference(*cur, m_stepZ);
       m_norm.forwardInference(m_stepZ, m_stepZ);
     }
     m_head.forwardInference(m_stepZ, logits);
@@ -231,10 +261,13 @@ class DeltaLM {
   template <class F>
   void visitParams(const std::string& prefix, F&& f) {
     m_embed.visitParams(joinName(prefix, "embed"), f);
-    if (m_cfg.dv > 1) m_expand.visitParams(joinName(prefix, "expand"), f);
+    if (m_ec) m_convExpand.visitParams(joinName(prefix, "expand"), f);
     for (std::size_t i = 0; i < m_blocks.size(); ++i)
       m_blocks[i].visitParams(joinName(prefix, "blocks." + std::to_string(i)), f);
-    if (m_cfg.dv > 1) m_readout.visitParams(joinName(prefix, "readout"), f);
+    if (m_overTokens)
+      m_tcReadout.visitParams(joinName(prefix, "readout"), f);
+    else if (m_cfg.dv > 1)
+      m_readout.visitParams(joinName(prefix, "readout"), f);
     m_norm.visitParams(joinName(prefix, "norm"), f);
     if (!m_cfg.tiedHead) m_head.visitParams(joinName(prefix, "head"), f);
   }
@@ -308,11 +341,14 @@ class DeltaLM {
   }
 
   DeltaLMConfig m_cfg;
+  bool m_ec, m_overTokens;  // EC expansion; TC compressors (both dv > 1)
   Rng m_initRng;  // consumed by the embedding's constructor; initialize() redraws everything
   Embedding<S> m_embed;
-  Expansion<S> m_expand;
+  Expansion<S> m_expand;          // repetition (no parameters)
+  ConvExpansion<S> m_convExpand;  // EC
   std::vector<DeltaTransformerBlock<S>> m_blocks;
-  Compressor<S> m_readout;
+  Compressor<S> m_readout;        // CC
+  TokenCompressor<S> m_tcReadout; // TC
   RmsNorm<S> m_norm;
   Linear<S> m_head;
   TokenLayout m_layout;

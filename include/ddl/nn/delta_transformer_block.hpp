@@ -8,6 +8,7 @@
 // With ResidualKind::Additive and dv = 1 this is exactly a pre-norm GPT block (x + attn(norm x), then
 // x + mlp(norm x)), so the baseline is one option.
 // State X: (d, dv*N), N = B*T under the layout sequence(B, T), value channel j = X.middleCols(j*N, N).
+// The compressor is CC (per token, nn/compressor.hpp) or TC (over tokens, nn/token_compressor.hpp).
 // Parameter names: compress.* (dv > 1), attn_norm.weight, attn.* (nn/causal_self_attention.hpp),
 // attn_delta.* (nn/delta_residual.hpp), mlp_norm.weight, mlp.fc{1,2,3}.weight (nn/swiglu_branch.hpp),
 // mlp_delta.*.
@@ -28,6 +29,7 @@
 #include "ddl/nn/delta_residual.hpp"
 #include "ddl/nn/rms_norm.hpp"
 #include "ddl/nn/swiglu_branch.hpp"
+#include "ddl/nn/token_compressor.hpp"
 
 namespace ddl {
 
@@ -35,8 +37,9 @@ template <class S>
 class DeltaTransformerBlock {
  public:
   explicit DeltaTransformerBlock(const DeltaLMConfig& cfg)
-      : m_d(validated(cfg).d), m_dv(cfg.dv),
+      : m_d(validated(cfg).d), m_dv(cfg.dv), m_overTokens(cfg.dv > 1 && cfg.stateCompressor == StateCompressorKind::OverTokens),
         m_compress(cfg.d, cfg.dv, cfg.block.compressor, cfg.block.compressorKernel),
+        m_tc(cfg.d, cfg.dv, cfg.convKernel),
         m_attn(cfg.d, cfg.dv, cfg.block, CausalSelfAttention<S>(attentionConfig(cfg))),
         m_mlp(cfg.d, cfg.dv, cfg.block, SwiGluBranch<S>(cfg.d, DeltaBlockBranchOptions{cfg.resolvedHidden(), Activation::SiLU})) {}
 
@@ -79,11 +82,19 @@ class DeltaTransformerBlock {
   }
 
   // Incremental decoding of one sequence: the attention's keys and values of the positions so far.
+  // With the TC compressor also the last K states each sublayer's compressor read.
   struct DecodeState {
     typename CausalSelfAttention<S>::DecodeCache attention;
+    typename TokenCompressor<S>::StepCache attnTc, mlpTc;
   };
   // Empties state for up to `capacity` positions (allocates; the steps then allocate nothing).
-  void startDecode(DecodeState& state, Index capacity) const { m_attn.branch.startDecode(state.attention, capacity); }
+  void startDecode(DecodeState& state, Index capacity) const {
+    m_attn.branch.startDecode(state.attention, capacity);
+    if (m_overTokens) {
+      m_tc.startStep(state.attnTc);
+      m_tc.startStep(state.mlpTc);
+    }
+  }
 
   // The next position of the sequence: Xt (d, dv) its state -> Yt (d, dv), equal (to rounding) to that
   // token's columns of forwardInference over the whole sequence so far. Touches no training cache.
@@ -91,14 +102,19 @@ class DeltaTransformerBlock {
     const char* fn = "ddl::DeltaTransformerBlock::forwardStep";
     checkShape(fn, "Xt", Xt, m_d, m_dv);
     requireNoAlias(fn, "Xt", Xt, "Yt", Yt);
-    stepSublayer(m_attn, Xt, m_stepMid, [&](const MatX<S>& c, MatX<S>& h) { m_attn.branch.forwardStep(c, state.attention, h); });
+    stepSublayer(m_attn, Xt, m_stepMid, state.attnTc,
+                 [&](const MatX<S>& c, MatX<S>& h) { m_attn.branch.forwardStep(c, state.attention, h); });
     const TokenLayout one = TokenLayout::sequence(1, 1);
-    stepSublayer(m_mlp, m_stepMid, Yt, [&](const MatX<S>& c, MatX<S>& h) { m_mlp.branch.forwardInference(c, one, h); });
+    stepSublayer(m_mlp, m_stepMid, Yt, state.mlpTc,
+                 [&](const MatX<S>& c, MatX<S>& h) { m_mlp.branch.forwardInference(c, one, h); });
   }
 
   template <class F>
   void visitParams(const std::string& prefix, F&& f) {
-    if (m_dv > 1) m_compress.visitParams(joinName(prefix, "compress"), f);
+    if (m_overTokens)
+      m_tc.visitParams(joinName(prefix, "compress"), f);
+    else if (m_dv > 1)
+      m_compress.visitParams(joinName(prefix, "compress"), f);
     m_attn.norm.visitParams(joinName(prefix, "attn_norm"), f);
     m_attn.branch.visitParams(joinName(prefix, "attn"), f);
     m_attn.delta.visitParams(joinName(prefix, "attn_delta"), f);
@@ -125,7 +141,8 @@ class DeltaTransformerBlock {
     RmsNorm<S> norm;
     Branch branch;
     DeltaResidual<S> delta;
-    typename Compressor<S>::Cache compressCache;
+    typename Compressor<S>::Cache compressCache;    // CC's record of this sublayer's application
+    typename TokenCompressor<S>::Cache tcCache;     // TC's
     MatX<S> xin, c, h;                              // forward (dv = 1: x_in is the state itself)
     MatX<S> inferXin, inferC, inferH;               // forwardInference
     MatX<S> dXin, dC, dH, dTmp, dXc;                // backward
@@ -160,7 +177,10 @@ class DeltaTransformerBlock {
       s.branch.forward(s.c, layout, s.h);
       s.delta.forward(X, X, s.c, s.h, Y);
     } else {
-      m_compress.forward(X, s.xin, s.compressCache);
+      if (m_overTokens)
+        m_tc.forward(X, layout, s.xin, s.tcCache);
+      else
+        m_compress.forward(X, s.xin, s.compressCache);
       s.norm.forward(s.xin, s.c);
       s.branch.forward(s.c, layout, s.h);
       s.delta.forward(X, s.xin, s.c, s.h, Y);
@@ -174,7 +194,10 @@ class DeltaTransformerBlock {
       s.branch.forwardInference(s.inferC, layout, s.inferH);
       s.delta.forwardInference(X, X, s.inferC, s.inferH, Y);
     } else {
-      m_compress.forwardInference(X, s.inferXin);
+      if (m_overTokens)
+        m_tc.forwardInference(X, layout, s.inferXin);
+      else
+        m_compress.forwardInference(X, s.inferXin);
       s.norm.forwardInference(s.inferXin, s.inferC);
       s.branch.forwardInference(s.inferC, layout, s.inferH);
       s.delta.forwardInference(X, s.inferXin, s.inferC, s.inferH, Y);
@@ -183,13 +206,17 @@ class DeltaTransformerBlock {
 
   // One position through a sublayer with forwardInference's arithmetic; branch(c, h) computes h.
   template <class Branch, class StepBranch>
-  void stepSublayer(Sublayer<Branch>& s, const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y, StepBranch&& branch) {
+  void stepSublayer(Sublayer<Branch>& s, const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y,
+                    typename TokenCompressor<S>::StepCache& tc, StepBranch&& branch) {
     if (m_dv == 1) {
       s.norm.forwardInference(X, s.inferC);
       branch(s.inferC, s.inferH);
       s.delta.forwardInference(X, X, s.inferC, s.inferH, Y);
     } else {
-      m_compress.forwardInference(X, s.inferXin);
+      if (m_overTokens)
+        m_tc.forwardStep(X, tc, s.inferXin);
+      else
+        m_compress.forwardInference(X, s.inferXin);
       s.norm.forwardInference(s.inferXin, s.inferC);
       branch(s.inferC, s.inferH);
       s.delta.forwardInference(X, s.inferXin, s.inferC, s.inferH, Y);
@@ -206,13 +233,18 @@ class DeltaTransformerBlock {
     if (m_dv == 1) {
       dX += s.dXin;
     } else {
-      m_compress.backward(s.dXin, s.dXc, s.compressCache);
+      if (m_overTokens)
+        m_tc.backward(s.dXin, s.dXc, s.tcCache);
+      else
+        m_compress.backward(s.dXin, s.dXc, s.compressCache);
       dX += s.dXc;
     }
   }
 
   Index m_d, m_dv;
-  Compressor<S> m_compress;
+  bool m_overTokens;          // TC (dv > 1); else CC
+  Compressor<S> m_compress;   // CC, dv > 1
+  TokenCompressor<S> m_tc;    // TC, dv > 1
   Sublayer<CausalSelfAttention<S>> m_attn;
   Sublayer<SwiGluBranch<S>> m_mlp;
   MatX<S> m_mid, m_inferMid, m_dMid;  // the state after the attention sublayer; its gradient
