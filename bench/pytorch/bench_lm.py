@@ -19,7 +19,8 @@ Variants: dv1 (delta, dv 1), dv1-additive (the pre-norm GPT baseline), cc (delta
 repeat), and cc-ec, tc, tc-ec; --residual overrides the residual kind of every variant.
 
 PyTorch 1.13 on the CPU has no fused attention and no torch.compile: its best modes are eager float32
-and TorchScript (torch.jit.script); both are timed (--modes) and the faster is reported.
+and TorchScript (torch.jit.script, optionally with its CPU fuser: script-fuse; torch.jit.trace); the
+modes of --modes are timed and the faster is reported per variant.
 Run fairly on 2 shared cores (without the wait policy PyTorch spins):
     OMP_WAIT_POLICY=passive /usr/bin/python3 bench/pytorch/bench_lm.py --threads 1
 Output: one line per (mode, variant) "pytorch <mode> <variant> median_ms=<t> min_ms=<t> steps=<n>", then
@@ -125,9 +126,9 @@ class Attention(nn.Module):
         q = self.q(c).view(B, T, self.h, self.dh).transpose(1, 2)  # (B, H, T, dh)
         k = self.k(c).view(B, T, self.h, self.dh).transpose(1, 2)
         v = self.v(c).view(B, T, self.h, self.dh).transpose(1, 2)
-        q = self.q_norm(self.rope(q, T))
+        q = self.q_norm(self.rope(q, T)) * (1.0 / math.sqrt(self.dh))  # scaled here: 8x fewer entries than s
         k = self.k_norm(self.rope(k, T))
-        s = torch.matmul(q, k.transpose(-1, -2)) * (1.0 / math.sqrt(self.dh))
+        s = torch.matmul(q, k.transpose(-1, -2))
         p = torch.softmax(s.masked_fill(self.mask[:T, :T], float("-inf")), dim=-1)
         o = torch.matmul(p, v).transpose(1, 2).reshape(B * T, self.h * self.dh)
         return self.o(o)
@@ -339,7 +340,8 @@ def main():
     ap.add_argument("--residual", choices=("delta", "additive"), help="override every variant's residual kind")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--dtype", choices=("float32", "float64"), default="float32")
-    ap.add_argument("--modes", default="eager,script", help="comma list of eager, script, trace")
+    ap.add_argument("--modes", default="eager,script",
+                    help="comma list of eager, script, script-fuse (TorchScript with its CPU fuser on), trace")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--d", type=int, default=256)
@@ -373,7 +375,8 @@ def main():
         for mode in args.modes.split(","):
             torch.manual_seed(1)
             model = build(variant, args.residual, args).to(dtype)  # parameters and the RoPE tables
-            if mode == "script":
+            torch._C._jit_override_can_fuse_on_cpu(mode == "script-fuse")
+            if mode in ("script", "script-fuse"):
                 model = torch.jit.script(model)
             elif mode == "trace":
                 model = torch.jit.trace(model, (ids,), check_trace=False)
