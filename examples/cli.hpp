@@ -74,6 +74,9 @@ class CommandLine {
   }
 
   // True when the option or flag was on the command line.
+  // Whether the program declared --name (shared option readers skip what a program does not offer).
+  bool declares(const std::string& name) const { return find(name) != nullptr; }
+
   bool has(const std::string& name) const {
     declared(name);
     return m_given.count(name) != 0;

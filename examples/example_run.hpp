@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <csignal>
 #include <cstdint>
+#include <initializer_list>
 #include <cstdio>
 #include <functional>
 #include <iostream>
@@ -94,26 +95,27 @@ struct DataError : IoError {
 };
 
 // The defaults and the augmentation modes in which the two programs differ.
-struct TrainingDefaults {
+struct TrainingDefaults {  // augmentHelp null: no --augment and --label-smoothing (not images)
   const char* epochs;
   const char* lr;
   const char* weightDecay;
   const char* augmentHelp;
   const char* augment;
   const char* labelSmoothing;
+  const char* batch = "128";
 };
 
 inline void declareTrainingOptions(cli::CommandLine& cli, const TrainingDefaults& d) {
   cli.section("training")
       .option("epochs", "E", "training epochs", d.epochs)
-      .option("batch", "B", "batch size", "128")
+      .option("batch", "B", "batch size", d.batch)
       .option("lr", "LR", "AdamW peak learning rate", d.lr)
       .option("schedule", "S", "cosine | constant | step", "cosine")
       .option("warmup", "W", "linear warmup steps (default: 200, at most 1/10 of all steps)")
-      .option("weight-decay", "WD", "AdamW decoupled weight decay", d.weightDecay)
-      .option("augment", "A", d.augmentHelp, d.augment)
-      .option("label-smoothing", "E", "label smoothing in [0, 1)", d.labelSmoothing)
-      .option("seed", "S", "initialisation and batch order", "1")
+      .option("weight-decay", "WD", "AdamW decoupled weight decay", d.weightDecay);
+  if (d.augmentHelp)  // image programs only
+    cli.option("augment", "A", d.augmentHelp, d.augment).option("label-smoothing", "E", "label smoothing in [0, 1)", d.labelSmoothing);
+  cli.option("seed", "S", "initialisation and batch order", "1")
       .option("threads", "T", "0 = all cores", "0")
       .flag("no-nan-guard", "keep training through a NaN/Inf loss or gradient (default: stop with an error)");
 }
@@ -136,7 +138,9 @@ struct SavedRun {
   const CheckpointMeta* from() const { return resume || evalOnly ? &meta : nullptr; }
 };
 
-inline SavedRun savedRun(const cli::CommandLine& cli, const std::string& program) {
+// keys: the metadata a checkpoint of the program holds (its absence means another program wrote it).
+inline SavedRun savedRun(const cli::CommandLine& cli, const std::string& program,
+                         std::initializer_list<const char*> keys = {"train_options", "input_mean", "input_std"}) {
   SavedRun s;
   s.out = cli.text("out");
   s.ckpt = s.out + "/checkpoint.safetensors";
@@ -144,7 +148,7 @@ inline SavedRun savedRun(const cli::CommandLine& cli, const std::string& program
   s.evalOnly = cli.has("eval-only");
   if (s.from()) {  // the saved run decides the model; explicit options still apply
     s.meta = readCheckpointMetadata(s.ckpt);
-    for (const char* key : {"train_options", "input_mean", "input_std"})
+    for (const char* key : keys)
       if (!s.meta.extra.count(key))
         throw IoError(s.ckpt + ": no \"" + key + "\" metadata: not a " + program + " checkpoint");
   }
@@ -174,8 +178,8 @@ inline TrainerOptions trainingOptions(const cli::CommandLine& cli, const SavedRu
   else if (saved)
     warmup = opt.warmupSteps;
   if (given("weight-decay")) opt.adam.weightDecay = cli.number("weight-decay", 0, kMaxReal);
-  if (given("augment")) setAugment(opt);
-  if (given("label-smoothing")) opt.labelSmoothing = cli.number("label-smoothing", 0, 1);
+  if (cli.declares("augment") && given("augment")) setAugment(opt);
+  if (cli.declares("label-smoothing") && given("label-smoothing")) opt.labelSmoothing = cli.number("label-smoothing", 0, 1);
   if (given("seed")) opt.seed = cli.integer<std::uint64_t>("seed", 0, std::numeric_limits<std::uint64_t>::max());
   opt.threads = cli.integer<int>("threads", 0, 4096);
   opt.checkFinite = !cli.has("no-nan-guard");

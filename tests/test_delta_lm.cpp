@@ -314,3 +314,83 @@ TEST_CASE("DeltaLM refuses bad input with clear errors and keeps its state", "[d
   lm.forward(randomBatch(2, 3, 11, 1), logits);
   CHECK(contains(thrownMessage<ddl::ShapeError>([&] { lm.backward(MatX<double>::Zero(11, 5)); }), "dLogits"));
 }
+
+TEST_CASE("DeltaLM cached decoding gives the logits of a full forward at every position", "[delta_lm][decode]") {
+  for (const Case& k : lmCases()) {
+    CAPTURE(nameOf(k));
+    ddl::DeltaLM<double> lm(smallConfig(k), 31);
+    perturbSmallParams(lm, 32);
+    const ddl::TokenBatch batch = randomBatch(1, 6, 11, 33);  // the whole context
+    MatX<double> full, step;
+    lm.forwardInference(batch, full);
+    ddl::DeltaLM<double>::DecodeState state;
+    lm.startDecode(state, 6);
+    for (Index t = 0; t < 6; ++t) {
+      lm.decodeStep(batch.ids[static_cast<std::size_t>(t)], state, step);
+      CAPTURE(t);
+      CHECK((step.col(0) - full.col(t)).cwiseAbs().maxCoeff() <= 1e-12 * full.cwiseAbs().maxCoeff());
+    }
+    CHECK(contains(thrownMessage<ddl::ValueError>([&] { lm.decodeStep(0, state, step); }), "capacity of 6"));
+    // float: the same within float's rounding
+    ddl::DeltaLM<float> lf(smallConfig(k), 31);
+    ddl::TokenBatch bf = batch;
+    MatX<float> fullF, stepF;
+    lf.forwardInference(bf, fullF);
+    ddl::DeltaLM<float>::DecodeState sf;
+    lf.startDecode(sf, 6);
+    for (Index t = 0; t < 6; ++t) {
+      lf.decodeStep(batch.ids[static_cast<std::size_t>(t)], sf, stepF);
+      CHECK((stepF.col(0) - fullF.col(t)).cwiseAbs().maxCoeff() <= 1e-5f * fullF.cwiseAbs().maxCoeff());
+    }
+  }
+}
+
+TEST_CASE("DeltaLM::generate samples reproducibly and, greedy, follows full recomputation past the context", "[delta_lm][decode]") {
+  for (const Case& k : lmCases()) {
+    CAPTURE(nameOf(k));
+    ddl::DeltaLM<double> lm(smallConfig(k), 41);
+    perturbSmallParams(lm, 42);
+    const std::vector<int> prompt{3, 1, 4};
+    const std::vector<int> a = lm.generate(prompt, 20, 0.9, 5, 7), b = lm.generate(prompt, 20, 0.9, 5, 7);
+    CHECK(a == b);
+    CHECK(a.size() == 20);
+    CHECK(lm.generate(prompt, 20, 0.9, 5, 8) != a);  // another seed, another text (20 draws from 5)
+    // Greedy (top-k 1) against forwardInference over the window the decoder holds: the context is 6,
+    // so after 3 new tokens the cache is full and restarts from the newest 3 tokens.
+    const std::vector<int> greedy = lm.generate(prompt, 12, 1.0, 1, 0);
+    std::vector<int> window = prompt, expected;
+    for (int i = 0; i < 12; ++i) {
+      ddl::TokenBatch batch;
+      batch.ids = window;
+      batch.layout = TokenLayout::sequence(1, static_cast<Index>(window.size()));
+      MatX<double> logits;
+      lm.forwardInference(batch, logits);
+      Index best = 0;
+      logits.col(logits.cols() - 1).maxCoeff(&best);
+      expected.push_back(static_cast<int>(best));
+      if (window.size() == 6) window.erase(window.begin(), window.begin() + 3);
+      window.push_back(static_cast<int>(best));
+    }
+    CHECK(greedy == expected);
+  }
+}
+
+TEST_CASE("DeltaLM::generate refuses bad prompts and sampling settings, naming the accepted range", "[delta_lm][errors]") {
+  ddl::DeltaLM<float> lm(smallConfig(Case{"dv1", ddl::ResidualKind::Delta, "code", 0, 2, true}), 1);
+  auto msg = [&](const std::vector<int>& p, Index n, double temp, Index k) {
+    return thrownMessage<ddl::ValueError>([&] { lm.generate(p, n, temp, k, 1); });
+  };
+  CHECK(contains(msg({}, 5, 1.0, 5), "the prompt is empty (accepted: 1 .. 6 ids)"));
+  CHECK(contains(msg({1, 2, 3, 4, 5, 6, 7}, 5, 1.0, 5), "the prompt has 7 ids, more than the context 6"));
+  CHECK(contains(msg({1, 11}, 5, 1.0, 5), "prompt id 11 at position 1 is outside [0, 11)"));
+  CHECK(contains(msg({1}, 5, 0.0, 5), "temperature must be finite and > 0, got 0"));
+  CHECK(contains(msg({1}, 5, -1.0, 5), "temperature must be finite and > 0"));
+  CHECK(contains(msg({1}, 5, 1.0, 0), "topK must be in [1, 11], got 0"));
+  CHECK(contains(msg({1}, 5, 1.0, 12), "topK must be in [1, 11], got 12"));
+  CHECK(contains(msg({1}, -1, 1.0, 5), "n must be >= 0"));
+  CHECK(lm.generate({1}, 0, 1.0, 5, 1).empty());
+  ddl::DeltaLM<float>::DecodeState state;
+  MatX<float> logits;
+  CHECK(contains(thrownMessage<ddl::ValueError>([&] { lm.decodeStep(1, state, logits); }), "call startDecode first"));
+  CHECK(contains(thrownMessage<ddl::ValueError>([&] { lm.startDecode(state, 7); }), "capacity must be in [1, 6]"));
+}

@@ -29,6 +29,23 @@
 // RmsNorm's sums in double over tokens, in a fixed order.
 // The caches are views as elsewhere (docs/decisions.md, "Activation caches are views"): c must stay
 // alive and unchanged from forward until backward.
+//
+// Incremental decoding (generation, one sequence): startDecode sizes a DecodeCache, then forwardStep
+// takes the normalised input of the next position(s) t = length, length + 1, ... and returns what
+// forwardInference would return in those columns for the sequence 0 .. t, to rounding:
+//   the cache holds, for every position s < length, k_s after RoPE and (qkNorm) the k norm, and v_s,
+//   as columns of K, V (d, capacity). They are exactly the keys and values the full recomputation
+//   would use for s (a key depends only on its own token and position), so a new query needs only
+//     q_t = norm(RoPE_t(W_q c_t)),  P(s, t) = softmax_{s <= t} (k_s · q_t / sqrt(d_h)),  o_t = Σ_s P(s, t) v_s
+//   per head, and a step costs O(t d) for attention plus 4 d² for the projections, not the O(t² d)
+//   of recomputing the prefix. The cache also holds RoPE's cos and sin for positions 0 .. capacity-1,
+//   made by a RotaryTable as forward's, so position t turns by the same rounded angle.
+//   forwardStep over c (d, n) with n > 1 is a prefill of positions length .. length + n - 1 (each
+//   query sees the keys up to its own position). startDecode allocates; a one-column step allocates
+//   nothing (matrix-vector products, scratch in the cache); a block of n > 1 reserves the layer's
+//   product workspace for its n. Restarting a cache with the same capacity allocates nothing.
+//   forwardStep reads the weights and leaves what backward keeps untouched: a forward, decode steps,
+//   then backward give the gradients of that forward. A cache belongs to the layer that started it.
 #include <cmath>
 #include <string>
 #include <vector>
@@ -103,6 +120,112 @@ class CausalSelfAttention {
     const bool norm = m_cfg.qkNorm;
     attend(layout, tokens(norm ? m_iQn : m_iQ), tokens(norm ? m_iKn : m_iK), m_iV, m_iA, false);
     m_o.forwardInference(m_iA, out);
+  }
+
+  // The keys (after RoPE and the QK norm) and values of the positions decoded so far, one sequence.
+  struct DecodeCache {
+    MatX<S> K, V;        // (d, capacity): column s holds position s, for s < length
+    Index length = 0;    // positions held
+    Index capacity() const { return K.cols(); }
+    // Owned by startDecode and forwardStep: RoPE's cos and sin of positions 0 .. capacity-1
+    // ((d_h/2, capacity), from a RotaryTable with the layer's base) and one step's scratch.
+    MatX<S> ropeCos, ropeSin;
+    double ropeBase = 0;
+    MatX<S> q, k, v, a;  // (d, n): projections (q, k after RoPE), heads concatenated
+    MatX<S> qn, kn;      // (d_h, H*n): q, k after the norms (qkNorm)
+    VecX<S> p;           // (capacity): one query's probabilities
+  };
+
+  // Sizes the cache for up to `capacity` positions and empties it (allocates; later steps do not).
+  void startDecode(DecodeCache& cache, Index capacity) const {
+    require(capacity >= 1, "ddl::CausalSelfAttention::startDecode", "capacity must be >= 1, got ", capacity);
+    const Index d = m_cfg.d, half = m_dh / 2;
+    cache.K.resize(d, capacity);
+    cache.V.resize(d, capacity);
+    if (cache.ropeCos.rows() != half || cache.ropeCos.cols() != capacity || cache.ropeBase != m_cfg.ropeBase) {
+      RotaryTable<S> table(m_dh, m_cfg.ropeBase);  // forward's angles, rounded the same way
+      table.reserve(capacity);
+      cache.ropeCos = table.cosines();
+      cache.ropeSin = table.sines();
+      cache.ropeBase = m_cfg.ropeBase;
+    }
+    for (MatX<S>* M : {&cache.q, &cache.k, &cache.v, &cache.a}) M->resize(d, 1);
+    if (m_cfg.qkNorm) {
+      cache.qn.resize(m_dh, m_cfg.heads);
+      cache.kn.resize(m_dh, m_cfg.heads);
+    }
+    cache.p.resize(capacity);
+    cache.length = 0;
+  }
+
+  // One new position t = cache.length of one sequence: c (d, 1) the normalised input of that token
+  // -> out (d, 1), equal (to rounding) to column t of forwardInference over positions 0..t.
+  // Appends its key and value. Throws ddl::Error naming the capacity when the cache is full, and
+  // ShapeError for a c of the wrong shape. c (d, n) with n > 1 takes positions length .. length+n-1
+  // at once (a prompt's prefill): out (d, n). out must not alias c or the cache.
+  void forwardStep(const Eigen::Ref<const MatX<S>>& c, DecodeCache& cache, MatX<S>& out) {
+    const char* fn = "ddl::CausalSelfAttention::forwardStep";
+    const Index d = m_cfg.d, H = m_cfg.heads, half = m_dh / 2;
+    checkShape(fn, "c", c, d, -1);
+    const Index n = c.cols();
+    if (n < 1) throw ShapeError(message(fn, "c has shape ", shapeOf(c), ", expected (", d, ", n) with n >= 1"));
+    const Index cap = cache.K.cols(), L = cache.length;
+    if (cache.K.rows() != d || cache.V.rows() != d || cache.V.cols() != cap || cache.ropeCos.rows() != half ||
+        cache.ropeCos.cols() != cap || cache.p.size() != cap || L < 0 || L > cap)
+      throw Error(message(fn, "the cache was not started for this layer (K has shape ", shapeOf(cache.K),
+                          ", expected (", d, ", capacity)); call startDecode first"));
+    if (n > cap - L)
+      throw Error(message(fn, "the cache holds ", L, " of its capacity of ", cap, " positions; c brings ", n,
+                          " more, which do not fit (startDecode with a larger capacity)"));
+    requireNoAlias(fn, "c", c, "out", out);
+    requireNoAlias(fn, "cache.K", cache.K, "out", out);
+    requireNoAlias(fn, "cache.V", cache.V, "out", out);
+
+    stepProduct(m_q.weight().value, c, cache.q);
+    stepProduct(m_k.weight().value, c, cache.k);
+    stepProduct(m_v.weight().value, c, cache.v);
+    // RoPE at positions L .. L+n-1: applyRotary's operations with the cache's copy of its table.
+    for (Index j = 0; j < n; ++j) {
+      const Index t = L + j;
+      for (MatX<S>* X : {&cache.q, &cache.k})
+        for (Index h = 0; h < H; ++h) {
+          const Index r = h * m_dh;
+          for (Index i = 0; i < half; ++i) {
+            const S cs = cache.ropeCos(i, t), sn = cache.ropeSin(i, t);
+            const S x1 = (*X)(r + i, j), x2 = (*X)(r + half + i, j);
+            (*X)(r + i, j) = x1 * cs - x2 * sn;
+            (*X)(r + half + i, j) = x2 * cs + x1 * sn;
+          }
+        }
+    }
+    const bool norm = m_cfg.qkNorm;
+    if (norm) {
+      m_qNorm.forwardInference(heads(cache.q), cache.qn);
+      m_kNorm.forwardInference(heads(cache.k), cache.kn);
+    }
+    const TokenMap Q = tokens(norm ? cache.qn : cache.q);
+    cache.K.middleCols(L, n) = tokens(norm ? cache.kn : cache.k);
+    cache.V.middleCols(L, n) = cache.v;
+
+    // Per new query and head: the scores against keys 0 .. t, their softmax as forward takes it
+    // (maximum subtracted, 1 / Σ exp multiplied), and the weighted sum of the values.
+    const S scale = static_cast<S>(1.0 / std::sqrt(static_cast<double>(m_dh)));
+    cache.a.resize(d, n);
+    for (Index j = 0; j < n; ++j) {
+      const Index t = L + j;
+      auto p = cache.p.head(t + 1);
+      for (Index h = 0; h < H; ++h) {
+        const Index r = h * m_dh;
+        p.noalias() = scale * (cache.K.block(r, 0, m_dh, t + 1).transpose() * Q.col(j).segment(r, m_dh));
+        const S m = p.maxCoeff();
+        p = (p.array() - m).exp().matrix();
+        const S inv = S(1) / p.sum();
+        p *= inv;
+        cache.a.col(j).segment(r, m_dh).noalias() = cache.V.block(r, 0, m_dh, t + 1) * p;
+      }
+    }
+    stepProduct(m_o.weight().value, cache.a, out);
+    cache.length = L + n;
   }
 
   // dOut: (d, B*T) of the last forward -> dc: (d, B*T) overwritten; every parameter gradient
@@ -180,6 +303,16 @@ class CausalSelfAttention {
   TokenMap tokens(const MatX<S>& M) const { return TokenMap(M.data(), m_cfg.d, M.size() / m_cfg.d); }
   TokenMapMut tokensMut(MatX<S>& M) const { return TokenMapMut(M.data(), m_cfg.d, M.size() / m_cfg.d); }
   TokenMap heads(const MatX<S>& M) const { return TokenMap(M.data(), m_dh, M.size() / m_dh); }
+
+  // Y (d, n) = W X for the decode step: one column is a matrix-vector product (no workspace, no
+  // allocation); a block goes through the step's own product workspace (forward's stay as they are).
+  void stepProduct(const MatX<S>& W, const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) {
+    Y.resize(W.rows(), X.cols());
+    if (X.cols() == 1)
+      Y.col(0).noalias() = W * X.col(0);
+    else
+      m_stepGemm.product(W, false, X, false, Y, S(1), false);
+  }
 
   // RoPE in place on Q and K, then (qkNorm) the per-head norms into Qn, Kn (training: with caches).
   void project(const TokenLayout& layout, MatX<S>& Q, MatX<S>& K, MatX<S>& Qn, MatX<S>& Kn, bool training) {
@@ -332,6 +465,7 @@ class CausalSelfAttention {
   MatX<S> m_dQ, m_dK;            // (d_h, H*N) backward scratch
   MatX<S> m_iQ, m_iK, m_iV, m_iQn, m_iKn, m_iA;  // forwardInference scratch
   std::vector<Scratch> m_scratch;  // per thread
+  GemmWorkspace<S> m_stepGemm;    // forwardStep's products over a block of n > 1 positions
 };
 
 }  // namespace ddl

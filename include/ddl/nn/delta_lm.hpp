@@ -15,6 +15,7 @@
 // E's after backward (a V x d copy per step), so the head is one Linear for both choices.
 // Parameter names: embed.weight, expand.weight (EC), blocks.<l>.* (nn/delta_transformer_block.hpp),
 // readout.* (dv > 1), norm.weight, head.weight (untied only).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -138,6 +139,95 @@ class DeltaLM {
     }
   }
 
+  // Samples n tokens after prompt and returns them (prompt not included). Each token is drawn from
+  // softmax(logits / temperature) restricted to the topK largest logits, with Rng(seed): the same
+  // arguments give the same text. Decoding is incremental (startDecode / decodeStep); when the context
+  // is full it restarts from the newest half of it, so every token is predicted from between
+  // context/2 and context tokens before it. Throws ValueError
+  // for an empty prompt or one longer than the context, an id outside [0, vocab), n < 0, a temperature
+  // that is not finite and > 0, or topK outside [1, vocab], before anything is computed.
+  std::vector<int> generate(const std::vector<int>& prompt, Index n, double temperature, Index topK, std::uint64_t seed) {
+    const char* fn = "ddl::DeltaLM::generate";
+    const Index P = static_cast<Index>(prompt.size());
+    require(P >= 1, fn, "the prompt is empty (accepted: 1 .. ", m_cfg.context, " ids)");
+    require(P <= m_cfg.context, fn, "the prompt has ", P, " ids, more than the context ", m_cfg.context,
+            " (accepted: 1 .. ", m_cfg.context, " ids)");
+    for (Index i = 0; i < P; ++i)
+      require(prompt[static_cast<std::size_t>(i)] >= 0 && prompt[static_cast<std::size_t>(i)] < m_cfg.vocab, fn, "prompt id ",
+              prompt[static_cast<std::size_t>(i)], " at position ", i, " is outside [0, ", m_cfg.vocab, ")");
+    require(n >= 0, fn, "n must be >= 0, got ", n);
+    require(std::isfinite(temperature) && temperature > 0, fn, "temperature must be finite and > 0, got ", temperature);
+    require(topK >= 1 && topK <= m_cfg.vocab, fn, "topK must be in [1, ", m_cfg.vocab, "], got ", topK);
+    Rng rng(seed);
+    std::vector<int> window(prompt), out;  // window: the tokens the cache holds
+    out.reserve(static_cast<std::size_t>(n));
+    window.reserve(static_cast<std::size_t>(m_cfg.context));
+    startDecode(m_decode, m_cfg.context);
+    for (int id : window) decodeStep(id, m_decode, m_stepLogits);
+    for (Index i = 0; i < n; ++i) {
+      const int next = sampleToken(m_stepLogits.col(0), temperature, topK, rng);
+      out.push_back(next);
+      if (i + 1 == n) break;
+      if (m_decode.length == m_cfg.context) {  // full: restart from the newest half of the context
+        window.erase(window.begin(), window.end() - m_cfg.context / 2);
+        startDecode(m_decode, m_cfg.context);
+        for (int id : window) decodeStep(id, m_decode, m_stepLogits);
+      }
+      window.push_back(next);
+      decodeStep(next, m_decode, m_stepLogits);
+    }
+    return out;
+  }
+
+  // Incremental decoding of one sequence (docs/spec.md §8, "Generation"): per block the attention's
+  // keys and values of the positions so far, so a new position costs O(t d) attention and the
+  // per-token layers instead of a forward over the whole prefix.
+  struct DecodeState {
+    std::vector<typename DeltaTransformerBlock<S>::DecodeState> blocks;
+    Index length = 0, capacity = 0;
+  };
+  // Empties state for up to `capacity` positions (1 .. context). The weights must not change until
+  // the last decodeStep of this state.
+  void startDecode(DecodeState& state, Index capacity) {
+    require(capacity >= 1 && capacity <= m_cfg.context, "ddl::DeltaLM::startDecode", "capacity must be in [1, ",
+            m_cfg.context, "] (the context), got ", capacity);
+    state.blocks.resize(m_blocks.size());
+    for (std::size_t i = 0; i < m_blocks.size(); ++i) m_blocks[i].startDecode(state.blocks[i], capacity);
+    state.length = 0;
+    state.capacity = capacity;
+    refreshTiedHead();
+  }
+  // Appends token id at position state.length -> logits (vocab, 1) of the next token, equal (to
+  // rounding) to that position's column of forwardInference over the sequence so far.
+  void decodeStep(int id, DecodeState& state, MatX<S>& logits) {
+    const char* fn = "ddl::DeltaLM::decodeStep";
+    require(state.capacity > 0 && state.blocks.size() == m_blocks.size(), fn, "call startDecode first");
+    require(state.length < state.capacity, fn, "the decoding state holds ", state.length, " of its capacity of ",
+            state.capacity, " positions (startDecode again)");
+    require(id >= 0 && id < m_cfg.vocab, fn, "id ", id, " is outside [0, ", m_cfg.vocab, ")");
+    m_stepIds.assign(1, id);
+    MatX<S>* cur = &m_stepA;
+    MatX<S>* next = &m_stepB;
+    if (m_cfg.dv == 1) {
+      m_embed.forwardInference(m_stepIds, m_stepA);
+    } else {
+      m_embed.forwardInference(m_stepIds, m_stepX);
+      m_expand.forwardInference(m_stepX, m_stepA);
+    }
+    for (std::size_t i = 0; i < m_blocks.size(); ++i) {
+      m_blocks[i].forwardStep(*cur, state.blocks[i], *next);
+      std::swap(cur, next);
+    }
+    if (m_cfg.dv == 1) {
+      m_norm.forwardInference(*cur, m_stepZ);
+    } else {
+      m_readout.forwardInference(*cur, m_stepZ);
+      m_norm.forwardInference(m_stepZ, m_stepZ);
+    }
+    m_head.forwardInference(m_stepZ, logits);
+    ++state.length;
+  }
+
   template <class F>
   void visitParams(const std::string& prefix, F&& f) {
     m_embed.visitParams(joinName(prefix, "embed"), f);
@@ -167,6 +257,28 @@ class DeltaLM {
             m_cfg.context, " (accepted: 1 .. ", m_cfg.context, ")");
     require(batch.sequences() >= 1, fn, "a token batch needs B >= 1 sequences, got ", batch.sequences());
     return batch.layout;
+  }
+
+  // One draw from softmax(z / temperature) over the topK largest z (ties: the lower id first), in double.
+  int sampleToken(const Eigen::Ref<const VecX<S>>& z, double temperature, Index topK, Rng& rng) {
+    const Index V = z.size();
+    m_order.resize(static_cast<std::size_t>(V));
+    for (Index i = 0; i < V; ++i) m_order[static_cast<std::size_t>(i)] = static_cast<int>(i);
+    const auto larger = [&z](int a, int b) { return z(a) > z(b) || (z(a) == z(b) && a < b); };
+    std::partial_sort(m_order.begin(), m_order.begin() + topK, m_order.end(), larger);
+    const double top = static_cast<double>(z(m_order[0]));
+    double total = 0.0;
+    m_weights.resize(static_cast<std::size_t>(topK));
+    for (Index i = 0; i < topK; ++i) {
+      m_weights[static_cast<std::size_t>(i)] = std::exp((static_cast<double>(z(m_order[static_cast<std::size_t>(i)])) - top) / temperature);
+      total += m_weights[static_cast<std::size_t>(i)];
+    }
+    double u = rng.uniform() * total;
+    for (Index i = 0; i + 1 < topK; ++i) {
+      u -= m_weights[static_cast<std::size_t>(i)];
+      if (u < 0) return m_order[static_cast<std::size_t>(i)];
+    }
+    return m_order[static_cast<std::size_t>(topK - 1)];
   }
 
   void refreshTiedHead() {
@@ -209,6 +321,11 @@ class DeltaLM {
   MatX<S> m_x, m_xin, m_z;
   MatX<S> m_dz, m_dA, m_dB, m_dx;
   MatX<S> m_inferX, m_inferA, m_inferB, m_inferZ;
+  std::vector<int> m_order;       // sampling scratch
+  DecodeState m_decode;           // generate's
+  std::vector<int> m_stepIds;
+  MatX<S> m_stepX, m_stepA, m_stepB, m_stepZ, m_stepLogits;
+  std::vector<double> m_weights;
 };
 
 }  // namespace ddl

@@ -78,6 +78,24 @@ class DeltaTransformerBlock {
     runBackward(m_attn, m_dMid, dX);
   }
 
+  // Incremental decoding of one sequence: the attention's keys and values of the positions so far.
+  struct DecodeState {
+    typename CausalSelfAttention<S>::DecodeCache attention;
+  };
+  // Empties state for up to `capacity` positions (allocates; the steps then allocate nothing).
+  void startDecode(DecodeState& state, Index capacity) const { m_attn.branch.startDecode(state.attention, capacity); }
+
+  // The next position of the sequence: Xt (d, dv) its state -> Yt (d, dv), equal (to rounding) to that
+  // token's columns of forwardInference over the whole sequence so far. Touches no training cache.
+  void forwardStep(const Eigen::Ref<const MatX<S>>& Xt, DecodeState& state, MatX<S>& Yt) {
+    const char* fn = "ddl::DeltaTransformerBlock::forwardStep";
+    checkShape(fn, "Xt", Xt, m_d, m_dv);
+    requireNoAlias(fn, "Xt", Xt, "Yt", Yt);
+    stepSublayer(m_attn, Xt, m_stepMid, [&](const MatX<S>& c, MatX<S>& h) { m_attn.branch.forwardStep(c, state.attention, h); });
+    const TokenLayout one = TokenLayout::sequence(1, 1);
+    stepSublayer(m_mlp, m_stepMid, Yt, [&](const MatX<S>& c, MatX<S>& h) { m_mlp.branch.forwardInference(c, one, h); });
+  }
+
   template <class F>
   void visitParams(const std::string& prefix, F&& f) {
     if (m_dv > 1) m_compress.visitParams(joinName(prefix, "compress"), f);
@@ -163,6 +181,21 @@ class DeltaTransformerBlock {
     }
   }
 
+  // One position through a sublayer with forwardInference's arithmetic; branch(c, h) computes h.
+  template <class Branch, class StepBranch>
+  void stepSublayer(Sublayer<Branch>& s, const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y, StepBranch&& branch) {
+    if (m_dv == 1) {
+      s.norm.forwardInference(X, s.inferC);
+      branch(s.inferC, s.inferH);
+      s.delta.forwardInference(X, X, s.inferC, s.inferH, Y);
+    } else {
+      m_compress.forwardInference(X, s.inferXin);
+      s.norm.forwardInference(s.inferXin, s.inferC);
+      branch(s.inferC, s.inferH);
+      s.delta.forwardInference(X, s.inferXin, s.inferC, s.inferH, Y);
+    }
+  }
+
   template <class Branch>
   void runBackward(Sublayer<Branch>& s, const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) {
     s.delta.backward(dY, dX, s.dXin, s.dC, s.dH);
@@ -183,6 +216,7 @@ class DeltaTransformerBlock {
   Sublayer<CausalSelfAttention<S>> m_attn;
   Sublayer<SwiGluBranch<S>> m_mlp;
   MatX<S> m_mid, m_inferMid, m_dMid;  // the state after the attention sublayer; its gradient
+  MatX<S> m_stepMid;                  // the same for one decoded position
 };
 
 }  // namespace ddl

@@ -10,6 +10,8 @@
 //   backward:  dx[c, t] = sum_{s<K, t+K-1-s < T} w[c, s] dout[c, t + K - 1 - s]
 //              dw[c, s] += sum_{b, t >= K-1-s} dout[c, t] x[c, t - K + 1 + s],  db[c] += sum_{b, t} dout[c, t]
 // Parameters: "weight" [C, 1, K] (held as (C, K)), "bias" [C] when built with one (no decay).
+// The three loops (forward, dx, dw) are free functions in ddl::detail, shared with the expanded-state
+// convolutions of nn/state_conv.hpp and nn/token_compressor.hpp.
 #include <string>
 #include <vector>
 
@@ -25,6 +27,67 @@
 #include "ddl/nn/init.hpp"
 
 namespace ddl {
+namespace detail {
+
+// The kernels of a causal depthwise convolution over the columns of (C, M) matrices that hold M / T
+// whole sequences of T tokens (column b*T + t); w: (C, K), w.col(K-1) multiplies the current token.
+// out, dx and acc are sized by the caller; out, dx may be column blocks of a larger matrix.
+
+// out.col(n) = sum_{lag < K, lag <= t} w.col(K-1-lag) ⊙ x.col(n - lag), t = n % T (added to out
+// when accumulate). Columns are independent: split over OpenMP threads above kParallelMinWork, the
+// same bits on any thread count.
+template <class S>
+void causalConvForward(const Eigen::Ref<const MatX<S>>& w, const Eigen::Ref<const MatX<S>>& x, Index T,
+                       Eigen::Ref<MatX<S>> out, bool accumulate = false) {
+  const Index M = x.cols(), K = w.cols();
+  DDL_OMP(parallel for schedule(static) if (x.rows() * K * M >= kParallelMinWork))
+  for (Index n = 0; n < M; ++n) {
+    const Index t = n % T;
+    if (accumulate)
+      out.col(n) += w.col(K - 1).cwiseProduct(x.col(n));
+    else
+      out.col(n) = w.col(K - 1).cwiseProduct(x.col(n));
+    for (Index lag = 1; lag < K && lag <= t; ++lag) out.col(n) += w.col(K - 1 - lag).cwiseProduct(x.col(n - lag));
+  }
+}
+
+// The input gradient of causalConvForward: dx.col(n) = sum_{lag < K, t + lag < T} w.col(K-1-lag) ⊙
+// dOut.col(n + lag) (added to dx when accumulate). Each column reads its own sequence only; split
+// over threads like causalConvForward.
+template <class S>
+void causalConvBackwardInput(const Eigen::Ref<const MatX<S>>& w, const Eigen::Ref<const MatX<S>>& dOut, Index T,
+                             Eigen::Ref<MatX<S>> dx, bool accumulate = false) {
+  const Index M = dOut.cols(), K = w.cols();
+  DDL_OMP(parallel for schedule(static) if (dOut.rows() * K * M >= kParallelMinWork))
+  for (Index n = 0; n < M; ++n) {
+    const Index t = n % T;
+    if (accumulate)
+      dx.col(n) += w.col(K - 1).cwiseProduct(dOut.col(n));
+    else
+      dx.col(n) = w.col(K - 1).cwiseProduct(dOut.col(n));
+    for (Index lag = 1; lag < K && t + lag < T; ++lag) dx.col(n) += w.col(K - 1 - lag).cwiseProduct(dOut.col(n + lag));
+  }
+}
+
+// The weight gradient: acc(c, s) += sum_{b, t >= K-1-s} dOut(c, b*T + t) x(c, b*T + t - K + 1 + s),
+// acc: (C, K) in the wide type (core/reduce.hpp). One thread; one pass over the columns (each dOut column
+// meets the K x columns it pairs with while they are in cache), and every acc(c, s) is its own sum in
+// the fixed order b, then t ascending (addRowDots' arithmetic), so callers may split the rows over threads.
+template <class S>
+void addCausalConvWeightGrad(const Eigen::Ref<const MatX<S>>& dOut, const Eigen::Ref<const MatX<S>>& x, Index T,
+                             Eigen::Ref<MatX<SumType<S>>> acc) {
+  using A = SumType<S>;
+  const Index K = acc.cols(), B = dOut.cols() / T;
+  for (Index b = 0; b < B; ++b)
+    for (Index t = 0; t < T; ++t) {
+      const Index n = b * T + t;
+      for (Index lag = 0; lag < K && lag <= t; ++lag)
+        acc.col(K - 1 - lag).array() +=
+            dOut.col(n).template cast<A>().array() * x.col(n - lag).template cast<A>().array();
+    }
+}
+
+}  // namespace detail
 
 template <class S>
 class TokenConv {
@@ -78,29 +141,11 @@ class TokenConv {
     if (!m_hasForward) throw Error(message(fn, "called before forward"));
     checkShape(fn, "dOut", dOut, m_C, m_layout.tokens());
     requireNoAlias(fn, "dOut", dOut, "dx", dx);
-    const Index T = m_layout.length, N = m_layout.tokens();
-    const Index K = m_K;
-    const auto& w = m_w.value;
-    dx.resize(m_C, N);
-    // Each dx column reads its own sequence only; columns are independent (same bits on any split).
-    DDL_OMP(parallel for schedule(static) if (m_C * K * N >= detail::kParallelMinWork))
-    for (Index n = 0; n < N; ++n) {
-      const Index t = n % T;
-      dx.col(n) = w.col(K - 1).cwiseProduct(dOut.col(n));
-      for (Index lag = 1; lag < K && t + lag < T; ++lag) dx.col(n) += w.col(K - 1 - lag).cwiseProduct(dOut.col(n + lag));
-    }
-
-    // One thread, fixed order: per tap, per sequence, the overlapping column ranges.
-    const auto x = m_x.map();
-    const Index B = m_layout.batch;
-    m_wide.setZero(m_C, K);
-    for (Index s = 0; s < K; ++s) {
-      const Index lag = K - 1 - s;
-      if (lag >= T) continue;  // this tap only ever sees padding
-      auto acc = m_wide.col(s);
-      for (Index b = 0; b < B; ++b)
-        addRowDots(dOut.middleCols(b * T + lag, T - lag), x.middleCols(b * T, T - lag), acc);
-    }
+    const Index T = m_layout.length;
+    dx.resize(m_C, m_layout.tokens());
+    detail::causalConvBackwardInput<S>(m_w.value, dOut, T, dx);
+    m_wide.setZero(m_C, m_K);
+    detail::addCausalConvWeightGrad<S>(dOut, m_x.map(), T, m_wide);
     m_w.grad += m_wide.template cast<S>();
     if (m_hasBias) {
       m_wideBias.setZero(m_C);
@@ -139,16 +184,9 @@ class TokenConv {
 
   // One output column at a time, taps from the current token backwards; columns are independent.
   void convolve(const Eigen::Ref<const MatX<S>>& x, const TokenLayout& layout, MatX<S>& out) const {
-    const Index T = layout.length, N = layout.tokens(), K = m_K;
-    const auto& w = m_w.value;
-    out.resize(m_C, N);
-    DDL_OMP(parallel for schedule(static) if (m_C * K * N >= detail::kParallelMinWork))
-    for (Index n = 0; n < N; ++n) {
-      const Index t = n % T;
-      out.col(n) = w.col(K - 1).cwiseProduct(x.col(n));
-      for (Index lag = 1; lag < K && lag <= t; ++lag) out.col(n) += w.col(K - 1 - lag).cwiseProduct(x.col(n - lag));
-      if (m_hasBias) out.col(n) += m_b.value.col(0);
-    }
+    out.resize(m_C, layout.tokens());
+    detail::causalConvForward<S>(m_w.value, x, layout.length, out);
+    if (m_hasBias) out.colwise() += m_b.value.col(0);
   }
 
   Index m_C, m_K;

@@ -15,6 +15,7 @@
 #include "ddl/io/checkpoint.hpp"
 #include "ddl/io/safetensors.hpp"
 #include "ddl/nn/conv_delta_net_config.hpp"
+#include "ddl/nn/delta_lm_config.hpp"
 #include "ddl/nn/delta_net_config.hpp"
 #include "ddl/train/model.hpp"
 
@@ -74,10 +75,25 @@ inline void checkConfigShapes(const ConvDeltaNetConfig& c, const SafetensorsHead
   requireNoTensor(h, "blocks." + std::to_string(block) + ".norm.weight",
                   ("has " + std::to_string(block) + " blocks").c_str());
 }
+inline void checkConfigShapes(const DeltaLMConfig& c, const SafetensorsHeader& h) {
+  requireTensorShape(h, "embed.weight", {c.vocab, c.d});
+  requireTensorShape(h, "norm.weight", {c.d});
+  if (c.tiedHead)
+    requireNoTensor(h, "head.weight", "ties the head to the embedding");
+  else
+    requireTensorShape(h, "head.weight", {c.vocab, c.d});
+  for (Index i = 0; i < c.depth; ++i) {
+    const std::string b = "blocks." + std::to_string(i);
+    requireTensorShape(h, b + ".attn.q.weight", {c.d, c.d});
+    requireTensorShape(h, b + ".mlp.fc1.weight", {c.resolvedHidden(), c.d});
+  }
+  requireNoTensor(h, "blocks." + std::to_string(c.depth) + ".attn_norm.weight",
+                  ("has depth " + std::to_string(c.depth)).c_str());
+}
 }  // namespace detail
 
 // The model configuration stored in a checkpoint by Trainer (model_config JSON); Config is
-// DeltaNetConfig or ConvDeltaNetConfig (anything with a static fromKeyValues). Before returning,
+// DeltaNetConfig, ConvDeltaNetConfig or DeltaLMConfig (anything with a static fromKeyValues). Before returning,
 // the checkpoint's tensor shapes must confirm every size of the configuration (detail::checkConfigShapes),
 // so that building the model it describes allocates no more than the file backs.
 template <class Config = DeltaNetConfig>

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# ddl-text on a small file: trains a tiny DeltaLM, reports bits per byte and a sample; --resume after
+# the last epoch has nothing to do; --eval-only gives the final test figure again; --generate samples
+# the same text for the same settings;
+# bad sampling settings and missing data are refused with the documented exit statuses. (A resume
+# mid-run equal to an unbroken run: tests/test_lm_training.cpp.)
+#   text_runs.sh PROGRAM WORK_DIR DATA_FILE
+set -uo pipefail
+exe=$1 work=$2 data=$3
+rm -rf "$work"
+mkdir -p "$work"
+failures=0
+fail() {
+  echo "FAIL: $*"
+  failures=$((failures + 1))
+}
+tiny=(--data "$data" --width 16 --depth 1 --heads 2 --context 16 --batch 4 --steps 6 --epochs 2 --lr 0.01
+  --eval-bytes 512 --tokens 40 --threads 1)
+
+out=$("$exe" "${tiny[@]}" --variant cc --out "$work/run" 2>&1)
+status=$?
+echo "$out" | tail -5
+[ "$status" -eq 0 ] || fail "training exited $status"
+echo "$out" | grep -q "^ddl-text: read $data" || fail "the first line does not say what was read"
+test_line=$(echo "$out" | grep "final test loss") || fail "no final test line"
+echo "$test_line" | grep -Eq "[0-9]+\.[0-9]+ bits per byte" || fail "no bits per byte in: $test_line"
+echo "$out" | grep -q "^sample (temperature 0.8, top-k 40):" || fail "no sample"
+[ -f "$work/run/checkpoint.safetensors" ] || fail "no checkpoint"
+[ "$(wc -l <"$work/run/metrics.csv")" -eq 3 ] || fail "metrics.csv does not have a header and 2 epochs"
+
+out=$("$exe" "${tiny[@]}" --variant cc --out "$work/run" --resume 2>&1) || fail "resume of a finished run failed: $out"
+echo "$out" | grep -q "nothing to do" || fail "resume of a finished run did not say so: $out"
+
+tested=$(echo "$test_line" | sed -E 's/.*final test loss ([0-9.]+) nats.*/\1/')
+out=$("$exe" --data "$data" --out "$work/run" --eval-only 2>&1) || fail "--eval-only failed: $out"
+echo "$out" | grep -q "test loss $tested nats" || fail "--eval-only does not repeat the test loss $tested: $out"
+
+a=$("$exe" --out "$work/run" --generate "The " --tokens 30 --seed 3 2>&1) || fail "--generate failed: $a"
+b=$("$exe" --out "$work/run" --generate "The " --tokens 30 --seed 3 2>&1)
+[ "$a" = "$b" ] || fail "--generate is not reproducible"
+echo "$a" | grep -q "^The " || fail "--generate does not print the prompt: $a"
+
+"$exe" --out "$work/run" --generate "The " --temperature 0 >"$work/temp.txt" 2>&1
+status=$?
+[ "$status" -eq 1 ] && grep -q "temperature must be finite and > 0, got 0" "$work/temp.txt" ||
+  fail "temperature 0: exit $status, $(cat "$work/temp.txt")"
+long=$(head -c 40 /dev/zero | tr '\0' 'x')
+"$exe" --out "$work/run" --generate "$long" >"$work/long.txt" 2>&1
+status=$?
+[ "$status" -eq 1 ] && grep -q "the prompt has 40 ids, more than the context 16" "$work/long.txt" ||
+  fail "over-long prompt: exit $status, $(cat "$work/long.txt")"
+"$exe" --data "$work/no-such-file" --out "$work/none" >"$work/missing.txt" 2>&1
+status=$?
+[ "$status" -eq 2 ] && grep -q "hint: install the default text" "$work/missing.txt" ||
+  fail "missing data: exit $status, $(cat "$work/missing.txt")"
+if [ "$failures" -eq 0 ]; then echo "text runs: all checks passed"; else echo "text runs: $failures failures"; fi
+[ "$failures" -eq 0 ]

@@ -1,0 +1,206 @@
+// ddl-text: trains DeltaLM, the paper's causal language model of Delta Transformer blocks, on bytes of
+// text and reports the validation loss in bits per byte, the test once at the end, and a sample.
+//   ddl-text                                the fortunes of Debian's fortunes package
+//   ddl-text --data FILE                    any file (UTF-8 text or anything else, read as bytes)
+//   ddl-text --variant cc-ec                the expanded state of the paper (dv 4, CC + EC); see --help
+//   ddl-text --residual additive            the plain pre-norm Transformer, the baseline
+//   ddl-text --generate "The "              samples from the checkpoint in --out
+//   ddl-text --resume / --eval-only         continue / evaluate the checkpoint in --out
+// An "epoch" here is --steps steps of --batch random windows of --context bytes; the validation text
+// is evaluated after every epoch. Ctrl-C (SIGINT) or SIGTERM finishes the step, saves a checkpoint and
+// exits with 128 + signal; --resume then continues exactly where it stopped.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "example_run.hpp"
+#include "ddl/data/text_corpus.hpp"
+#include "ddl/nn/delta_lm.hpp"
+#include "ddl/train/next_token_task.hpp"
+#include "ddl/train/text_windows.hpp"
+
+namespace {
+using namespace ddl::example;
+using Loop = ddl::TrainingLoop<ddl::DeltaLM<float>, ddl::NextTokenTask<float>, ddl::TextWindows<float>,
+                               ddl::AdamW<float>>;
+
+const char* const kFortunes = "/usr/share/games/fortunes";
+
+void declareOptions(ddl::cli::CommandLine& cli) {
+  cli.option("data", "PATH", "a file, or a folder whose files (except fortune's *.dat indexes) are read in name order",
+             kFortunes)
+      .option("eval-bytes", "N", "validation bytes evaluated after every epoch (0 = all)", "65536")
+      .section("model")
+      .option("variant", "V", "dv1 | cc | cc-ec | tc | tc-ec (dv 4 for all but dv1)", "dv1")
+      .option("preset", "P", "code | paper", "code")
+      .option("residual", "R", "delta | write_only | additive", "delta")
+      .option("width", "D", "model width d", "256")
+      .option("depth", "L", "number of blocks", "4")
+      .option("heads", "H", "attention heads (d / H features each)", "4")
+      .option("context", "T", "bytes per training window and longest context", "256");
+  declareTrainingOptions(cli, {"10", "0.001", "0.1", nullptr, nullptr, nullptr, "16"});
+  cli.option("steps", "S", "steps per epoch", "100")
+      .option("clip", "C", "global gradient-norm clipping (0 = off)", "1");
+  declareOutputOptions(cli, "out/text");
+  cli.section("sampling")
+      .option("generate", "TEXT", "sample from the checkpoint in --out after TEXT and exit")
+      .option("prompt", "TEXT", "prompt of the sample printed after training", "The ")
+      .option("tokens", "N", "bytes to sample", "300")
+      .option("temperature", "X", "softmax temperature (> 0)", "0.8")
+      .option("top-k", "K", "sample among the K most likely bytes", "40");
+}
+
+// The files of the corpus: one file, or every regular file of a folder but fortune's *.dat, by name.
+std::vector<std::string> corpusFiles(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) return {path};
+  std::vector<std::string> files;
+  for (const fs::directory_entry& e : fs::directory_iterator(path, ec))
+    if (e.is_regular_file(ec) && !e.is_symlink(ec) && e.path().extension() != ".dat") files.push_back(e.path().string());
+  if (ec) throw DataError(path + ": cannot list the folder: " + ec.message());
+  if (files.empty()) throw DataError(path + ": the folder holds no text files");
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// The model: from the command line, or (resume, eval-only, generate) from the checkpoint.
+ddl::DeltaLMConfig modelConfig(const ddl::cli::CommandLine& cli, const SavedRun& run) {
+  if (run.from()) return ddl::configFromCheckpoint<ddl::DeltaLMConfig>(run.meta, run.ckpt);
+  if (cli.has("generate")) return ddl::configFromCheckpoint<ddl::DeltaLMConfig>(ddl::readCheckpointMetadata(run.ckpt), run.ckpt);
+  ddl::DeltaLMConfig cfg;
+  cfg.block.residual.residual = ddl::parseResidualKind(cli.choice("residual", {"delta", "write_only", "additive"}));
+  ddl::applyPreset(cfg, cli.choice("preset", {"code", "paper"}));
+  ddl::applyVariant(cfg, cli.choice("variant", {"dv1", "cc", "cc-ec", "tc", "tc-ec"}));
+  cfg.d = cli.integer<ddl::Index>("width", 2, 1 << 14);
+  cfg.depth = cli.integer<ddl::Index>("depth", 0, 1 << 10);
+  cfg.heads = cli.integer<ddl::Index>("heads", 1, 1 << 14);
+  cfg.context = cli.integer<ddl::Index>("context", 1, 1 << 16);
+  cfg.validate();
+  return cfg;
+}
+
+std::vector<int> bytesOf(const std::string& text) { return std::vector<int>(text.begin(), text.end()); }
+
+std::string printable(const std::vector<int>& ids) {
+  std::string s;
+  for (int id : ids) s.push_back(static_cast<char>(id));
+  return s;
+}
+
+void printSample(ddl::DeltaLM<float>& lm, const ddl::cli::CommandLine& cli, const std::string& prompt, std::uint64_t seed) {
+  const std::vector<int> out =
+      lm.generate(bytesOf(prompt), cli.integer<ddl::Index>("tokens", 0, 1 << 20), cli.number("temperature", 0, 1e6),
+                  cli.integer<ddl::Index>("top-k", 1, 1 << 20), seed);
+  std::cout << "sample (temperature " << cli.text("temperature") << ", top-k " << cli.text("top-k") << "):\n"
+            << prompt << printable(out) << "\n";
+}
+
+int run(const ddl::cli::CommandLine& cli) {
+  const SavedRun saved = savedRun(cli, "ddl-text", {"train_options", "data"});
+  const ddl::DeltaLMConfig cfg = modelConfig(cli, saved);
+  ddl::DeltaLM<float> lm(cfg, 1);
+  if (cli.has("generate")) {  // sampling needs the model only
+    ddl::loadCheckpoint(saved.ckpt, lm);
+    printSample(lm, cli, cli.text("generate"), 1);
+    return 0;
+  }
+  std::optional<std::int64_t> warmup;
+  ddl::TrainerOptions opt = trainingOptions(cli, saved, [](ddl::TrainerOptions&) {}, warmup);
+  opt.clipNorm = cli.number("clip", 0, kMaxReal);
+  opt.evalBatch = opt.batchSize;
+  ddl::setNumThreads(opt.threads);
+
+  const std::string data = cli.text("data");
+  ddl::TextCorpus corpus;
+  try {
+    corpus = ddl::readTextCorpusFiles(corpusFiles(data));
+  } catch (const ddl::IoError& e) {
+    throw DataError(e.what());
+  }
+  std::cout << "ddl-text: read " << corpus.path << ": " << corpus.bytes() << " bytes (train " << corpus.train.size()
+            << ", validation " << corpus.validation.size() << ", test " << corpus.test.size() << ", in that order)\n";
+  opt.extraMeta = {{"data", data}};
+  const ddl::Index evalBytes = cli.integer<ddl::Index>("eval-bytes", 0, kMaxCount);
+  const std::vector<std::uint8_t> validation(
+      corpus.validation.begin(),
+      corpus.validation.begin() + static_cast<std::ptrdiff_t>(evalBytes > 0 ? std::min<std::size_t>(corpus.validation.size(), static_cast<std::size_t>(evalBytes)) : corpus.validation.size()));
+  std::cout << "model: DeltaLM " << cfg.variant << ", preset " << cfg.preset << ", residual "
+            << ddl::toString(cfg.block.residual.residual) << ", d " << cfg.d << ", depth " << cfg.depth << ", heads "
+            << cfg.heads << ", dv " << cfg.dv << ", context " << cfg.context << ", " << ddl::numParams(lm)
+            << " parameters, " << ddl::numThreads() << " threads\n";
+
+  ddl::NextTokenTask<float> task;
+  if (saved.evalOnly) {
+    ddl::loadCheckpoint(saved.ckpt, lm);
+    ddl::MatX<float> scratch;
+    const ddl::EvalResult r = task.evaluate(lm, corpus.test, opt.evalBatch, scratch);
+    std::printf("%s (epoch %lld): test loss %.4f nats, %.4f bits per byte (%lld bytes)\n", saved.ckpt.c_str(),
+                static_cast<long long>(saved.meta.epoch), r.loss, ddl::bitsPerByte(r.loss), static_cast<long long>(r.count));
+    return 0;
+  }
+  const ddl::Index steps = cli.integer<ddl::Index>("steps", 1, 1 << 30);
+  ddl::TextWindows<float> windows(corpus.train, opt.batchSize, cfg.context, steps, opt.seed);
+  opt.warmupSteps = warmup ? *warmup : std::min<std::int64_t>(200, steps * opt.epochs / 10);
+  ddl::AdamW<float> adam(opt.adam);
+  lm.init(opt.seed);
+  Loop loop(lm, task, windows, adam, opt, validation.empty() ? nullptr : &validation);
+  std::cout << "training: " << opt.toJson().dump() << ", " << steps << " steps per epoch, "
+            << opt.batchSize * cfg.context << " tokens per step\n";
+  if (saved.resume) {
+    loop.resume(saved.ckpt);
+    std::cout << "resumed " << saved.ckpt << " at epoch " << loop.epoch() << ", batch " << loop.batchInEpoch() << "\n";
+  }
+  ddl::ProgressBar bar;
+  loop.onEpochStart = [&](int e) {
+    bar.start("epoch " + std::to_string(e + 1) + "/" + std::to_string(opt.epochs), loop.batchesPerEpoch());
+  };
+  loop.onBatch = [&](const ddl::BatchProgress& p) { bar.update(p.batch, p.loss, p.accuracy, p.samplesPerSec); };
+  loop.onEpoch = [&](const ddl::EpochMetrics& m) {
+    char line[256];
+    std::snprintf(line, sizeof line, "epoch %d/%d  step %lld  lr %.2e  train %.4f (%.3f bpb)  val %.4f (%.3f bpb)  %.1fs  %.0f tok/s",
+                  m.epoch, opt.epochs, static_cast<long long>(m.step), m.lr, m.trainLoss, ddl::bitsPerByte(m.trainLoss),
+                  m.validation.loss, ddl::bitsPerByte(m.validation.loss), m.seconds, m.samplesPerSec);
+    bar.finish(line);
+  };
+  loop.shouldStop = [] { return ddl::stopSignal() != 0; };
+  const ddl::EpochMetrics last = loop.run();
+  if (loop.stopped()) {
+    const int sig = ddl::stopSignal() != 0 ? ddl::stopSignal() : SIGTERM;
+    bar.finish("interrupted");
+    std::cout << "ddl-text: stopped by " << ddl::signalName(sig) << " at step " << loop.step() << "\ncheckpoint: "
+              << loop.checkpointPath() << "\ncontinue with the same options and --resume\n";
+    return 128 + sig;
+  }
+  if (last.epoch == 0) {
+    std::cout << "nothing to do: the checkpoint already holds " << loop.epoch() << " epochs\n";
+    return 0;
+  }
+  const ddl::EvalResult tested = loop.evaluate(corpus.test);
+  std::printf("final validation loss %.4f (%.3f bits per byte); final test loss %.4f nats, %.3f bits per byte "
+              "(%s, %s, %s residual, %lld steps)\n",
+              last.validation.loss, ddl::bitsPerByte(last.validation.loss), tested.loss, ddl::bitsPerByte(tested.loss),
+              cfg.variant.c_str(), cfg.preset.c_str(), ddl::toString(cfg.block.residual.residual),
+              static_cast<long long>(loop.step()));
+  std::cout << "metrics: " << loop.metricsPath() << "\ncheckpoint: " << loop.checkpointPath() << "\n";
+  ddl::plot::epochCurves(saved.out, ddl::plot::EpochColumns{{4, 6}, {5, 7}});
+  printSample(lm, cli, cli.text("prompt"), opt.seed);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ddl::cli::CommandLine cli("ddl-text",
+                            "trains DeltaLM, a causal Transformer of Delta sublayers, on the bytes of a text. Ctrl-C /\n"
+                            "SIGTERM: finish the step, save a checkpoint, exit 128 + signal. Exit 1: bad option,\n"
+                            "2: unusable data or files, 3: NaN/Inf in training (the last checkpoint is the last good state).");
+  declareOptions(cli);
+  return runMain("ddl-text", cli, argc, argv, run,
+                 "hint: install the default text with `sudo apt-get install fortunes`, or pass --data FILE.\n");
+}

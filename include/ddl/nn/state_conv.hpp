@@ -1,0 +1,388 @@
+#pragma once
+// ddl/nn/state_conv.hpp: causal convolutions over the tokens of the expanded state of sequences
+// (docs/spec.md §8, "Expanded state for sequences"; the language model's TC and EC).
+//
+// Layout: sequence(B, T), N = B*T tokens, column b*T + t (core/token_layout.hpp). The state X is
+// (d, dv*N) with value channel j = X.middleCols(j*N, N); channel (i, j) of the state is feature i of
+// value channel j, which PyTorch's twin flattens as channel o = i*dv + j (its X (B, T, dv, d) as
+// X.permute(0, 3, 2, 1).reshape(B, d*dv, T)).
+// Positions before the start of a sequence count as zero, so no token sees a later one or another
+// sequence; w[o, K-1] multiplies the current token, w[o, s] the token K-1-s positions back.
+//
+//   StateConv      Y_j[i, t] = sum_{s<K} w[i*dv + j, s] X_j[i, t - K + 1 + s]
+//                  torch Conv1d(d*dv, d*dv, K, groups=d*dv, padding=K-1, bias=False), outputs past T dropped
+//     backward:    dX_j[i, t] = sum_{s<K, t+K-1-s < T} w[i*dv + j, s] dY_j[i, t + K - 1 - s]
+//                  dw[i*dv + j, s] += sum_{b, t >= K-1-s} dY_j[i, t] X_j[i, t - K + 1 + s]
+//   ConvExpansion  EC: X_j[i, t] = sum_{s<K} w[i*dv + j, s] x[i, t - K + 1 + s]
+//                  torch Conv1d(d, d*dv, K, groups=d, padding=K-1, bias=False), outputs past T dropped
+//     backward:    dx[i, t] = sum_j sum_{s<K, t+K-1-s < T} w[i*dv + j, s] dX_j[i, t + K - 1 - s]
+//                  dw[i*dv + j, s] += sum_{b, t >= K-1-s} dX_j[i, t] x[i, t - K + 1 + s]
+//
+// Parameter "weight" [d*dv, 1, K] (held as (d*dv, K), row o = i*dv + j; decay on). Both modules start
+// as the identity of their kind (initIdentity): StateConv copies X, ConvExpansion repeats x into every
+// channel (X = x 1ᵀ, docs/spec.md §3's repetition); init() re-draws like torch.nn.Conv1d (fan_in = K).
+// Weight gradients are sums over tokens in double (core/reduce.hpp); every loop gives the same bits on
+// any thread count (output columns are independent; a value channel's weight gradient is one task's
+// fixed-order sum). The loops are the shared kernels of nn/token_conv.hpp, run per value channel on
+// contiguous (d, N) blocks with that channel's weights gathered into a contiguous (d, K) block.
+//
+// Incremental decoding (one sequence, one new token per call): StepCache holds the last K inputs in
+// the channel order o (a ring of K slots: the new one and the K-1 before it, zero before the sequence
+// start); startStep allocates it, forwardStep allocates nothing and returns the column of
+// forwardInference over the whole sequence that belongs to the new token (the same operations in the
+// same order). A module applied to several states per token keeps one StepCache per application.
+#include <string>
+#include <vector>
+
+#include "ddl/core/alias.hpp"
+#include "ddl/core/config.hpp"
+#include "ddl/core/error.hpp"
+#include "ddl/core/param.hpp"
+#include "ddl/core/reduce.hpp"
+#include "ddl/core/rng.hpp"
+#include "ddl/core/token_layout.hpp"
+#include "ddl/core/types.hpp"
+#include "ddl/core/view.hpp"
+#include "ddl/nn/init.hpp"
+#include "ddl/nn/token_conv.hpp"
+
+namespace ddl {
+namespace detail {
+
+// A sequence layout (H = W = 1) whose N = layout.tokens() gives expectedCols(N) columns to a (rows, .)
+// matrix; otherwise ShapeError naming fn, the matrix, its shape and the expected one.
+inline void checkSequenceInput(const char* fn, const char* what, Index rows, Index cols, Index expectedRows,
+                               Index expectedCols, const char* colsFormula, const TokenLayout& layout) {
+  if (layout.height != 1 || layout.width != 1)
+    throw ShapeError(message(fn, "needs a sequence layout (H = W = 1), got ", toString(layout)));
+  if (rows != expectedRows || cols != expectedCols)
+    throw ShapeError(message(fn, what, " has shape ", shapeString(rows, cols), ", expected (", expectedRows, ", ",
+                             colsFormula, ") = ", shapeString(expectedRows, expectedCols), " for the layout ",
+                             toString(layout)));
+}
+
+// wj: (d, dv*K), column j*K + s = w[i*dv + j, s]: the weights of value channel j as a contiguous (d, K)
+// block wj.middleCols(j*K, K), scaled by scale(j) when given (the TC's read vector).
+template <class S>
+void channelWeights(const MatX<S>& w, Index d, Index dv, MatX<S>& wj, const MatX<S>* scale = nullptr) {
+  const Index K = w.cols();
+  wj.resize(d, dv * K);
+  for (Index j = 0; j < dv; ++j)
+    for (Index s = 0; s < K; ++s)
+      for (Index i = 0; i < d; ++i)
+        wj(i, j * K + s) = scale ? (*scale)(j, 0) * w(i * dv + j, s) : w(i * dv + j, s);
+}
+
+// wide (d, dv*K) += per value channel j the weight-gradient correlation of dOut_j with x_j
+// (addCausalConvWeightGrad), where a (d, dv*N) operand gives channel j = middleCols(j*N, N) and a (d, N)
+// operand is shared by every channel (EC's input, TC's output gradient). One task per channel, over all
+// rows (contiguous columns: faster than blocks of rows), split over threads above kParallelMinWork;
+// every sum is one task's fixed-order loop, so the bits do not depend on the thread count.
+template <class S>
+void stateConvWeightGrad(const Eigen::Ref<const MatX<S>>& dOut, const Eigen::Ref<const MatX<S>>& x, Index dv,
+                         Index N, Index T, MatX<SumType<S>>& wide) {
+  const Index K = wide.cols() / dv;
+  const bool dOutShared = dOut.cols() == N, xShared = x.cols() == N;
+  DDL_OMP(parallel for schedule(static) if (dOut.rows() * dv * K * N >= kParallelMinWork))
+  for (Index j = 0; j < dv; ++j)
+    addCausalConvWeightGrad<S>(dOut.middleCols(dOutShared ? 0 : j * N, N), x.middleCols(xShared ? 0 : j * N, N), T,
+                               wide.middleCols(j * K, K));
+}
+
+// grad[i*dv + j, s] += wide(i, j*K + s), rounded once to S.
+template <class S>
+void addChannelWeightGrad(const MatX<SumType<S>>& wide, Index d, Index dv, MatX<S>& grad) {
+  const Index K = grad.cols();
+  for (Index s = 0; s < K; ++s)
+    for (Index i = 0; i < d; ++i)
+      for (Index j = 0; j < dv; ++j) grad(i * dv + j, s) += static_cast<S>(wide(i, j * K + s));
+}
+
+// The ring of the last K inputs of one sequence (zero before the start), shared by the StepCaches of
+// StateConv and ConvExpansion (slots in the channel order o = i*dv + j, for convolve) and
+// TokenCompressor (slots as Xt's (d, dv) columns).
+template <class S>
+struct ConvStepRing {
+  MatX<S> slots;  // (d*dv, K): slot (pos + K - lag) % K holds the input lag tokens back
+  VecX<S> y;      // (d*dv) output in the channel order
+  Index pos = 0;  // slot of the next input
+  Index t = -1;   // tokens seen; -1 before startStep
+
+  void start(Index channels, Index K) {
+    slots.setZero(channels, K);
+    y.setZero(channels);
+    pos = 0;
+    t = 0;
+  }
+  // y = sum_{lag < K, lag <= t} w.col(K-1-lag) ⊙ slot(lag) after the new input was stored at pos:
+  // the per-entry operations of causalConvForward, in the same order.
+  void convolve(const MatX<S>& w) {
+    const Index K = w.cols();
+    y = w.col(K - 1).cwiseProduct(slots.col(pos));
+    for (Index lag = 1; lag < K && lag <= t; ++lag) y += w.col(K - 1 - lag).cwiseProduct(slots.col((pos + K - lag) % K));
+  }
+  void advance() {
+    pos = (pos + 1) % slots.cols();
+    ++t;
+  }
+};
+
+}  // namespace detail
+
+// ------------------------------------------------------------------------------------------- StateConv
+
+template <class S>
+class StateConv {
+ public:
+  // What backward needs of one application: a view of its input and its layout. A block applies one
+  // compressor twice per step (attention and MLP sublayers) with shared weights; each application passes
+  // its own Cache and the backwards run in reverse order (docs/decisions.md, "Modules applied more than
+  // once per step").
+  struct Cache {
+    ConstView<S> X;  // (d, dv*N) input of the application, owned by the caller
+    TokenLayout layout;
+    Index N = -1;
+  };
+
+  // Decoding state of one sequence (see the header comment).
+  struct StepCache {
+    detail::ConvStepRing<S> ring;
+  };
+
+  // d, dv, kernel >= 1. Starts as the identity (initIdentity).
+  StateConv(Index d, Index dv, Index kernel = 4) : m_d(d), m_dv(dv), m_K(kernel) {
+    require(d >= 1 && dv >= 1 && kernel >= 1, "ddl::StateConv", "d, dv and kernel must be >= 1, got d = ", d,
+            ", dv = ", dv, ", kernel = ", kernel);
+    m_w = Param<S>(std::vector<Index>{d * dv, 1, kernel}, /*withDecay=*/true);
+    initIdentity();
+  }
+
+  // Seeded initialisation by scheme (init.hpp) with fan_in = K, as torch.nn.Conv1d(groups=d*dv);
+  // draws the (d*dv, K) weight column-major.
+  void init(Rng& rng, const InitScheme& scheme = InitScheme::pytorchDefault()) {
+    initLinearParams(m_w.value, static_cast<MatX<S>*>(nullptr), rng, scheme);
+  }
+
+  // w[:, K-1] = 1, everything else 0: Y = X exactly.
+  void initIdentity() {
+    m_w.value.setZero();
+    m_w.value.col(m_K - 1).setOnes();
+  }
+
+  // X: (d, dv*N) under layout sequence(B, T) -> Y: (d, dv*N). Keeps a view of X for backward: X must stay
+  // alive and unchanged until then. Y must not alias X.
+  void forward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
+    forward(X, layout, Y, m_cache);
+  }
+
+  // The same, recording this application in cache.
+  void forward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y, Cache& cache) {
+    const char* fn = "ddl::StateConv::forward";
+    checkInput(fn, X, layout);
+    requireNoAlias(fn, "X", X, "Y", Y);
+    cache.X.bind(X);
+    cache.layout = layout;
+    cache.N = layout.tokens();
+    convolve(X, layout, Y);
+  }
+
+  // Same Y as forward, bit for bit; records nothing and allocates nothing once Y has its shape.
+  void forwardInference(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
+    const char* fn = "ddl::StateConv::forwardInference";
+    checkInput(fn, X, layout);
+    requireNoAlias(fn, "X", X, "Y", Y);
+    convolve(X, layout, Y);
+  }
+
+  // dY: (d, dv*N) -> dX: (d, dv*N) overwritten; the weight gradient accumulates (sums over tokens in
+  // double). dX must not alias dY.
+  void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) { backward(dY, dX, m_cache); }
+
+  // The same for the application recorded in cache.
+  void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX, const Cache& cache) {
+    const char* fn = "ddl::StateConv::backward";
+    if (cache.N < 0) throw Error(message(fn, "called before forward"));
+    const Index N = cache.N, T = cache.layout.length;
+    checkShape(fn, "dY", dY, m_d, m_dv * N);
+    requireNoAlias(fn, "dY", dY, "dX", dX);
+    detail::channelWeights(m_w.value, m_d, m_dv, m_wj);
+    dX.resize(m_d, m_dv * N);
+    for (Index j = 0; j < m_dv; ++j)
+      detail::causalConvBackwardInput<S>(m_wj.middleCols(j * m_K, m_K), dY.middleCols(j * N, N), T,
+                                         dX.middleCols(j * N, N));
+    m_wide.setZero(m_d, m_dv * m_K);
+    detail::stateConvWeightGrad<S>(dY, cache.X.map(), m_dv, N, T, m_wide);
+    detail::addChannelWeightGrad<S>(m_wide, m_d, m_dv, m_w.grad);
+  }
+
+  // Decoding: a fresh cache for a new sequence (allocates).
+  void startStep(StepCache& cache) const { cache.ring.start(m_d * m_dv, m_K); }
+
+  // Xt: (d, dv), the state of the next token -> Yt: (d, dv), the column of forwardInference over the whole
+  // sequence for this token. Allocates nothing once Yt has its shape; Yt may be Xt.
+  void forwardStep(const Eigen::Ref<const MatX<S>>& Xt, StepCache& cache, MatX<S>& Yt) const {
+    const char* fn = "ddl::StateConv::forwardStep";
+    auto& ring = cache.ring;
+    if (ring.t < 0 || ring.slots.rows() != m_d * m_dv || ring.slots.cols() != m_K)
+      throw Error(message(fn, "called before startStep (or with the cache of another module)"));
+    checkShape(fn, "Xt", Xt, m_d, m_dv);
+    Eigen::Map<MatX<S>>(ring.slots.col(ring.pos).data(), m_dv, m_d) = Xt.transpose();
+    ring.convolve(m_w.value);
+    Yt = Eigen::Map<const MatX<S>>(ring.y.data(), m_dv, m_d).transpose();
+    ring.advance();
+  }
+
+  // "weight" [d*dv, 1, K].
+  template <class F>
+  void visitParams(const std::string& prefix, F&& f) {
+    f(joinName(prefix, "weight"), m_w);
+  }
+
+  Param<S>& weight() { return m_w; }
+  const Param<S>& weight() const { return m_w; }
+  Index dim() const { return m_d; }
+  Index dv() const { return m_dv; }
+  Index kernel() const { return m_K; }
+
+ private:
+  void checkInput(const char* fn, const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout) const {
+    detail::checkSequenceInput(fn, "X", X.rows(), X.cols(), m_d, m_dv * layout.tokens(), "dv*N", layout);
+  }
+
+  // Per value channel j the depthwise conv of X_j with its (d, K) weights: contiguous columns.
+  void convolve(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
+    const Index N = layout.tokens();
+    detail::channelWeights(m_w.value, m_d, m_dv, m_wj);
+    Y.resize(m_d, m_dv * N);
+    for (Index j = 0; j < m_dv; ++j)
+      detail::causalConvForward<S>(m_wj.middleCols(j * m_K, m_K), X.middleCols(j * N, N), layout.length,
+                                   Y.middleCols(j * N, N));
+  }
+
+  Index m_d, m_dv, m_K;
+  Param<S> m_w;
+  Cache m_cache;            // the application of forward(X, layout, Y) without a Cache
+  MatX<S> m_wj;             // (d, dv*K) weights by value channel (detail::channelWeights)
+  MatX<SumType<S>> m_wide;  // (d, dv*K) weight-gradient sums over tokens, in double
+};
+
+// --------------------------------------------------------------------------------------- ConvExpansion
+
+template <class S>
+class ConvExpansion {
+ public:
+  // Decoding state of one sequence: the last K inputs, each repeated into the dv channels.
+  struct StepCache {
+    detail::ConvStepRing<S> ring;
+  };
+
+  // d, dv, kernel >= 1. Starts as the repetition X = x 1ᵀ (initIdentity).
+  ConvExpansion(Index d, Index dv, Index kernel = 4) : m_d(d), m_dv(dv), m_K(kernel) {
+    require(d >= 1 && dv >= 1 && kernel >= 1, "ddl::ConvExpansion", "d, dv and kernel must be >= 1, got d = ", d,
+            ", dv = ", dv, ", kernel = ", kernel);
+    m_w = Param<S>(std::vector<Index>{d * dv, 1, kernel}, /*withDecay=*/true);
+    initIdentity();
+  }
+
+  // Seeded initialisation by scheme (init.hpp) with fan_in = K, as torch.nn.Conv1d(d, d*dv, K, groups=d).
+  void init(Rng& rng, const InitScheme& scheme = InitScheme::pytorchDefault()) {
+    initLinearParams(m_w.value, static_cast<MatX<S>*>(nullptr), rng, scheme);
+  }
+
+  // w[:, K-1] = 1, everything else 0: every channel copies the current token, X_j = x exactly.
+  void initIdentity() {
+    m_w.value.setZero();
+    m_w.value.col(m_K - 1).setOnes();
+  }
+
+  // x: (d, N) under layout sequence(B, T) -> X: (d, dv*N). Keeps a view of x for backward: x must stay
+  // alive and unchanged until then. X must not alias x.
+  void forward(const Eigen::Ref<const MatX<S>>& x, const TokenLayout& layout, MatX<S>& X) {
+    const char* fn = "ddl::ConvExpansion::forward";
+    checkInput(fn, x, layout);
+    requireNoAlias(fn, "x", x, "X", X);
+    m_x.bind(x);
+    m_layout = layout;
+    m_N = layout.tokens();
+    expand(x, layout, X);
+  }
+
+  // Same X as forward, bit for bit; records nothing and allocates nothing once X has its shape.
+  void forwardInference(const Eigen::Ref<const MatX<S>>& x, const TokenLayout& layout, MatX<S>& X) {
+    const char* fn = "ddl::ConvExpansion::forwardInference";
+    checkInput(fn, x, layout);
+    requireNoAlias(fn, "x", x, "X", X);
+    expand(x, layout, X);
+  }
+
+  // dX: (d, dv*N) of the last forward -> dx: (d, N) overwritten (the sum over the channels); the weight
+  // gradient accumulates (sums over tokens in double). dx must not alias dX.
+  void backward(const Eigen::Ref<const MatX<S>>& dX, MatX<S>& dx) {
+    const char* fn = "ddl::ConvExpansion::backward";
+    if (m_N < 0) throw Error(message(fn, "called before forward"));
+    const Index N = m_N, T = m_layout.length;
+    checkShape(fn, "dX", dX, m_d, m_dv * N);
+    requireNoAlias(fn, "dX", dX, "dx", dx);
+    detail::channelWeights(m_w.value, m_d, m_dv, m_wj);
+    dx.resize(m_d, N);
+    for (Index j = 0; j < m_dv; ++j)
+      detail::causalConvBackwardInput<S>(m_wj.middleCols(j * m_K, m_K), dX.middleCols(j * N, N), T, dx,
+                                         /*accumulate=*/j > 0);
+    m_wide.setZero(m_d, m_dv * m_K);
+    detail::stateConvWeightGrad<S>(dX, m_x.map(), m_dv, N, T, m_wide);
+    detail::addChannelWeightGrad<S>(m_wide, m_d, m_dv, m_w.grad);
+  }
+
+  // Decoding: a fresh cache for a new sequence (allocates).
+  void startStep(StepCache& cache) const { cache.ring.start(m_d * m_dv, m_K); }
+
+  // xt: (d, 1), the next token -> Xt: (d, dv), the column of forwardInference over the whole sequence
+  // for this token. Allocates nothing once Xt has its shape.
+  void forwardStep(const Eigen::Ref<const MatX<S>>& xt, StepCache& cache, MatX<S>& Xt) const {
+    const char* fn = "ddl::ConvExpansion::forwardStep";
+    auto& ring = cache.ring;
+    if (ring.t < 0 || ring.slots.rows() != m_d * m_dv || ring.slots.cols() != m_K)
+      throw Error(message(fn, "called before startStep (or with the cache of another module)"));
+    checkShape(fn, "xt", xt, m_d, 1);
+    Eigen::Map<MatX<S>>(ring.slots.col(ring.pos).data(), m_dv, m_d) = xt.transpose().replicate(m_dv, 1);
+    ring.convolve(m_w.value);
+    Xt = Eigen::Map<const MatX<S>>(ring.y.data(), m_dv, m_d).transpose();
+    ring.advance();
+  }
+
+  // "weight" [d*dv, 1, K].
+  template <class F>
+  void visitParams(const std::string& prefix, F&& f) {
+    f(joinName(prefix, "weight"), m_w);
+  }
+
+  Param<S>& weight() { return m_w; }
+  const Param<S>& weight() const { return m_w; }
+  Index dim() const { return m_d; }
+  Index dv() const { return m_dv; }
+  Index kernel() const { return m_K; }
+
+ private:
+  void checkInput(const char* fn, const Eigen::Ref<const MatX<S>>& x, const TokenLayout& layout) const {
+    detail::checkSequenceInput(fn, "x", x.rows(), x.cols(), m_d, layout.tokens(), "N", layout);
+  }
+
+  // Per value channel j the depthwise conv of x with channel j's (d, K) weights.
+  void expand(const Eigen::Ref<const MatX<S>>& x, const TokenLayout& layout, MatX<S>& X) {
+    const Index N = layout.tokens();
+    detail::channelWeights(m_w.value, m_d, m_dv, m_wj);
+    X.resize(m_d, m_dv * N);
+    for (Index j = 0; j < m_dv; ++j)
+      detail::causalConvForward<S>(m_wj.middleCols(j * m_K, m_K), x, layout.length, X.middleCols(j * N, N));
+  }
+
+  Index m_d, m_dv, m_K;
+  Param<S> m_w;
+  ConstView<S> m_x;  // (d, N) input of the last forward, owned by the caller
+  TokenLayout m_layout;
+  Index m_N = -1;
+  MatX<S> m_wj;             // (d, dv*K) weights by value channel
+  MatX<SumType<S>> m_wide;  // (d, dv*K) weight-gradient sums over tokens, in double
+};
+
+}  // namespace ddl
