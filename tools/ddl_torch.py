@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""ddl_torch.py: a PyTorch reference implementation of ddl's DeltaNet and ConvDeltaNet that loads ddl
-checkpoints.
+"""ddl_torch.py: a PyTorch reference implementation of ddl's DeltaNet, ConvDeltaNet and DeltaLM (the causal
+language model) that loads ddl checkpoints.
 
 The network is rebuilt from the checkpoint's "model_config" metadata (the JSON text of
 DeltaNetConfig::toKeyValues(), or ConvDeltaNetConfig::toKeyValues() with "model": "conv_delta_net"), the tensors are loaded by their dotted ddl names (the names of
@@ -17,6 +17,12 @@ Version-1 ddl checkpoints (vectors stored as [n, 1]) are reshaped on load. Image
 image per row, x: (B, channels*height*width) (ddl: one per column), and keep pixels as token rows in
 ddl's column order (b*H + y)*W + x between convolutions (torch.nn.Conv2d, weight [out, in, kh, kw]).
 
+DeltaLM ("model": "delta_lm", DeltaLMConfig::toKeyValues) takes token ids (B, T) and gives logits
+(B*T, vocab), row b*T + t (ddl's column b*T + t); its state X is (B*T, dv, d). EC (learned expansion)
+and the TC compressor are torch.nn.Conv1d layers over tokens, made causal by padding K - 1 and dropping
+the outputs past T, on channel o = i*dv + j for feature i and value channel j (weights [d*dv, 1, K],
+w[..., K-1] on the current token). State_dict names are ddl's visitParams names (lm_param_names).
+
 Usage (Debian's python3-torch with /usr/bin/python3; the safetensors package is not needed):
   ddl_torch.py check --checkpoint CK.safetensors --batch B.safetensors [--tol 1e-5] [--dtype auto]
       B holds "x" (input_dim, N) and ddl's "logits" (classes, N), in ddl's column layout.
@@ -25,11 +31,19 @@ Usage (Debian's python3-torch with /usr/bin/python3; the safetensors package is 
       sum(logits * dlogits) (and "dx" (input_dim, N) if present) are checked against autograd
       (--grad-tol, relative to max(1, max |gradient|)).
       --checkpoint/--batch may be repeated in pairs (one torch start-up for many checks).
+      For a DeltaLM checkpoint B holds "ids" (B, T) instead of "x": token ids as exact whole numbers
+      in any float or int dtype (ddl writes its scalar type), and "logits" (vocab, B*T); no "dx".
   ddl_torch.py export --config CFG.json --out STATE.safetensors --batch B.safetensors [--seed S] [--n N]
       Builds the DeltaNet or ConvDeltaNet of CFG (its toKeyValues as JSON) in float64 with PyTorch's own
       initialisation (gains and gate biases perturbed), writes its state_dict as a plain safetensors
       file (metadata {"format": "pt"}, as PyTorch tools write) and a batch of N random inputs "x"
-      (input_dim, N) with the logits "logits" (classes, N) in ddl's column layout.
+      (input_dim, N) with the logits "logits" (classes, N) in ddl's column layout. For a DeltaLM config
+      (every parameter perturbed by 0.3 N(0, 1), so gains, biases and EC are off their starts) the batch
+      holds N sequences of --length random "ids" (B, T) as float64 and "logits" (vocab, B*T).
+  ddl_torch.py selftest
+      Checks the PyTorch DeltaLM against hand-written formulas: names and shapes of every variant,
+      dv 1 + additive = a pre-norm GPT written out per position, EC at its init = repetition, EC's and
+      TC's channel order, TC with identity kernels = the free CC compressor, causality.
   ddl_torch.py logits --checkpoint CK --idx DIR [--part t10k] [--limit N] [--scale 255 --mean 0 --std 1]
       Runs the net on the IDX images of DIR (found as ddl::findIdxFiles does, raw or .gz), prints the
       accuracy and the first logits. Inputs are pixels / scale (ddl's IDX reader: / 255), then
@@ -160,7 +174,7 @@ def Linear(n_in, n_out, bias=True):
 
 
 class RmsNorm(nn.Module):
-    """ddl::RmsNorm: y = g * x / sqrt(mean(x^2) + eps) per token, g: [d]. x: (N, d) -> (N, d)."""
+    """ddl::RmsNorm: y = g * x / sqrt(mean(x^2) + eps) over the last axis, g: [d]. x: (..., d) -> (..., d)."""
 
     def __init__(self, d, eps):
         super().__init__()
@@ -168,7 +182,7 @@ class RmsNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(d))
 
     def forward(self, x):
-        r = torch.rsqrt(x.pow(2).mean(dim=1, keepdim=True) + self.eps)
+        r = torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)
         return x * r * self.weight
 
 
@@ -499,6 +513,203 @@ class ConvDeltaNet(nn.Module):
 
 
 # ---------------------------------------------------------------------------------------------
+# The causal language model (docs/spec.md §8, include/ddl/nn/delta_lm.hpp). Tokens are rows in ddl's
+# column order: row b*T + t is position t of sequence b; the state X is (B*T, dv, d).
+
+def rope_tables(T, dh, base, dtype):
+    """cos and sin of a = t * base^(-2i/dh), (T, dh/2), computed in float64 and rounded once (as ddl)."""
+    t = torch.arange(T, dtype=torch.float64)[:, None]
+    i = torch.arange(dh // 2, dtype=torch.float64)[None, :]
+    a = t * torch.pow(torch.tensor(float(base), dtype=torch.float64), -2.0 * i / dh)
+    return torch.cos(a).to(dtype), torch.sin(a).to(dtype)
+
+
+def apply_rope(x, cos, sin):
+    """Half-split RoPE on x (B, T, H, dh): pairs (i, i + dh/2), x1' = x1 cos - x2 sin, x2' = x2 cos + x1 sin."""
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    c, s = cos[None, :, None, :], sin[None, :, None, :]
+    return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
+
+
+class CausalSelfAttention(nn.Module):
+    """ddl::CausalSelfAttention: q, k, v = W c (no biases); RoPE on q and k per head; qk_norm: RMSNorm
+    over each head's d_h features after RoPE (gains [d_h] shared by the heads); causal softmax of
+    q.k / sqrt(d_h) per sequence; out = W_o concat_h(o). c: (B*T, d) -> (B*T, d)."""
+
+    def __init__(self, d, heads, rope_base, qk_norm, eps):
+        super().__init__()
+        if heads < 1 or d % heads or (d // heads) % 2:
+            raise ValueError(f"heads {heads} must divide d = {d} into heads of even width")
+        self.heads, self.dh, self.rope_base = heads, d // heads, rope_base
+        self.q = Linear(d, d, bias=False)
+        self.k = Linear(d, d, bias=False)
+        self.v = Linear(d, d, bias=False)
+        self.o = Linear(d, d, bias=False)
+        self.qk_norm = qk_norm
+        if qk_norm:
+            self.q_norm = RmsNorm(self.dh, eps)
+            self.k_norm = RmsNorm(self.dh, eps)
+
+    def forward(self, c, B, T):
+        H, dh = self.heads, self.dh
+        q, k, v = (m(c).reshape(B, T, H, dh) for m in (self.q, self.k, self.v))
+        cos, sin = rope_tables(T, dh, self.rope_base, c.dtype)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        scores = torch.einsum("bthe,bshe->bhts", q, k) / math.sqrt(dh)
+        future = torch.ones(T, T, dtype=torch.bool).triu(1)   # s > t
+        p = torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
+        o = torch.einsum("bhts,bshe->bthe", p, v).reshape(B * T, H * dh)
+        return self.o(o)
+
+
+class SwiGlu(nn.Module):
+    """ddl::SwiGluBranch: h = W2 (silu(W1 c) * (W3 c)), no biases; fc1, fc3 [hidden, d], fc2 [d, hidden]."""
+
+    def __init__(self, d, hidden):
+        super().__init__()
+        self.fc1 = Linear(d, hidden, bias=False)
+        self.fc2 = Linear(hidden, d, bias=False)
+        self.fc3 = Linear(d, hidden, bias=False)
+
+    def forward(self, c):
+        return self.fc2(F.silu(self.fc1(c)) * self.fc3(c))
+
+
+def tokens_to_channels(X, B, T):
+    """(B*T, dv, d) -> (B, d*dv, T) with channel o = i*dv + j holding X_j[i] (the Conv1d layout)."""
+    dv, d = X.shape[1], X.shape[2]
+    return X.reshape(B, T, dv, d).permute(0, 3, 2, 1).reshape(B, d * dv, T)
+
+
+def channels_to_tokens(Y, dv):
+    """(B, d*dv, T), channel o = i*dv + j -> (B*T, dv, d)."""
+    B, C, T = Y.shape
+    return Y.reshape(B, C // dv, dv, T).permute(0, 3, 2, 1).reshape(B * T, dv, C // dv)
+
+
+def causal_depthwise(conv, x):
+    """A Conv1d with padding K-1 on both ends, the outputs past T dropped: y[t] = sum_k w[k] x[t-K+1+k],
+    so w[..., K-1] multiplies the current token and no output sees a later one."""
+    return conv(x)[..., :x.shape[-1]]
+
+
+class TokenCompressor(nn.Module):
+    """The TC state compressor: Y = causal depthwise Conv1d over tokens on every channel o = i*dv + j
+    (conv.weight [d*dv, 1, K], no bias), then x_in[i] = sum_j r[j] Y_j[i] (read.weight [dv]).
+    X: (B*T, dv, d) -> x_in: (B*T, d)."""
+
+    def __init__(self, d, dv, kernel):
+        super().__init__()
+        if kernel < 1:
+            raise ValueError(f"conv_kernel must be >= 1, got {kernel}")
+        self.dv = dv
+        self.conv = nn.Conv1d(d * dv, d * dv, kernel, groups=d * dv, padding=kernel - 1, bias=False)
+        self.read = Weight(dv)
+        with torch.no_grad():
+            self.read.weight.fill_(1.0 / dv)
+
+    def forward(self, X, B, T):
+        Y = channels_to_tokens(causal_depthwise(self.conv, tokens_to_channels(X, B, T)), self.dv)
+        return torch.einsum("nji,j->ni", Y, self.read.weight)
+
+
+class DeltaTransformerBlock(nn.Module):
+    """ddl::DeltaTransformerBlock: for s in (attn, mlp), with one compressor per block:
+    x_in = X (dv = 1) | compress(X);  c = RMSNorm_s(x_in);  h = F_s(c);  X <- rewrite_s(X, x_in, c, h).
+    X: (B*T, dv, d) -> (B*T, dv, d)."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        d, dv = int(cfg["d"]), int(cfg["dv"])
+        self.dv = dv
+        self.tc = cfg["state_compressor"] == "tc"
+        eps = float(cfg["norm_eps"])
+        if dv > 1:
+            self.compress = (TokenCompressor(d, dv, int(cfg["conv_kernel"])) if self.tc else
+                             Compressor(d, dv, cfg["compressor"], int(cfg["compressor_kernel"])))
+        self.attn_norm = RmsNorm(d, eps)
+        self.attn = CausalSelfAttention(d, int(cfg["heads"]), float(cfg["rope_base"]), _flag(cfg["qk_norm"]), eps)
+        self.attn_delta = DeltaResidual(d, dv, cfg)
+        self.mlp_norm = RmsNorm(d, eps)
+        self.mlp = SwiGlu(d, int(cfg["hidden"]))
+        self.mlp_delta = DeltaResidual(d, dv, cfg)
+
+    def compressed(self, X, B, T):
+        if self.dv == 1:
+            return X[:, 0, :]
+        return self.compress(X, B, T) if self.tc else self.compress(X)
+
+    def forward(self, X, B, T):
+        x_in = self.compressed(X, B, T)
+        c = self.attn_norm(x_in)
+        X = self.attn_delta(X, x_in, c, self.attn(c, B, T))
+        x_in = self.compressed(X, B, T)
+        c = self.mlp_norm(x_in)
+        return self.mlp_delta(X, x_in, c, self.mlp(c))
+
+
+def _flag(text):
+    return int(float(text)) != 0
+
+
+class DeltaLM(nn.Module):
+    """ddl::DeltaLM: ids (B, T) -> x = E[ids] -> X0 = x (dv = 1) | repeat (dv > 1) | EC(x) (learned
+    expansion: causal depthwise Conv1d(d, d*dv, K, groups=d), output channel i*dv + j is X_j[i],
+    expand.weight [d*dv, 1, K]) -> blocks -> z = X (dv = 1) | readout(X) (the blocks' compressor kind)
+    -> RMSNorm -> logits = E y (tied_head) | head.weight y.  Returns (B*T, vocab), row b*T + t."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        V, d, dv = int(cfg["vocab"]), int(cfg["d"]), int(cfg["dv"])
+        self.dv, self.context = dv, int(cfg["context"])
+        self.tc = cfg["state_compressor"] == "tc"
+        if cfg["state_compressor"] not in ("cc", "tc"):
+            raise ValueError(f"unknown state_compressor '{cfg['state_compressor']}', expected cc or tc")
+        if cfg["direction"] != "kmap":
+            raise ValueError(f"a DeltaLM takes its directions from the sublayers (kmap), got '{cfg['direction']}'")
+        self.embed = nn.Embedding(V, d)
+        self.ec = dv > 1 and _flag(cfg["learned_expansion"])
+        if self.ec:
+            K = int(cfg["conv_kernel"])
+            self.expand = nn.Conv1d(d, d * dv, K, groups=d, padding=K - 1, bias=False)
+            with torch.no_grad():  # starts as the copy of the current token, as ddl's EC
+                self.expand.weight.zero_()
+                self.expand.weight[:, 0, K - 1] = 1.0
+        self.blocks = nn.ModuleList(DeltaTransformerBlock(cfg) for _ in range(int(cfg["depth"])))
+        if dv > 1:
+            self.readout = (TokenCompressor(d, dv, int(cfg["conv_kernel"])) if self.tc else
+                            Compressor(d, dv, cfg["compressor"], int(cfg["compressor_kernel"])))
+        self.norm = RmsNorm(d, float(cfg["final_norm_eps"]))
+        self.tied = _flag(cfg["tied_head"])
+        if not self.tied:
+            self.head = Linear(d, V, bias=False)
+
+    def forward(self, ids):
+        B, T = ids.shape
+        if T > self.context:
+            raise ValueError(f"sequence length {T} exceeds the context {self.context}")
+        x = self.embed(ids.reshape(-1))                        # (B*T, d)
+        if self.dv == 1:
+            X = x.unsqueeze(1)
+        elif self.ec:
+            xc = x.reshape(B, T, -1).transpose(1, 2)           # (B, d, T)
+            X = channels_to_tokens(causal_depthwise(self.expand, xc), self.dv)
+        else:
+            X = x.unsqueeze(1).expand(-1, self.dv, -1)
+        for block in self.blocks:
+            X = block(X, B, T)
+        if self.dv == 1:
+            z = X[:, 0, :]
+        else:
+            z = self.readout(X, B, T) if self.tc else self.readout(X)
+        y = self.norm(z)
+        return y @ self.embed.weight.t() if self.tied else self.head(y)
+
+
+# ---------------------------------------------------------------------------------------------
 # Loading.
 
 _RESIDUAL_KEYS = ("final_norm_eps", "preset", "activation", "norm_eps", "compressor", "compressor_kernel",
@@ -508,18 +719,22 @@ _CONFIG_KEYS = {  # model_config "model" -> the keys its toKeyValues writes
     "delta_net": ("input_dim", "classes", "d", "depth", "hidden") + _RESIDUAL_KEYS,
     "conv_delta_net": ("model", "channels", "height", "width", "classes", "widths", "depths", "branch_ratio",
                        "stem_kernel", "stem_stride") + _RESIDUAL_KEYS,
+    "delta_lm": ("model", "vocab", "d", "depth", "heads", "context", "hidden", "variant", "state_compressor",
+                 "conv_kernel", "tied_head", "rope_base", "qk_norm") + _RESIDUAL_KEYS,
 }
 
 
 def build_model(cfg, where):
-    """The network of a model_config (DeltaNetConfig or ConvDeltaNetConfig::toKeyValues) and its input
-    size per sample. where names the source in errors."""
+    """The network of a model_config (DeltaNetConfig, ConvDeltaNetConfig or DeltaLMConfig::toKeyValues)
+    and its input size per sample (for DeltaLM: the vocabulary). where names the source in errors."""
     kind = cfg.get("model", "delta_net")  # DeltaNetConfig writes no "model" key
     if kind not in _CONFIG_KEYS:
         raise FormatError(f"{where}: model {kind!r}, expected one of {sorted(_CONFIG_KEYS)}")
     missing = [k for k in _CONFIG_KEYS[kind] if k not in cfg]
     if missing:
         raise FormatError(f"{where}: model_config of a {kind} lacks the keys {missing}")
+    if kind == "delta_lm":
+        return DeltaLM(cfg), int(cfg["vocab"])
     if kind == "conv_delta_net":
         return ConvDeltaNet(cfg), int(cfg["channels"]) * int(cfg["height"]) * int(cfg["width"])
     return DeltaNet(cfg), int(cfg["input_dim"])
@@ -578,13 +793,19 @@ def check(checkpoint, batch, tol, grad_tol, dtype):
     by max abs error relative to max(1, max |ddl gradient|) <= grad_tol. Returns True when all pass."""
     model, meta = load_checkpoint(checkpoint, dtype)
     tensors, _ = read_safetensors(batch)
-    for key in ("x", "logits"):
+    lm = isinstance(model, DeltaLM)
+    expected = ("ids: (B, T), logits: (vocab, B*T)" if lm else "x: (input_dim, N), logits: (classes, N)")
+    for key in ("ids", "logits") if lm else ("x", "logits"):
         if key not in tensors:
-            raise FormatError(f"{batch}: no tensor '{key}' (expected x: (input_dim, N), logits: (classes, N))")
-    x = tensors["x"].t().to(next(model.parameters()).dtype).contiguous()  # ddl columns -> rows
-    want = tensors["logits"].t().to(torch.float64)
+            raise FormatError(f"{batch}: no tensor '{key}' (expected {expected})")
+    compute = next(model.parameters()).dtype
     with_grads = "dlogits" in tensors
-    x.requires_grad_(with_grads and "dx" in tensors)
+    if lm:
+        x = read_ids(tensors["ids"], model.embed.num_embeddings, batch)
+    else:
+        x = tensors["x"].t().to(compute).contiguous()  # ddl columns -> rows
+        x.requires_grad_(with_grads and "dx" in tensors)
+    want = tensors["logits"].t().to(torch.float64)
     with torch.set_grad_enabled(with_grads):
         logits = model(x)
     got = logits.detach().to(torch.float64)
@@ -619,9 +840,24 @@ def check(checkpoint, batch, tol, grad_tol, dtype):
                 worst, worst_name = rel, key
         ok = ok and worst <= grad_tol
         report += f"; gradients: {len(pairs)} tensors, worst {worst_name} {worst:.3e} (tol {grad_tol:g})"
-    print(f"{os.path.basename(checkpoint)}: preset={cfg['preset']} residual={cfg['residual']} dv={cfg['dv']} "
-          f"dtype={x.dtype}: {report} {'ok' if ok else 'FAIL'}")
+    variant = f" variant={cfg['variant']}" if lm else ""
+    print(f"{os.path.basename(checkpoint)}:{variant} preset={cfg['preset']} residual={cfg['residual']} dv={cfg['dv']} "
+          f"dtype={compute}: {report} {'ok' if ok else 'FAIL'}")
     return ok
+
+
+def read_ids(t, vocab, where):
+    """Token ids of a batch file: (B, T) of any dtype (ddl writes its scalar type, F32 or F64), exact
+    integers in [0, vocab). Returns an int64 tensor (B, T)."""
+    if t.dim() != 2 or t.numel() == 0:
+        raise FormatError(f"{where}: ids has shape {list(t.shape)}, expected (B, T) with B, T >= 1")
+    v = t.to(torch.float64)
+    if not torch.isfinite(v).all() or (v != v.round()).any():
+        raise FormatError(f"{where}: ids are not whole numbers")
+    if v.min().item() < 0 or v.max().item() >= vocab:
+        raise FormatError(f"{where}: ids range over [{v.min().item():g}, {v.max().item():g}], "
+                          f"the vocabulary is [0, {vocab})")
+    return v.to(torch.int64)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -637,14 +873,258 @@ def export_command(args):
     with torch.no_grad():  # PyTorch's init leaves gains at 1 and gate biases at 0: move them
         for p in model.parameters():
             p.add_(0.3 * torch.randn_like(p))
-    x = torch.randn(args.n, input_dim, dtype=torch.float64)
+    if isinstance(model, DeltaLM):  # n sequences of --length random ids, stored as float64 (B, T)
+        T = min(args.length, model.context)
+        x = torch.randint(0, input_dim, (args.n, T))
+        inputs = {"ids": x.to(torch.float64)}
+    else:
+        x = torch.randn(args.n, input_dim, dtype=torch.float64)
+        inputs = {"x": x.t()}
     with torch.no_grad():
         logits = model(x)
     write_safetensors(args.out, model.state_dict(), {"format": "pt"})
-    write_safetensors(args.batch, {"x": x.t(), "logits": logits.t()})
-    print(f"{args.out}: {len(model.state_dict())} tensors; {args.batch}: x {list(x.t().shape)}, "
-          f"logits {list(logits.t().shape)}")
+    write_safetensors(args.batch, dict(inputs, logits=logits.t()))
+    print(f"{args.out}: {len(model.state_dict())} tensors; {args.batch}: "
+          + ", ".join(f"{k} {list(v.shape)}" for k, v in inputs.items()) + f", logits {list(logits.t().shape)}")
     return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Self-test of the language model against hand-written formulas (no ddl needed).
+
+def lm_config(variant="dv1", residual="delta", preset="code", **over):
+    """The model_config DeltaLMConfig::toKeyValues writes for a small model of `variant`
+    (dv1 | cc | cc-ec | tc | tc-ec), `residual` and `preset` (code | paper); `over` replaces keys."""
+    dv = 1 if variant == "dv1" else 4
+    cfg = {"model": "delta_lm", "vocab": 11, "d": 8, "depth": 2, "heads": 2, "context": 9, "hidden": 6,
+           "variant": variant, "state_compressor": "tc" if variant.startswith("tc") else "cc", "conv_kernel": 3,
+           "tied_head": 1, "rope_base": 10000, "qk_norm": 1, "dv": dv, "learned_expansion": int(variant.endswith("-ec")),
+           "final_norm_eps": 1e-5, "preset": preset, "activation": "silu", "norm_eps": 1e-5,
+           "compressor": "structured" if preset == "code" else "free", "compressor_kernel": 3, "residual": residual,
+           "direction": "kmap", "direction_norm": "sqrt_eps", "eps_k": 1e-5, "gate": "linear", "gate_hidden": 128,
+           "beta0": 1, "value": "sigmoid_scaled" if preset == "code" else "linear_on_c", "value_scale": 4,
+           "value_constant": 2, "aux_hidden": 0, "aux_activation": "gelu"}
+    cfg.update(over)
+    return {k: str(v) for k, v in cfg.items()}
+
+
+def lm_param_names(cfg):
+    """The parameter names of docs/spec.md §8 in ddl's visit order (lm_math: embed, expand, blocks, readout,
+    norm, head)."""
+    dv, tc = int(cfg["dv"]), cfg["state_compressor"] == "tc"
+    comp = ["conv.weight", "read.weight"] if tc or cfg["compressor"] == "structured" else ["weight"]
+    delta = [] if cfg["residual"] == "additive" else ["gate.weight", "gate.bias", "value.weight", "value.bias"]
+    if cfg["residual"] != "additive" and cfg["value"] == "constant":
+        delta = ["gate.weight", "gate.bias"]
+    names = ["embed.weight"] + (["expand.weight"] if dv > 1 and _flag(cfg["learned_expansion"]) else [])
+    for l in range(int(cfg["depth"])):
+        b = f"blocks.{l}."
+        names += [b + "compress." + c for c in comp] if dv > 1 else []
+        names += [b + "attn_norm.weight"] + [b + f"attn.{m}.weight" for m in "qkvo"]
+        names += [b + "attn.q_norm.weight", b + "attn.k_norm.weight"] if _flag(cfg["qk_norm"]) else []
+        names += [b + "attn_delta." + n for n in delta] + [b + "mlp_norm.weight"]
+        names += [b + f"mlp.fc{i}.weight" for i in (1, 2, 3)] + [b + "mlp_delta." + n for n in delta]
+    names += ["readout." + c for c in comp] if dv > 1 else []
+    return names + ["norm.weight"] + ([] if _flag(cfg["tied_head"]) else ["head.weight"])
+
+
+def _randomize(model, scale=0.5):
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(scale * torch.randn_like(p))
+
+
+def _hand_gpt(model, ids):
+    """A pre-norm GPT written out per position with explicit rotation matrices: the DeltaLM of dv 1 and
+    additive residuals must equal it. Returns logits (B*T, V)."""
+    B, T = ids.shape
+    E = model.embed.weight
+    out = []
+    for b in range(B):
+        xs = [E[ids[b, t]] for t in range(T)]
+        for blk in model.blocks:
+            a = blk.attn
+            H, dh = a.heads, a.dh
+
+            def rms(v, g, eps):
+                return g * v / torch.sqrt((v * v).mean() + eps)
+
+            cs = [rms(x, blk.attn_norm.weight, blk.attn_norm.eps) for x in xs]
+            qs, ks, vs = [], [], []
+            for t, c in enumerate(cs):
+                q, k, v = a.q.weight @ c, a.k.weight @ c, a.v.weight @ c
+                R = torch.zeros(dh, dh, dtype=c.dtype)  # rotation of the pairs (i, i + dh/2) by t*base^(-2i/dh)
+                for i in range(dh // 2):
+                    ang = t * a.rope_base ** (-2.0 * i / dh)
+                    R[i, i], R[i, i + dh // 2] = math.cos(ang), -math.sin(ang)
+                    R[i + dh // 2, i], R[i + dh // 2, i + dh // 2] = math.sin(ang), math.cos(ang)
+                qh = [R @ q[h * dh:(h + 1) * dh] for h in range(H)]
+                kh = [R @ k[h * dh:(h + 1) * dh] for h in range(H)]
+                if a.qk_norm:
+                    qh = [rms(z, a.q_norm.weight, a.q_norm.eps) for z in qh]
+                    kh = [rms(z, a.k_norm.weight, a.k_norm.eps) for z in kh]
+                qs.append(qh), ks.append(kh), vs.append(v)
+            new = []
+            for t in range(T):
+                o = []
+                for h in range(H):
+                    s = torch.stack([qs[t][h] @ ks[u][h] / math.sqrt(dh) for u in range(t + 1)])
+                    p = torch.exp(s - s.max())
+                    p = p / p.sum()
+                    o.append(sum(p[u] * vs[u][h * dh:(h + 1) * dh] for u in range(t + 1)))
+                new.append(xs[t] + a.o.weight @ torch.cat(o))
+            xs = new
+            m = blk.mlp
+            xs = [x + m.fc2.weight @ (F.silu(m.fc1.weight @ c) * (m.fc3.weight @ c))
+                  for x, c in ((x, rms(x, blk.mlp_norm.weight, blk.mlp_norm.eps)) for x in xs)]
+        for x in xs:
+            y = rms(x, model.norm.weight, model.norm.eps)
+            out.append(E @ y if model.tied else model.head.weight @ y)
+    return torch.stack(out)
+
+
+def selftest_command(args):
+    """Checks the PyTorch DeltaLM against hand-written formulas; prints one line per check."""
+    torch.manual_seed(args.seed)
+    dt = torch.float64
+    failures = []
+
+    def report(name, err, tol):
+        ok = err <= tol
+        print(f"{name}: {err:.3e} (tol {tol:g}) {'ok' if ok else 'FAIL'}")
+        if not ok:
+            failures.append(name)
+
+    B, T = 3, 7
+    ids = torch.randint(0, 11, (B, T))
+    # 1. names and shapes of every variant, residual, preset, head
+    for variant in ("dv1", "cc", "cc-ec", "tc", "tc-ec"):
+        for residual in ("delta", "write_only", "additive"):
+            for preset in ("code", "paper"):
+                for tied in (1, 0):
+                    cfg = lm_config(variant, residual, preset, tied_head=tied)
+                    model = DeltaLM(cfg)
+                    names = list(model.state_dict())
+                    if names != lm_param_names(cfg):
+                        failures.append(f"names {variant}/{residual}/{preset}/tied{tied}")
+                        print(f"names {variant}/{residual}/{preset}: {names} != {lm_param_names(cfg)} FAIL")
+                    shapes = model.state_dict()
+                    d, dv, K = 8, int(cfg["dv"]), 3
+                    want = {"embed.weight": [11, d], "blocks.0.attn.q_norm.weight": [d // 2],
+                            "blocks.1.mlp.fc2.weight": [d, 6], "blocks.0.mlp.fc3.weight": [6, d]}
+                    if dv > 1:
+                        want["readout.read.weight" if variant.startswith("tc") or preset == "code" else
+                             "readout.weight"] = [dv] if variant.startswith("tc") or preset == "code" else [d, dv]
+                    if variant.endswith("-ec"):
+                        want["expand.weight"] = [d * dv, 1, K]
+                    if variant.startswith("tc"):
+                        want["blocks.1.compress.conv.weight"] = [d * dv, 1, K]
+                    if residual != "additive":
+                        want.update({"blocks.0.attn_delta.gate.weight": [1, d], "blocks.0.attn_delta.gate.bias": [1],
+                                     "blocks.0.mlp_delta.value.weight": [dv, d], "blocks.0.mlp_delta.value.bias": [dv]})
+                    if not tied:
+                        want["head.weight"] = [11, d]
+                    bad = {k: list(shapes[k].shape) for k, v in want.items() if list(shapes[k].shape) != v}
+                    if bad:
+                        failures.append(f"shapes {variant}/{residual}/{preset}")
+                        print(f"shapes {variant}/{residual}/{preset}: {bad} FAIL")
+    print(f"names and shapes: 60 configurations checked")
+
+    # 2. dv 1 + additive is the pre-norm GPT written out by hand (tied and untied, with and without QK-norm)
+    for tied, qk in ((1, 1), (0, 0)):
+        model = DeltaLM(lm_config("dv1", "additive", tied_head=tied, qk_norm=qk, rope_base=50)).to(dt)
+        _randomize(model)
+        with torch.no_grad():
+            report(f"dv1 additive (tied {tied}, qk_norm {qk}) = hand-written pre-norm GPT",
+                   _max_abs(model(ids), _hand_gpt(model, ids)), 1e-12)
+
+    # 3. EC at its init (copy of the current token) equals repetition; a changed ids sequence changes nothing
+    for tc in (False, True):
+        v = "tc" if tc else "cc"
+        rep = DeltaLM(lm_config(v)).to(dt)
+        _randomize(rep)
+        ec = DeltaLM(lm_config(v + "-ec")).to(dt)
+        sd = dict(rep.state_dict())
+        sd["expand.weight"] = ec.state_dict()["expand.weight"]  # the init
+        ec.load_state_dict(sd)
+        with torch.no_grad():
+            report(f"{v}-ec at its init = {v} (repeat)", _max_abs(ec(ids), rep(ids)), 0.0)
+
+    # 4. EC's channel order: weight (i*dv + j, K-1) = s_j and (i*dv + j, K-2) = u_i gives X_j[i] = s_j x_t[i]
+    #    + u_i x_{t-1}[i]; checked on the expansion alone
+    d, dv, K = 8, 4, 3
+    ec = DeltaLM(lm_config("cc-ec", depth=0)).to(dt)
+    s_, u_ = torch.randn(dv, dtype=dt), torch.randn(d, dtype=dt)
+    with torch.no_grad():
+        ec.expand.weight.zero_()
+        for i in range(d):
+            for j in range(dv):
+                ec.expand.weight[i * dv + j, 0, K - 1] = s_[j]
+                ec.expand.weight[i * dv + j, 0, K - 2] = u_[i]
+        x = ec.embed(ids.reshape(-1)).reshape(B, T, d)
+        X = channels_to_tokens(causal_depthwise(ec.expand, x.transpose(1, 2)), dv).reshape(B, T, dv, d)
+        prev = torch.cat((torch.zeros(B, 1, d, dtype=dt), x[:, :-1]), dim=1)
+        want = s_[None, None, :, None] * x[:, :, None, :] + (u_[None, None, :] * prev)[:, :, None, :]
+        report("EC channel order (i*dv + j is X_j[i]), w[..., K-1] on the current token", _max_abs(X, want), 1e-14)
+
+    # 5. TC with identity conv weights equals the free CC compressor with W[i, :] = r
+    for residual in ("delta", "additive"):
+        tcm = DeltaLM(lm_config("tc", residual, "paper")).to(dt)
+        _randomize(tcm)
+        ccm = DeltaLM(lm_config("cc", residual, "paper")).to(dt)
+        sd = {}
+        for name, t in tcm.state_dict().items():
+            if name.endswith("compress.conv.weight") or name == "readout.conv.weight":
+                continue
+            if name.endswith("read.weight"):
+                sd[name[:-len("read.weight")] + "weight"] = t[None, :].expand(d, -1).clone()
+            else:
+                sd[name] = t
+        ccm.load_state_dict(sd)
+        with torch.no_grad():
+            for name, p in tcm.named_parameters():
+                if name.endswith("conv.weight"):
+                    p.zero_()
+                    p[:, 0, -1] = 1.0
+            report(f"tc ({residual}) with identity conv weights = cc free with W = r", _max_abs(tcm(ids), ccm(ids)),
+                   1e-13)
+
+    # 6. TC's channel order and causality: a conv weight that reads the previous token on channel (i, j)
+    #    only; compared with the formula on one compressor
+    comp = TokenCompressor(d, dv, K).to(dt)
+    _randomize(comp)
+    Xs = torch.randn(B * T, dv, d, dtype=dt)
+    w, r = comp.conv.weight[:, 0, :], comp.read.weight
+    X4 = Xs.reshape(B, T, dv, d)
+    want = torch.zeros(B, T, d, dtype=dt)
+    for t in range(T):
+        for k in range(K):
+            src = t - (K - 1) + k
+            if src >= 0:
+                for j in range(dv):
+                    want[:, t, :] += r[j] * w[torch.arange(d) * dv + j, k] * X4[:, src, j, :]
+    with torch.no_grad():
+        report("TC = sum_j r_j sum_k w[i*dv+j, k] X_j[t-K+1+k][i]", _max_abs(comp(Xs, B, T).reshape(B, T, d), want),
+               1e-13)
+
+    # 7. causal: changing the id at position t changes no logit before t and no other sequence
+    for variant in ("dv1", "cc", "cc-ec", "tc", "tc-ec"):
+        model = DeltaLM(lm_config(variant, "delta")).to(dt)
+        _randomize(model)
+        worst = 0.0
+        with torch.no_grad():
+            base = model(ids).reshape(B, T, -1)
+            for t in range(T):
+                other = ids.clone()
+                other[1, t] = (other[1, t] + 1 + t) % 11
+                got = model(other).reshape(B, T, -1)
+                worst = max(worst, _max_abs(got[1, :t], base[1, :t]), _max_abs(got[0], base[0]),
+                            _max_abs(got[2], base[2]))
+                if (got[1, t] - base[1, t]).abs().max().item() < 1e-9:
+                    failures.append(f"causal {variant}: position {t} does not see its own token")
+        report(f"causal {variant}: earlier positions and other sequences unchanged", worst, 1e-13)
+    print(f"{'all checks passed' if not failures else 'FAILED: ' + ', '.join(failures)}")
+    return 0 if not failures else 1
 
 
 def _open_maybe_gz(path):
@@ -741,12 +1221,17 @@ def main(argv=None):
     pl.add_argument("--mean", type=float, default=0.0, help="then (x - mean) / std")
     pl.add_argument("--std", type=float, default=1.0)
     pl.add_argument("--show", type=int, default=5)
-    pe = sub.add_parser("export", help="write a PyTorch-initialised DeltaNet state_dict for ddl to load")
-    pe.add_argument("--config", required=True, help="JSON file of DeltaNetConfig::toKeyValues")
+    pe = sub.add_parser("export", help="write a PyTorch-initialised net's state_dict for ddl to load")
+    pe.add_argument("--config", required=True,
+                    help="JSON file of DeltaNetConfig, ConvDeltaNetConfig or DeltaLMConfig::toKeyValues")
     pe.add_argument("--out", required=True, help="state_dict as safetensors")
-    pe.add_argument("--batch", required=True, help="x (input_dim, N) and logits (classes, N)")
+    pe.add_argument("--batch", required=True,
+                    help="x (input_dim, N) or ids (B, T) for DeltaLM, and logits (classes, N)")
     pe.add_argument("--seed", type=int, default=1)
-    pe.add_argument("--n", type=int, default=7)
+    pe.add_argument("--n", type=int, default=7, help="samples (DeltaLM: sequences)")
+    pe.add_argument("--length", type=int, default=5, help="DeltaLM: tokens per sequence (at most the context)")
+    ps = sub.add_parser("selftest", help="check the PyTorch DeltaLM against hand-written formulas")
+    ps.add_argument("--seed", type=int, default=3)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     try:
@@ -759,6 +1244,8 @@ def main(argv=None):
             return 0 if all(results) else 1
         if args.command == "export":
             return export_command(args)
+        if args.command == "selftest":
+            return selftest_command(args)
         return logits_command(args)
     except (FormatError, ValueError, KeyError, OSError) as e:
         print(f"ddl_torch.py: error: {e}", file=sys.stderr)

@@ -1,0 +1,273 @@
+// PyTorch interop of the language model: tools/ddl_torch.py rebuilds a DeltaLM from a ddl checkpoint
+// (model_config "model": "delta_lm" + tensors by their dotted names) and must reproduce ddl's logits
+// on a batch of token ids and every parameter's gradient of sum(logits .* dLogits), for the variants
+// dv1, cc, cc-ec, tc, tc-ec with delta residuals, additive and write_only at dv1 and cc-ec, the code
+// preset (paper for some), tied and untied heads, with and without QK-norm; in double (logits 1e-10,
+// gradients 1e-10 relative) and float (1e-5). And the other way: a state_dict PyTorch writes
+// (`ddl_torch.py export`) loads into ddl::DeltaLM, whose logits then match PyTorch's.
+// The script's own model is checked against hand-written formulas by `ddl_torch.py selftest`, run here
+// too. Needs Debian's python3-torch under /usr/bin/python3; without it each test is reported skipped.
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "catch_compat.hpp"
+#include "ddl/core/param.hpp"
+#include "ddl/core/rng.hpp"
+#include "ddl/core/token_batch.hpp"
+#include "ddl/core/token_layout.hpp"
+#include "ddl/io/checkpoint.hpp"
+#include "ddl/io/safetensors.hpp"
+#include "ddl/nn/delta_lm.hpp"
+#include "torch_runner.hpp"
+
+using ddl::Index;
+using ddl::MatX;
+
+using namespace torch_runner;
+
+namespace {
+
+struct Case {
+  std::string variant;
+  ddl::ResidualKind residual = ddl::ResidualKind::Delta;
+  std::string preset = "code";
+  bool tied = true;
+  bool qkNorm = true;
+};
+
+std::string nameOf(const Case& c) {
+  return "lm_" + c.variant + "_" + ddl::toString(c.residual) + "_" + c.preset + (c.tied ? "" : "_untied") +
+         (c.qkNorm ? "" : "_noqk");
+}
+
+constexpr Index kB = 2, kT = 5;
+
+ddl::DeltaLMConfig makeConfig(const Case& k) {
+  ddl::DeltaLMConfig c;
+  c.vocab = 11;
+  c.d = 8;
+  c.heads = 2;
+  c.depth = 2;
+  c.context = 6;
+  c.hidden = 6;
+  c.convKernel = 3;
+  c.ropeBase = 50;  // angles of several turns within T = 5, so a wrong frequency shows
+  c.tiedHead = k.tied;
+  c.qkNorm = k.qkNorm;
+  c.block.residual.residual = k.residual;
+  ddl::applyPreset(c, k.preset);
+  ddl::applyVariant(c, k.variant);
+  return c;
+}
+
+// The cases that need only dv = 1 or the per-token compressor with repeated channels.
+std::vector<Case> ccCases() {
+  using R = ddl::ResidualKind;
+  return {{"dv1", R::Delta},          {"dv1", R::Additive},      {"dv1", R::WriteOnly},
+          {"cc", R::Delta},           {"cc", R::Delta, "paper"}, {"dv1", R::Delta, "paper", false, false},
+          {"cc", R::WriteOnly, "code", false}};
+}
+
+// The cases with EC (learned causal expansion) or the TC compressor over tokens.
+std::vector<Case> ecTcCases() {
+  using R = ddl::ResidualKind;
+  return {{"cc-ec", R::Delta},          {"cc-ec", R::Additive}, {"cc-ec", R::WriteOnly}, {"tc", R::Delta},
+          {"tc-ec", R::Delta},          {"cc-ec", R::Delta, "paper"}, {"tc-ec", R::Delta, "paper", false},
+          {"tc", R::Additive, "code", true, false}};
+}
+
+ddl::TokenBatch randomBatch(Index B, Index T, Index vocab, std::uint64_t seed) {
+  std::mt19937 gen(static_cast<unsigned>(seed));
+  ddl::TokenBatch b;
+  b.layout = ddl::TokenLayout::sequence(B, T);
+  b.ids.resize(static_cast<std::size_t>(B * T));
+  for (int& id : b.ids) id = std::uniform_int_distribution<int>(0, static_cast<int>(vocab) - 1)(gen);
+  return b;
+}
+
+// ids (B, T) as a matrix of S: row b, column t holds id b*T + t (exact: the ids are small integers).
+template <class S>
+MatX<S> idsMatrix(const ddl::TokenBatch& batch) {
+  MatX<S> m(batch.sequences(), batch.length());
+  for (Index b = 0; b < batch.sequences(); ++b)
+    for (Index t = 0; t < batch.length(); ++t)
+      m(b, t) = static_cast<S>(batch.ids[static_cast<std::size_t>(b * batch.length() + t)]);
+  return m;
+}
+
+// Builds the model of `k` (spec §8 init), moves every parameter by 0.3 N(0, 1) so gains, gate and
+// value biases, CC kernels, read vectors and EC are off their starts and a wrong index or transposition
+// shows, runs it on B random sequences of T ids and takes the gradients of sum(logits .* dLogits).
+// Writes <base>.ck.safetensors (the checkpoint) and <base>.batch.safetensors (ids (B, T), logits and
+// dlogits (vocab, B*T), grad.<name>) and returns their paths.
+template <class S>
+std::pair<std::string, std::string> writeCase(const Case& k, const std::string& tag, std::uint64_t seed) {
+  const ddl::DeltaLMConfig cfg = makeConfig(k);
+  ddl::DeltaLM<S> lm(cfg, seed);
+  ddl::Rng rng(seed + 7);
+  lm.visitParams("", [&](const std::string&, ddl::Param<S>& p) {
+    for (Index j = 0; j < p.value.cols(); ++j)
+      for (Index i = 0; i < p.value.rows(); ++i) p.value(i, j) += static_cast<S>(0.3 * rng.normal());
+  });
+  const ddl::TokenBatch batch = randomBatch(kB, kT, cfg.vocab, seed);
+  MatX<S> logits;
+  lm.forward(batch, logits);
+  REQUIRE(logits.rows() == cfg.vocab);
+  REQUIRE(logits.cols() == kB * kT);
+  REQUIRE(logits.allFinite());
+  MatX<S> dLogits(cfg.vocab, kB * kT);
+  for (Index j = 0; j < dLogits.cols(); ++j)
+    for (Index i = 0; i < dLogits.rows(); ++i) dLogits(i, j) = static_cast<S>(rng.normal());
+  ddl::zeroGrad(lm);
+  lm.backward(dLogits);
+  std::map<std::string, MatX<S>> files{{"ids", idsMatrix<S>(batch)}, {"logits", logits}, {"dlogits", dLogits}};
+  lm.visitParams("", [&](const std::string& name, ddl::Param<S>& p) { files["grad." + name] = p.grad; });
+  ddl::CheckpointMeta meta;
+  meta.preset = cfg.preset;
+  meta.modelConfig = nlohmann::json(cfg.toKeyValues()).dump();
+  const std::string base = tmpPath(tag + "_" + nameOf(k));
+  const std::string ck = base + ".ck.safetensors", batchFile = base + ".batch.safetensors";
+  ddl::saveCheckpoint(ck, lm, meta);
+  ddl::saveSafetensors<S>(batchFile, files);
+  return {ck, batchFile};
+}
+
+template <class S>
+void checkAll(const std::vector<Case>& cases, const std::string& tag, double tol, double gradTol) {
+  checkCases(cases, [](const Case& k) { return nameOf(k); },
+             [&](const Case& k, std::uint64_t seed) { return writeCase<S>(k, tag, seed); }, 200, tol, gradTol);
+}
+
+}  // namespace
+
+TEST_CASE("ddl_torch.py's DeltaLM passes its own checks against hand-written formulas", "[io][torch][delta_lm]") {
+  DDL_REQUIRE_TORCH();
+  const std::string cmd = std::string(kPython) + " " + quoted(scriptPath()) + " selftest";
+  CAPTURE(cmd);
+  REQUIRE(runCommand(cmd) == 0);
+}
+
+TEST_CASE("PyTorch reproduces DeltaLM dv1 and cc logits and gradients in double (1e-10)", "[io][torch][delta_lm]") {
+  DDL_REQUIRE_TORCH();
+  checkAll<double>(ccCases(), "f64", 1e-10, 1e-10);
+}
+
+TEST_CASE("PyTorch reproduces DeltaLM dv1 and cc logits and gradients in float (1e-5)", "[io][torch][delta_lm]") {
+  DDL_REQUIRE_TORCH();
+  checkAll<float>(ccCases(), "f32", 1e-5, 1e-5);
+}
+
+TEST_CASE("PyTorch reproduces DeltaLM EC and TC logits and gradients in double (1e-10)", "[io][torch][delta_lm]") {
+  DDL_REQUIRE_TORCH();
+  checkAll<double>(ecTcCases(), "f64", 1e-10, 1e-10);
+}
+
+TEST_CASE("PyTorch reproduces DeltaLM EC and TC logits and gradients in float (1e-5)", "[io][torch][delta_lm]") {
+  DDL_REQUIRE_TORCH();
+  checkAll<float>(ecTcCases(), "f32", 1e-5, 1e-5);
+}
+
+TEST_CASE("ddl_torch.py fails on DeltaLM logits off by 1e-6, a gradient off by 1e-6 or a wrong config",
+          "[io][torch][delta_lm]") {
+  DDL_REQUIRE_TORCH();
+  const Case k{"cc", ddl::ResidualKind::Delta};
+  const auto files = writeCase<double>(k, "neg", 5);
+  REQUIRE(runCommand(checkCommand({files}, 1e-10, 1e-10)) == 0);
+
+  const std::string tampered = tmpPath("neg_lm_tampered.batch.safetensors");
+  auto batch = ddl::loadSafetensors<double>(files.second);
+  batch.at("logits")(3, 7) += 1e-6;
+  ddl::saveSafetensors<double>(tampered, batch);
+  CHECK(runCommand(checkCommand({{files.first, tampered}}, 1e-10, 1e-10)) == 1);
+
+  batch = ddl::loadSafetensors<double>(files.second);  // the second head's gain of the keys' norm
+  batch.at("grad.blocks.1.attn.k_norm.weight")(3, 0) += 1e-6;
+  ddl::saveSafetensors<double>(tampered, batch);
+  CHECK(runCommand(checkCommand({{files.first, tampered}}, 1e-10, 1e-10)) == 1);
+
+  batch = ddl::loadSafetensors<double>(files.second);  // an id moved: other logits
+  batch.at("ids")(1, 2) = std::fmod(batch.at("ids")(1, 2) + 1, 11.0);
+  ddl::saveSafetensors<double>(tampered, batch);
+  CHECK(runCommand(checkCommand({{files.first, tampered}}, 1e-10, 1e-10)) == 1);
+
+  batch = ddl::loadSafetensors<double>(files.second);  // an id outside the vocabulary: bad input
+  batch.at("ids")(0, 0) = 11;
+  ddl::saveSafetensors<double>(tampered, batch);
+  CHECK(runCommand(checkCommand({{files.first, tampered}}, 1e-10, 1e-10)) == 2);
+
+  // A model_config with a RoPE base other than the model's: the logits differ (exit 1).
+  ddl::DeltaLMConfig cfg = makeConfig(k);
+  ddl::DeltaLM<double> lm(cfg, 5);
+  ddl::loadCheckpoint(files.first, lm);
+  cfg.ropeBase = 10000;
+  ddl::CheckpointMeta meta;
+  meta.preset = cfg.preset;
+  meta.modelConfig = nlohmann::json(cfg.toKeyValues()).dump();
+  const std::string wrong = tmpPath("neg_lm_rope.ck.safetensors");
+  ddl::saveCheckpoint(wrong, lm, meta);
+  CHECK(runCommand(checkCommand({{wrong, files.second}}, 1e-10, 1e-10)) == 1);
+
+  // One block more than the tensors: loading refuses (exit 2).
+  cfg = makeConfig(k);
+  cfg.depth = 3;
+  meta.modelConfig = nlohmann::json(cfg.toKeyValues()).dump();
+  ddl::saveCheckpoint(wrong, lm, meta);
+  CHECK(runCommand(checkCommand({{wrong, files.second}}, 1e-10, 1e-10)) == 2);
+}
+
+namespace {
+
+// `ddl_torch.py export` writes a PyTorch-initialised DeltaLM of `k` (every parameter moved off its start)
+// and a batch of ids with its logits; ddl loads the state_dict strictly and must give the same logits.
+void checkExport(const Case& k) {
+  CAPTURE(nameOf(k));
+  const ddl::DeltaLMConfig cfg = makeConfig(k);
+  ddl::DeltaLM<double> lm(cfg, 1);
+  const std::string base = tmpPath("export_" + nameOf(k));
+  {
+    std::ofstream out(base + ".config.json");
+    out << nlohmann::json(cfg.toKeyValues()).dump();
+  }
+  const std::string cmd =
+      exportCommand(base + ".config.json", base + ".state.safetensors", base + ".batch.safetensors", 4);
+  CAPTURE(cmd);
+  REQUIRE(runCommand(cmd) == 0);
+  const ddl::CheckpointMeta meta = ddl::loadCheckpoint(base + ".state.safetensors", lm);  // strict: every name
+  CHECK(meta.modelConfig.empty());
+  const auto batch = ddl::loadSafetensors<double>(base + ".batch.safetensors");
+  const MatX<double>& ids = batch.at("ids");
+  ddl::TokenBatch tokens;
+  tokens.layout = ddl::TokenLayout::sequence(ids.rows(), ids.cols());
+  for (Index b = 0; b < ids.rows(); ++b)
+    for (Index t = 0; t < ids.cols(); ++t) tokens.ids.push_back(static_cast<int>(ids(b, t)));
+  MatX<double> logits;
+  lm.forward(tokens, logits);
+  REQUIRE(logits.rows() == batch.at("logits").rows());
+  REQUIRE(logits.cols() == batch.at("logits").cols());
+  CHECK((logits - batch.at("logits")).cwiseAbs().maxCoeff() < 1e-12);
+}
+
+}  // namespace
+
+TEST_CASE("ddl::DeltaLM loads a PyTorch-written dv1 or cc state_dict and reproduces its logits (1e-12)",
+          "[io][torch][delta_lm]") {
+  DDL_REQUIRE_TORCH();
+  using R = ddl::ResidualKind;
+  for (const Case& k : {Case{"dv1", R::Delta}, Case{"cc", R::Delta, "paper", false}, Case{"dv1", R::Additive}})
+    checkExport(k);
+}
+
+TEST_CASE("ddl::DeltaLM loads a PyTorch-written EC or TC state_dict and reproduces its logits (1e-12)",
+          "[io][torch][delta_lm]") {
+  DDL_REQUIRE_TORCH();
+  using R = ddl::ResidualKind;
+  for (const Case& k : {Case{"cc-ec", R::Delta}, Case{"tc", R::Delta, "paper"}, Case{"tc-ec", R::WriteOnly}})
+    checkExport(k);
+}
