@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The sequence job: sets up a fresh Debian 12 machine (apt-get, only what is missing), builds the
+# example ddl-text and trains DeltaLM, the paper's causal language model, on the bytes of Debian's
+# fortunes package (~2.8 MB of English text), ending with the test bits per byte and a sample. Extra
+# arguments go to ddl-text (see `ddl-text --help`), e.g.
+#   tools/run-text.sh --residual additive          the plain pre-norm Transformer on the same budget
+#   tools/run-text.sh --variant cc-ec               the paper's expanded state (dv 4, CC + EC)
+#   tools/run-text.sh --data book.txt --out out/book
+set -euo pipefail
+cd "$(dirname "$0")/.."
+"$(dirname "$0")/install-deps.sh" build-essential cmake libeigen3-dev nlohmann-json3-dev zlib1g-dev \
+  fortunes gnuplot-nox
+cmake -S . -B build-main -DCMAKE_BUILD_TYPE=Release -DDDL_BUILD_TESTS=OFF -DDDL_BUILD_BENCH=OFF \
+  -DDDL_BUILD_EXAMPLES=ON >/dev/null
+cmake --build build-main --target ddl-text -j "$(nproc)"
+# Passive OpenMP waiting: on a shared 2-core machine spinning threads steal the cores they wait for.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+exec build-main/examples/ddl-text "$@"
