@@ -39,11 +39,12 @@ void declareOptions(ddl::cli::CommandLine& cli) {
       .option("variant", "V", "dv1 | cc | cc-ec | tc | tc-ec (dv 4 for all but dv1)", "dv1")
       .option("preset", "P", "code | paper", "code")
       .option("residual", "R", "delta | write_only | additive", "delta")
-      .option("width", "D", "model width d", "256")
+      .option("width", "D", "model width d", "128")
       .option("depth", "L", "number of blocks", "4")
       .option("heads", "H", "attention heads (d / H features each)", "4")
-      .option("context", "T", "bytes per training window and longest context", "256");
-  declareTrainingOptions(cli, {"10", "0.001", "0.1", nullptr, nullptr, nullptr, "16"});
+      .option("context", "T", "bytes per training window and longest context", "128");
+  // Chosen on the validation text (docs/text_defaults.md).
+  declareTrainingOptions(cli, {"10", "0.002", "0.1", nullptr, nullptr, nullptr, "32"});
   cli.option("steps", "S", "steps per epoch", "100")
       .option("clip", "C", "global gradient-norm clipping (0 = off)", "1");
   declareOutputOptions(cli, "out/text");
