@@ -3,7 +3,9 @@
 // on a batch of token ids and every parameter's gradient of sum(logits .* dLogits), for the variants
 // dv1, cc, cc-ec, tc, tc-ec with delta residuals, additive and write_only at dv1 and cc-ec, the code
 // preset (paper for some), tied and untied heads, with and without QK-norm; in double (logits 1e-10,
-// gradients 1e-10 relative) and float (1e-5). And the other way: a state_dict PyTorch writes
+// gradients 1e-10 relative) and float (logits 1e-5, gradients 1e-4 relative: on these small, strongly
+// perturbed models PyTorch's own float32 gradients lie up to 4.6e-5 from the float64 ones, ddl's up to
+// 5.1e-5, e.g. the QK-norm gains and W_k behind the softmax). And the other way: a state_dict PyTorch writes
 // (`ddl_torch.py export`) loads into ddl::DeltaLM, whose logits then match PyTorch's.
 // The script's own model is checked against hand-written formulas by `ddl_torch.py selftest`, run here
 // too. Needs Debian's python3-torch under /usr/bin/python3; without it each test is reported skipped.
@@ -159,9 +161,10 @@ TEST_CASE("PyTorch reproduces DeltaLM dv1 and cc logits and gradients in double 
   checkAll<double>(ccCases(), "f64", 1e-10, 1e-10);
 }
 
-TEST_CASE("PyTorch reproduces DeltaLM dv1 and cc logits and gradients in float (1e-5)", "[io][torch][delta_lm]") {
+TEST_CASE("PyTorch reproduces DeltaLM dv1 and cc logits (1e-5) and gradients (1e-4 rel) in float",
+          "[io][torch][delta_lm]") {
   DDL_REQUIRE_TORCH();
-  checkAll<float>(ccCases(), "f32", 1e-5, 1e-5);
+  checkAll<float>(ccCases(), "f32", 1e-5, 1e-4);
 }
 
 TEST_CASE("PyTorch reproduces DeltaLM EC and TC logits and gradients in double (1e-10)", "[io][torch][delta_lm]") {
@@ -169,9 +172,10 @@ TEST_CASE("PyTorch reproduces DeltaLM EC and TC logits and gradients in double (
   checkAll<double>(ecTcCases(), "f64", 1e-10, 1e-10);
 }
 
-TEST_CASE("PyTorch reproduces DeltaLM EC and TC logits and gradients in float (1e-5)", "[io][torch][delta_lm]") {
+TEST_CASE("PyTorch reproduces DeltaLM EC and TC logits (1e-5) and gradients (1e-4 rel) in float",
+          "[io][torch][delta_lm]") {
   DDL_REQUIRE_TORCH();
-  checkAll<float>(ecTcCases(), "f32", 1e-5, 1e-5);
+  checkAll<float>(ecTcCases(), "f32", 1e-5, 1e-4);
 }
 
 TEST_CASE("ddl_torch.py fails on DeltaLM logits off by 1e-6, a gradient off by 1e-6 or a wrong config",
