@@ -22,7 +22,7 @@
 
 #include "ddl/core/rng.hpp"
 #include "ddl/core/types.hpp"
-#include "ddl/nn/delta_block.hpp"
+#include "ddl/nn/blocks/delta_block.hpp"
 
 namespace {
 

@@ -19,7 +19,7 @@
 //                 machine shared with other jobs, the most load-robust ratio; of_cached likewise
 //                 against one BM_GemmCached pass.
 //   BM_Algorithms_Paired  alternates a train step by patches and one by shifted products (the two
-//                 ConvAlgorithms of nn/conv2d.hpp) and reports shifted_over_patches, on more shapes
+//                 ConvAlgorithms of nn/layers/conv2d.hpp) and reports shifted_over_patches, on more shapes
 //                 (ddl-cifar's 16x16, 8x8 and 4x4 stages included).
 #include <benchmark/benchmark.h>
 
@@ -34,7 +34,7 @@
 #include "ddl/core/threading.hpp"
 #include "ddl/core/token_layout.hpp"
 #include "ddl/core/types.hpp"
-#include "ddl/nn/conv2d.hpp"
+#include "ddl/nn/layers/conv2d.hpp"
 
 namespace {
 

@@ -18,8 +18,8 @@
 #include "ddl/core/rng.hpp"
 #include "ddl/core/token_layout.hpp"
 #include "ddl/core/types.hpp"
-#include "ddl/nn/conv_delta_net.hpp"
-#include "ddl/nn/cross_entropy.hpp"
+#include "ddl/nn/models/conv_delta_net.hpp"
+#include "ddl/nn/layers/cross_entropy.hpp"
 #include "ddl/train/adamw.hpp"
 
 namespace {

@@ -10,9 +10,9 @@
 
 #include "ddl/core/rng.hpp"
 #include "ddl/core/threading.hpp"
-#include "ddl/nn/cross_entropy.hpp"
-#include "ddl/nn/delta_net.hpp"
-#include "ddl/nn/delta_net_config.hpp"
+#include "ddl/nn/layers/cross_entropy.hpp"
+#include "ddl/nn/models/delta_net.hpp"
+#include "ddl/nn/models/delta_net_config.hpp"
 #include "ddl/train/adamw.hpp"
 #include "ddl/train/finite_guard.hpp"
 #include "ddl/train/train_step.hpp"

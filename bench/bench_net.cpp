@@ -30,10 +30,10 @@
 #include "ddl/core/param_list.hpp"
 #include "ddl/core/rng.hpp"
 #include "ddl/core/types.hpp"
-#include "ddl/nn/cross_entropy.hpp"
-#include "ddl/nn/delta_net.hpp"
-#include "ddl/nn/delta_net_config.hpp"
-#include "ddl/nn/linear.hpp"
+#include "ddl/nn/layers/cross_entropy.hpp"
+#include "ddl/nn/models/delta_net.hpp"
+#include "ddl/nn/models/delta_net_config.hpp"
+#include "ddl/nn/layers/linear.hpp"
 #include "ddl/train/adamw.hpp"
 
 namespace {

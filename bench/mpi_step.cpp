@@ -20,7 +20,7 @@
 #include "ddl/core/rng.hpp"
 #include "ddl/core/threading.hpp"
 #include "ddl/dist/mpi_communicator.hpp"
-#include "ddl/nn/conv_delta_net.hpp"
+#include "ddl/nn/models/conv_delta_net.hpp"
 #include "ddl/train/adamw.hpp"
 #include "ddl/train/data_parallel.hpp"
 #include "ddl/train/task.hpp"

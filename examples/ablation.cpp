@@ -28,7 +28,7 @@
 #include "curves.hpp"
 #include "ddl/data/idx.hpp"
 #include "ddl/io/atomic_file.hpp"
-#include "ddl/nn/conv_delta_net.hpp"
+#include "ddl/nn/models/conv_delta_net.hpp"
 #include "ddl/train/trainer.hpp"
 
 namespace {

@@ -17,7 +17,7 @@
 #include "ddl/data/cifar.hpp"
 #include "ddl/data/idx.hpp"
 #include "ddl/io/atomic_file.hpp"
-#include "ddl/nn/conv_delta_net.hpp"
+#include "ddl/nn/models/conv_delta_net.hpp"
 
 namespace {
 using namespace ddl::example;

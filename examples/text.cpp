@@ -20,7 +20,7 @@
 
 #include "example_run.hpp"
 #include "ddl/data/text_corpus.hpp"
-#include "ddl/nn/delta_lm.hpp"
+#include "ddl/nn/models/delta_lm.hpp"
 #include "ddl/train/next_token_task.hpp"
 #include "ddl/train/text_windows.hpp"
 

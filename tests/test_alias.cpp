@@ -6,10 +6,10 @@
 #include "ddl/core/alias.hpp"
 #include "ddl/core/rng.hpp"
 #include "ddl/core/token_layout.hpp"
-#include "ddl/nn/conv2d.hpp"
-#include "ddl/nn/delta_block.hpp"
-#include "ddl/nn/delta_residual.hpp"
-#include "ddl/nn/linear.hpp"
+#include "ddl/nn/layers/conv2d.hpp"
+#include "ddl/nn/blocks/delta_block.hpp"
+#include "ddl/nn/blocks/delta_residual.hpp"
+#include "ddl/nn/layers/linear.hpp"
 
 using ddl::Index;
 using ddl::MatX;

@@ -1,4 +1,4 @@
-// Tests for causal self-attention (nn/causal_self_attention.hpp) and RoPE (ops/rotary.hpp): the forward
+// Tests for causal self-attention (nn/blocks/causal_self_attention.hpp) and RoPE (ops/rotary.hpp): the forward
 // against a loop-by-loop reference, every gradient against central differences in double, causality,
 // the rotation itself, thread-count independence and the error messages.
 #include "eigen_guard.hpp"  // first: eigen_assert throws even with NDEBUG
@@ -16,7 +16,7 @@
 #include "ddl/core/rng.hpp"
 #include "ddl/core/threading.hpp"
 #include "ddl/core/token_layout.hpp"
-#include "ddl/nn/causal_self_attention.hpp"
+#include "ddl/nn/blocks/causal_self_attention.hpp"
 #include "ddl/ops/rotary.hpp"
 #include "ddl/testing/grad_check.hpp"
 

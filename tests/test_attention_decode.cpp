@@ -1,4 +1,4 @@
-// Tests for incremental decoding of causal self-attention (nn/causal_self_attention.hpp: startDecode,
+// Tests for incremental decoding of causal self-attention (nn/blocks/causal_self_attention.hpp: startDecode,
 // forwardStep): positions decoded one by one, or a prefill block then single steps, give every column
 // of forwardInference on the whole sequence; the errors of a full or unstarted cache and of a wrong c;
 // a decode between forward and backward changes no gradient; a step allocates nothing at all.
@@ -19,7 +19,7 @@ static std::atomic<long> g_eigenAsserts{0};  // Eigen heap allocations while for
 #include "ddl/core/param.hpp"
 #include "ddl/core/rng.hpp"
 #include "ddl/core/token_layout.hpp"
-#include "ddl/nn/causal_self_attention.hpp"
+#include "ddl/nn/blocks/causal_self_attention.hpp"
 #include "ddl/testing/grad_check.hpp"
 
 #include "counting_new.hpp"  // counts every global operator new of this executable

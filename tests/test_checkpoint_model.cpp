@@ -8,8 +8,8 @@
 
 #include "catch_compat.hpp"
 #include "ddl/io/checkpoint.hpp"
-#include "ddl/nn/conv_delta_net_config.hpp"
-#include "ddl/nn/delta_net.hpp"
+#include "ddl/nn/models/conv_delta_net_config.hpp"
+#include "ddl/nn/models/delta_net.hpp"
 #include "ddl/train/adamw.hpp"
 #include "ddl/train/trainer.hpp"
 

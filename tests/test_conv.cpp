@@ -1,4 +1,4 @@
-// Tests for nn/conv2d.hpp (and the window geometry of nn/window2d.hpp), and RmsNorm as the per-pixel
+// Tests for nn/layers/conv2d.hpp (and the window geometry of nn/layers/window2d.hpp), and RmsNorm as the per-pixel
 // channel norm of an image activation: central differences in double, agreement with a naive direct
 // convolution kept here as the reference (forward and backward, on one and two threads, at a size above
 // the threading threshold), PyTorch's weight layout on hand-computed cases, initialisation, no
@@ -17,9 +17,9 @@
 #include "ddl/core/rng.hpp"
 #include "ddl/core/threading.hpp"
 #include "ddl/core/token_layout.hpp"
-#include "ddl/nn/conv2d.hpp"
-#include "ddl/nn/init.hpp"
-#include "ddl/nn/rms_norm.hpp"
+#include "ddl/nn/layers/conv2d.hpp"
+#include "ddl/nn/layers/init.hpp"
+#include "ddl/nn/layers/rms_norm.hpp"
 #include "ddl/testing/grad_check.hpp"
 
 using ddl::Index;

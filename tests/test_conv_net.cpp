@@ -15,8 +15,8 @@
 #include "ddl/core/threading.hpp"
 #include "ddl/data/cifar.hpp"
 #include "ddl/io/checkpoint.hpp"
-#include "ddl/nn/conv_delta_net.hpp"
-#include "ddl/nn/delta_net.hpp"
+#include "ddl/nn/models/conv_delta_net.hpp"
+#include "ddl/nn/models/delta_net.hpp"
 #include "ddl/testing/grad_check.hpp"
 #include "ddl/train/trainer.hpp"
 

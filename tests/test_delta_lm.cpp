@@ -1,5 +1,5 @@
-// Tests of the DDL Transformer: DeltaTransformerBlock (nn/delta_transformer_block.hpp) and DeltaLM
-// (nn/delta_lm.hpp). Every gradient is proven by central differences in double, over the variants,
+// Tests of the DDL Transformer: DeltaTransformerBlock (nn/blocks/delta_transformer_block.hpp) and DeltaLM
+// (nn/models/delta_lm.hpp). Every gradient is proven by central differences in double, over the variants,
 // residual kinds and presets; the additive dv = 1 block is checked against a pre-norm GPT block built
 // from the same modules; the model is causal, its init follows docs/spec.md §8, bad input is refused.
 #include "eigen_guard.hpp"  // first: live allocation checks even with NDEBUG
@@ -15,8 +15,8 @@
 #include "ddl/core/rng.hpp"
 #include "ddl/core/token_batch.hpp"
 #include "ddl/core/token_layout.hpp"
-#include "ddl/nn/delta_lm.hpp"
-#include "ddl/nn/delta_transformer_block.hpp"
+#include "ddl/nn/models/delta_lm.hpp"
+#include "ddl/nn/blocks/delta_transformer_block.hpp"
 #include "ddl/testing/grad_check.hpp"
 
 using ddl::Index;
@@ -97,7 +97,7 @@ TEST_CASE("DeltaTransformerBlock backward matches central differences", "[grad][
       const Index B = shape.first, T = shape.second;
       CAPTURE(nameOf(k), B, T);
       ddl::DeltaLMConfig cfg = smallConfig(k);
-      ddl::DeltaTransformerBlock<double> block(cfg);
+      ddl::DeltaTransformerBlock<double> block(cfg.blockConfig());
       ddl::Rng rng(7);
       block.init(rng);
       perturbSmallParams(block, 8);
@@ -128,7 +128,7 @@ TEST_CASE("DeltaTransformerBlock with d = 1 per head and one token matches centr
   ddl::DeltaLMConfig cfg = smallConfig(k);
   cfg.d = 2;  // one head of two features: the smallest RoPE pair
   cfg.hidden = 1;
-  ddl::DeltaTransformerBlock<double> block(cfg);
+  ddl::DeltaTransformerBlock<double> block(cfg.blockConfig());
   ddl::Rng rng(3);
   block.init(rng);
   const TokenLayout layout = TokenLayout::sequence(1, 1);
@@ -149,7 +149,7 @@ TEST_CASE("DeltaTransformerBlock with d = 1 per head and one token matches centr
 TEST_CASE("DeltaTransformerBlock additive with dv = 1 is a pre-norm GPT block", "[delta_lm]") {
   Case k{"dv1", ddl::ResidualKind::Additive, "code", 0, 2, true};
   ddl::DeltaLMConfig cfg = smallConfig(k);
-  ddl::DeltaTransformerBlock<double> block(cfg);
+  ddl::DeltaTransformerBlock<double> block(cfg.blockConfig());
   ddl::Rng rng(5);
   block.init(rng);
   perturbSmallParams(block, 6);

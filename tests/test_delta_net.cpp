@@ -7,7 +7,7 @@
 
 #include "catch_compat.hpp"
 #include "fd_check.hpp"
-#include "ddl/nn/delta_net.hpp"
+#include "ddl/nn/models/delta_net.hpp"
 #include "ddl/testing/grad_check.hpp"
 
 using ddl::Index;

@@ -1,4 +1,4 @@
-// Tests for include/ddl/nn/embedding.hpp: the gather is exact, the scatter-add backward matches
+// Tests for include/ddl/nn/layers/embedding.hpp: the gather is exact, the scatter-add backward matches
 // central differences in double (repeated ids, vocab 1, d 1, one token), bad ids are refused before
 // anything is written, the weight is PyTorch's [vocab, d] in a checkpoint, and a steady-state step
 // allocates nothing.
@@ -26,7 +26,7 @@ static std::atomic<long> g_eigenAsserts{0};
 #include "ddl/core/rng.hpp"
 #include "ddl/io/checkpoint.hpp"
 #include "ddl/io/safetensors.hpp"
-#include "ddl/nn/embedding.hpp"
+#include "ddl/nn/layers/embedding.hpp"
 #include "ddl/testing/grad_check.hpp"
 
 using ddl::Index;

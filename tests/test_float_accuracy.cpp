@@ -14,9 +14,9 @@
 #include "ddl/core/reduce.hpp"
 #include "ddl/core/rng.hpp"
 #include "ddl/core/threading.hpp"
-#include "ddl/nn/conv_delta_net.hpp"
-#include "ddl/nn/cross_entropy.hpp"
-#include "ddl/nn/delta_net.hpp"
+#include "ddl/nn/models/conv_delta_net.hpp"
+#include "ddl/nn/layers/cross_entropy.hpp"
+#include "ddl/nn/models/delta_net.hpp"
 
 using ddl::Index;
 using ddl::MatX;

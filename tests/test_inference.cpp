@@ -8,9 +8,9 @@
 
 #include "catch_compat.hpp"
 #include "ddl/data/dataset.hpp"
-#include "ddl/nn/conv_delta_net.hpp"
-#include "ddl/nn/cross_entropy.hpp"
-#include "ddl/nn/delta_net.hpp"
+#include "ddl/nn/models/conv_delta_net.hpp"
+#include "ddl/nn/layers/cross_entropy.hpp"
+#include "ddl/nn/models/delta_net.hpp"
 #include "ddl/train/train_step.hpp"
 
 using ddl::Index;

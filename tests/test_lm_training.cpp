@@ -12,8 +12,8 @@
 
 #include "catch_compat.hpp"
 #include "ddl/core/token_batch.hpp"
-#include "ddl/nn/cross_entropy.hpp"
-#include "ddl/nn/delta_lm.hpp"
+#include "ddl/nn/layers/cross_entropy.hpp"
+#include "ddl/nn/models/delta_lm.hpp"
 #include "ddl/train/adamw.hpp"
 #include "ddl/train/next_token_task.hpp"
 #include "ddl/train/text_windows.hpp"

@@ -13,12 +13,12 @@
 #include "fd_check.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/threading.hpp"
-#include "ddl/nn/activation.hpp"
-#include "ddl/nn/cross_entropy.hpp"
-#include "ddl/nn/dropout.hpp"
-#include "ddl/nn/init.hpp"
-#include "ddl/nn/linear.hpp"
-#include "ddl/nn/rms_norm.hpp"
+#include "ddl/nn/layers/activation.hpp"
+#include "ddl/nn/layers/cross_entropy.hpp"
+#include "ddl/nn/layers/dropout.hpp"
+#include "ddl/nn/layers/init.hpp"
+#include "ddl/nn/layers/linear.hpp"
+#include "ddl/nn/layers/rms_norm.hpp"
 #include "ddl/testing/grad_check.hpp"
 
 using ddl::Index;

@@ -14,7 +14,7 @@
 #include "../examples/cli.hpp"
 #include "catch_compat.hpp"
 #include "ddl/core/parse.hpp"
-#include "ddl/nn/delta_net_config.hpp"
+#include "ddl/nn/models/delta_net_config.hpp"
 #include "ddl/train/trainer.hpp"
 
 using ddl_test::contains;

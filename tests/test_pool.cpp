@@ -1,4 +1,4 @@
-// Tests for nn/pool2d.hpp (MaxPool2d, AvgPool2d) and nn/global_avg_pool.hpp: central differences in
+// Tests for nn/layers/pool2d.hpp (MaxPool2d, AvgPool2d) and nn/layers/global_avg_pool.hpp: central differences in
 // double, naive per-pixel reference loops, hand-computed PyTorch cases (padding, count_include_pad,
 // ties, NaN), one and two threads above the threading threshold, and the error messages.
 #include "eigen_guard.hpp"  // first: live allocation checks even with NDEBUG
@@ -15,8 +15,8 @@
 #include "catch_compat.hpp"
 #include "ddl/core/threading.hpp"
 #include "ddl/core/token_layout.hpp"
-#include "ddl/nn/global_avg_pool.hpp"
-#include "ddl/nn/pool2d.hpp"
+#include "ddl/nn/layers/global_avg_pool.hpp"
+#include "ddl/nn/layers/pool2d.hpp"
 #include "ddl/testing/grad_check.hpp"
 
 using ddl::Index;

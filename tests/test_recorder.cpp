@@ -19,8 +19,8 @@
 #include "catch_compat.hpp"
 #include "ddl/diag/audit_file.hpp"
 #include "ddl/diag/recorder.hpp"
-#include "ddl/nn/conv_delta_net.hpp"
-#include "ddl/nn/delta_net.hpp"
+#include "ddl/nn/models/conv_delta_net.hpp"
+#include "ddl/nn/models/delta_net.hpp"
 #include "ddl/train/epoch_audit.hpp"
 
 using ddl::Index;

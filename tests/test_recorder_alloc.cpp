@@ -37,8 +37,8 @@ void* realloc(void* p, std::size_t n) {
 #include "catch_compat.hpp"
 #include "ddl/core/threading.hpp"
 #include "ddl/diag/recorder.hpp"
-#include "ddl/nn/conv_delta_net.hpp"
-#include "ddl/nn/delta_net.hpp"
+#include "ddl/nn/models/conv_delta_net.hpp"
+#include "ddl/nn/models/delta_net.hpp"
 
 using ddl::Index;
 using ddl::MatX;

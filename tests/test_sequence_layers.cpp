@@ -1,5 +1,5 @@
-// Tests for the layers of the causal language model: SwiGluBranch (nn/swiglu_branch.hpp) and
-// TokenConv (nn/token_conv.hpp). Gradients are proven by central differences in double.
+// Tests for the layers of the causal language model: SwiGluBranch (nn/blocks/swiglu_branch.hpp) and
+// TokenConv (nn/layers/token_conv.hpp). Gradients are proven by central differences in double.
 #include "eigen_guard.hpp"  // first: live allocation checks even with NDEBUG
 
 #include <algorithm>
@@ -16,9 +16,9 @@
 #include "ddl/core/rng.hpp"
 #include "ddl/core/threading.hpp"
 #include "ddl/core/token_layout.hpp"
-#include "ddl/nn/delta_block.hpp"
-#include "ddl/nn/swiglu_branch.hpp"
-#include "ddl/nn/token_conv.hpp"
+#include "ddl/nn/blocks/delta_block.hpp"
+#include "ddl/nn/blocks/swiglu_branch.hpp"
+#include "ddl/nn/layers/token_conv.hpp"
 #include "ddl/testing/grad_check.hpp"
 
 using ddl::Index;

@@ -1,4 +1,4 @@
-// Modules applied more than once per step (nn/linear.hpp and nn/compressor.hpp, Cache): one Linear
+// Modules applied more than once per step (nn/layers/linear.hpp and nn/blocks/compressor.hpp, Cache): one Linear
 // and one Compressor each applied twice in a step, back-propagated in reverse order with one Cache per
 // application, against central differences in double; the parameter gradients are the sums over both
 // applications.
@@ -8,8 +8,8 @@
 
 #include "catch_compat.hpp"
 #include "fd_check.hpp"
-#include "ddl/nn/compressor.hpp"
-#include "ddl/nn/linear.hpp"
+#include "ddl/nn/blocks/compressor.hpp"
+#include "ddl/nn/layers/linear.hpp"
 #include "ddl/testing/grad_check.hpp"
 
 using ddl::Index;

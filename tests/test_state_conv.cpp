@@ -1,5 +1,5 @@
-// Tests for the expanded-state modules of sequences: StateConv and ConvExpansion (nn/state_conv.hpp)
-// and TokenCompressor (nn/token_compressor.hpp). Forwards against the definitions written out here,
+// Tests for the expanded-state modules of sequences: StateConv and ConvExpansion (nn/layers/state_conv.hpp)
+// and TokenCompressor (nn/blocks/token_compressor.hpp). Forwards against the definitions written out here,
 // backwards against central differences in double, decoding steps against forwardInference.
 #include "eigen_guard.hpp"  // first: live allocation checks even with NDEBUG
 
@@ -17,10 +17,10 @@
 #include "ddl/core/rng.hpp"
 #include "ddl/core/threading.hpp"
 #include "ddl/core/token_layout.hpp"
-#include "ddl/nn/compressor.hpp"
-#include "ddl/nn/state_conv.hpp"
-#include "ddl/nn/token_compressor.hpp"
-#include "ddl/nn/token_conv.hpp"
+#include "ddl/nn/blocks/compressor.hpp"
+#include "ddl/nn/layers/state_conv.hpp"
+#include "ddl/nn/blocks/token_compressor.hpp"
+#include "ddl/nn/layers/token_conv.hpp"
 #include "ddl/testing/grad_check.hpp"
 
 using ddl::Index;

@@ -9,7 +9,7 @@
 
 #include "catch_compat.hpp"
 #include "ddl/core/threading.hpp"
-#include "ddl/nn/linear.hpp"
+#include "ddl/nn/layers/linear.hpp"
 #include "ddl/ops/delta_write.hpp"
 #include "ddl/ops/direction.hpp"
 #include "ddl/ops/gate.hpp"

@@ -6,8 +6,8 @@
 
 #include "catch_compat.hpp"
 #include "ddl/core/threading.hpp"
-#include "ddl/nn/activation.hpp"
-#include "ddl/nn/linear.hpp"
+#include "ddl/nn/layers/activation.hpp"
+#include "ddl/nn/layers/linear.hpp"
 #if defined(__linux__)
 #include <sched.h>
 #endif

@@ -10,8 +10,8 @@
 #include "catch_compat.hpp"
 #include "ddl/core/rng.hpp"
 #include "ddl/core/threading.hpp"
-#include "ddl/nn/cross_entropy.hpp"
-#include "ddl/nn/delta_net.hpp"
+#include "ddl/nn/layers/cross_entropy.hpp"
+#include "ddl/nn/models/delta_net.hpp"
 #include "ddl/train/adamw.hpp"
 #include "ddl/train/train_step.hpp"
 

@@ -15,7 +15,7 @@
 #include "catch_compat.hpp"
 #include "ddl/io/checkpoint.hpp"
 #include "ddl/io/safetensors.hpp"
-#include "ddl/nn/conv_delta_net.hpp"
+#include "ddl/nn/models/conv_delta_net.hpp"
 #include "torch_runner.hpp"
 
 using ddl::Index;

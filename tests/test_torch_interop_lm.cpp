@@ -26,7 +26,7 @@
 #include "ddl/core/token_layout.hpp"
 #include "ddl/io/checkpoint.hpp"
 #include "ddl/io/safetensors.hpp"
-#include "ddl/nn/delta_lm.hpp"
+#include "ddl/nn/models/delta_lm.hpp"
 #include "torch_runner.hpp"
 
 using ddl::Index;

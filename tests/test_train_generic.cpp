@@ -20,7 +20,7 @@
 #include "ddl/core/param.hpp"
 #include "ddl/core/rng.hpp"
 #include "ddl/io/safetensors.hpp"
-#include "ddl/nn/cross_entropy.hpp"
+#include "ddl/nn/layers/cross_entropy.hpp"
 #include "ddl/train/sgd.hpp"
 #include "ddl/train/training_loop.hpp"
 

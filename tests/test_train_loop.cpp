@@ -34,7 +34,7 @@ inline void eigenAssertFailed(const char* what) {
 #include "ddl/core/rng.hpp"
 #include "ddl/core/threading.hpp"
 #include "ddl/data/idx.hpp"
-#include "ddl/nn/delta_net.hpp"
+#include "ddl/nn/models/delta_net.hpp"
 #include "ddl/train/adamw.hpp"
 #include "ddl/train/progress.hpp"
 #include "ddl/train/train_step.hpp"

@@ -6,8 +6,8 @@
 #include "fd_check.hpp"
 #include "ddl/core/rng.hpp"
 #include "ddl/core/view.hpp"
-#include "ddl/nn/conv2d.hpp"
-#include "ddl/nn/linear.hpp"
+#include "ddl/nn/layers/conv2d.hpp"
+#include "ddl/nn/layers/linear.hpp"
 
 using ddl::Index;
 using ddl::MatX;

@@ -143,7 +143,7 @@ def write_safetensors(path, tensors, meta=None):
 # are ddl's.
 
 def activation(name):
-    """ddl::Activation by its toString name (nn/activation.hpp); GELU is the exact erf form."""
+    """ddl::Activation by its toString name (nn/layers/activation.hpp); GELU is the exact erf form."""
     name = name.lower()
     if name == "relu":
         return F.relu
@@ -513,7 +513,7 @@ class ConvDeltaNet(nn.Module):
 
 
 # ---------------------------------------------------------------------------------------------
-# The causal language model (docs/spec.md §8, include/ddl/nn/delta_lm.hpp). Tokens are rows in ddl's
+# The causal language model (docs/spec.md §8, include/ddl/nn/models/delta_lm.hpp). Tokens are rows in ddl's
 # column order: row b*T + t is position t of sequence b; the state X is (B*T, dv, d).
 
 def rope_tables(T, dh, base, dtype):

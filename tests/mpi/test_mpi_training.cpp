@@ -21,8 +21,8 @@
 #include "ddl/core/param_list.hpp"
 #include "ddl/core/rng.hpp"
 #include "ddl/dist/mpi_communicator.hpp"
-#include "ddl/nn/conv_delta_net.hpp"
-#include "ddl/nn/delta_net.hpp"
+#include "ddl/nn/models/conv_delta_net.hpp"
+#include "ddl/nn/models/delta_net.hpp"
 #include "ddl/train/data_parallel.hpp"
 #include "ddl/train/trainer.hpp"
 

@@ -7,7 +7,7 @@
 // GemmWorkspace keeps one set of buffers sized for its last shape and calls Eigen's packed kernel
 // (internal::general_matrix_matrix_product) directly: after the first call with a given shape, a
 // product allocates nothing. Callers split large products over threads themselves, one workspace per
-// thread (nn/linear.hpp does). This is the one place ddl uses Eigen's internal product kernel.
+// thread (nn/layers/linear.hpp does). This is the one place ddl uses Eigen's internal product kernel.
 #include <memory>
 
 #include <Eigen/Core>

@@ -35,8 +35,8 @@
 
 #include "ddl/core/error.hpp"
 #include "ddl/core/types.hpp"
-#include "ddl/nn/delta_net.hpp"
-#include "ddl/nn/delta_residual.hpp"
+#include "ddl/nn/models/delta_net.hpp"
+#include "ddl/nn/blocks/delta_residual.hpp"
 #include "ddl/ops/delta_operator.hpp"
 #include "ddl/ops/direction.hpp"
 

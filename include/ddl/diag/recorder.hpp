@@ -30,7 +30,7 @@
 #include "ddl/core/types.hpp"
 #include "ddl/diag/gate_audit.hpp"
 #include "ddl/diag/spectral.hpp"
-#include "ddl/nn/delta_residual.hpp"
+#include "ddl/nn/blocks/delta_residual.hpp"
 #include "ddl/ops/delta_write.hpp"
 
 namespace ddl {

@@ -8,7 +8,7 @@
 
 #include "ddl/core/error.hpp"
 #include "ddl/core/types.hpp"
-#include "ddl/nn/delta_residual.hpp"
+#include "ddl/nn/blocks/delta_residual.hpp"
 #include "ddl/ops/delta_operator.hpp"
 
 namespace ddl {

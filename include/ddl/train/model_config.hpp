@@ -14,9 +14,9 @@
 #include "ddl/core/types.hpp"
 #include "ddl/io/checkpoint.hpp"
 #include "ddl/io/safetensors.hpp"
-#include "ddl/nn/conv_delta_net_config.hpp"
-#include "ddl/nn/delta_lm_config.hpp"
-#include "ddl/nn/delta_net_config.hpp"
+#include "ddl/nn/models/conv_delta_net_config.hpp"
+#include "ddl/nn/models/delta_lm_config.hpp"
+#include "ddl/nn/models/delta_net_config.hpp"
 #include "ddl/train/model.hpp"
 
 namespace ddl {

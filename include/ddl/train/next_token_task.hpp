@@ -17,7 +17,7 @@
 #include "ddl/core/error.hpp"
 #include "ddl/core/token_batch.hpp"
 #include "ddl/core/types.hpp"
-#include "ddl/nn/cross_entropy.hpp"
+#include "ddl/nn/layers/cross_entropy.hpp"
 #include "ddl/train/train_step.hpp"
 
 namespace ddl {

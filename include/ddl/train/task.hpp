@@ -20,7 +20,7 @@
 #include "ddl/core/error.hpp"
 #include "ddl/core/types.hpp"
 #include "ddl/data/dataset.hpp"
-#include "ddl/nn/cross_entropy.hpp"
+#include "ddl/nn/layers/cross_entropy.hpp"
 #include "ddl/train/train_step.hpp"
 
 namespace ddl {

@@ -32,7 +32,7 @@
 #include "ddl/core/param_list.hpp"
 #include "ddl/core/types.hpp"
 #include "ddl/data/dataset.hpp"
-#include "ddl/nn/cross_entropy.hpp"
+#include "ddl/nn/layers/cross_entropy.hpp"
 #include "ddl/train/grad_clip.hpp"
 
 namespace ddl {

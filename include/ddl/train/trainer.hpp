@@ -19,7 +19,7 @@
 // The model is anything with forward(X (inputDim, B), logits), backward(dLogits), visitParams,
 // inputDim(), classes(), config() (train/model.hpp) and, for the gate audit, blocks().
 #include "ddl/data/dataset.hpp"
-#include "ddl/nn/delta_net.hpp"
+#include "ddl/nn/models/delta_net.hpp"
 #include "ddl/train/adamw.hpp"
 #include "ddl/core/collective.hpp"
 #include "ddl/train/batch_source.hpp"

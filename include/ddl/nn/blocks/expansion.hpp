@@ -1,5 +1,5 @@
 #pragma once
-// ddl/nn/expansion.hpp: the input expansion of the state to dv value channels (docs/spec.md §3).
+// ddl/nn/blocks/expansion.hpp: the input expansion of the state to dv value channels (docs/spec.md §3).
 //   Repeat  (w/o EC): X_j = x for every channel j (no parameters)
 //   Learned (EC):     X_j = e_j * x elementwise, e: (d, dv) "weight" initialised to ones, so it starts
 //                     as repetition (the per-token form of EC for vectors; no decay on e).

@@ -1,5 +1,5 @@
 #pragma once
-// ddl/nn/window2d.hpp: the sliding window shared by Conv2d and the 2-D pools, on pixels as columns.
+// ddl/nn/layers/window2d.hpp: the sliding window shared by Conv2d and the 2-D pools, on pixels as columns.
 //
 //   input layout image(B, H, W), column (b*H + y)*W + x  ->  output image(B, Ho, Wo),
 //   Ho = (H + 2 padH - kernelH) / strideH + 1,   Wo = (W + 2 padW - kernelW) / strideW + 1

@@ -1,5 +1,5 @@
 #pragma once
-// ddl/nn/conv_delta_net_config.hpp: the configuration of a ConvDeltaNet (docs/spec.md §4) and its string
+// ddl/nn/models/conv_delta_net_config.hpp: the configuration of a ConvDeltaNet (docs/spec.md §4) and its string
 // key/value form (checkpoints store it as JSON, like DeltaNetConfig).
 //
 //   image (channels, height, width) -> stem conv k x k (stemWidth... = widths[0]) -> expand to dv
@@ -16,8 +16,8 @@
 #include "ddl/core/error.hpp"
 #include "ddl/core/key_values.hpp"
 #include "ddl/core/types.hpp"
-#include "ddl/nn/delta_block.hpp"
-#include "ddl/nn/delta_net_config.hpp"
+#include "ddl/nn/blocks/delta_block.hpp"
+#include "ddl/nn/models/delta_net_config.hpp"
 
 namespace ddl {
 

@@ -1,5 +1,5 @@
 #pragma once
-// ddl/nn/token_conv.hpp: a causal depthwise convolution over the tokens of each sequence, PyTorch's
+// ddl/nn/layers/token_conv.hpp: a causal depthwise convolution over the tokens of each sequence, PyTorch's
 // Conv1d(C, C, K, groups=C, padding=K-1) with the outputs past the sequence end dropped.
 //
 //   out[c, t] = sum_{s<K} w[c, s] x[c, t - K + 1 + s]  (+ b[c])
@@ -11,7 +11,7 @@
 //              dw[c, s] += sum_{b, t >= K-1-s} dout[c, t] x[c, t - K + 1 + s],  db[c] += sum_{b, t} dout[c, t]
 // Parameters: "weight" [C, 1, K] (held as (C, K)), "bias" [C] when built with one (no decay).
 // The three loops (forward, dx, dw) are free functions in ddl::detail, shared with the expanded-state
-// convolutions of nn/state_conv.hpp and nn/token_compressor.hpp.
+// convolutions of nn/layers/state_conv.hpp and nn/blocks/token_compressor.hpp.
 #include <string>
 #include <vector>
 
@@ -24,7 +24,7 @@
 #include "ddl/core/token_layout.hpp"
 #include "ddl/core/types.hpp"
 #include "ddl/core/view.hpp"
-#include "ddl/nn/init.hpp"
+#include "ddl/nn/layers/init.hpp"
 
 namespace ddl {
 namespace detail {

@@ -1,7 +1,7 @@
 #pragma once
-// ddl/nn/pool2d.hpp: 2-D max and average pooling per channel, on pixels as columns.
+// ddl/nn/layers/pool2d.hpp: 2-D max and average pooling per channel, on pixels as columns.
 //
-//   X: (C, B*H*W), column (b*H + y)*W + x  ->  Y: (C, B*Ho*Wo), geometry in nn/window2d.hpp
+//   X: (C, B*H*W), column (b*H + y)*W + x  ->  Y: (C, B*Ho*Wo), geometry in nn/layers/window2d.hpp
 //   MaxPool2d: Y(c, o) = max over the window's input pixels (padding never wins, as in PyTorch)
 //              backward: dX(c, argmax(c, o)) += dY(c, o)
 //   AvgPool2d: Y(c, o) = Σ_window X(c, p) / divisor(o)
@@ -22,7 +22,7 @@
 #include "ddl/core/error.hpp"
 #include "ddl/core/token_layout.hpp"
 #include "ddl/core/types.hpp"
-#include "ddl/nn/window2d.hpp"
+#include "ddl/nn/layers/window2d.hpp"
 
 namespace ddl {
 

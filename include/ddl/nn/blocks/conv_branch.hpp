@@ -1,5 +1,5 @@
 #pragma once
-// ddl/nn/conv_branch.hpp: the branch F of an image DeltaBlock (docs/spec.md §4): conv 3x3 -> act -> conv 3x3,
+// ddl/nn/blocks/conv_branch.hpp: the branch F of an image DeltaBlock (docs/spec.md §4): conv 3x3 -> act -> conv 3x3,
 // "same" padding, stride 1, so h has c's layout.
 //   c: (d, N) pixels as columns, N = layout.tokens() (column (b*H + y)*W + x) -> hidden (hidden, N)
 //   -> h: (d, N). Parameter names under the block: conv.conv1.{weight,bias}, conv.conv2.{weight,bias}
@@ -11,9 +11,9 @@
 #include "ddl/core/rng.hpp"
 #include "ddl/core/token_layout.hpp"
 #include "ddl/core/types.hpp"
-#include "ddl/nn/activation.hpp"
-#include "ddl/nn/conv2d.hpp"
-#include "ddl/nn/mlp_branch.hpp"
+#include "ddl/nn/layers/activation.hpp"
+#include "ddl/nn/layers/conv2d.hpp"
+#include "ddl/nn/blocks/mlp_branch.hpp"
 
 namespace ddl {
 

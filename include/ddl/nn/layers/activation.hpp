@@ -1,5 +1,5 @@
 #pragma once
-// ddl/nn/activation.hpp: element-wise activations, as free functions other layers call and as a
+// ddl/nn/layers/activation.hpp: element-wise activations, as free functions other layers call and as a
 // layer with its own cache.
 //
 //   ReLU      y = max(x, 0)                                   y' = [x > 0]

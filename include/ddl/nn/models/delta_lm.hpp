@@ -1,9 +1,9 @@
 #pragma once
-// ddl/nn/delta_lm.hpp: DeltaLM, the causal language model of the paper (docs/spec.md §8):
+// ddl/nn/models/delta_lm.hpp: DeltaLM, the causal language model of the paper (docs/spec.md §8):
 //   ids (B*T) -> embedding x (d, N) -> X0 = x (dv = 1) | repeat | EC (dv > 1)
 //   -> depth x DeltaTransformerBlock -> readout compressor (dv > 1) -> RMSNorm -> head -> logits (V, N)
 // N = B*T, column b*T + t (core/token_batch.hpp). The head is tied to the embedding (logits = E y) or a
-// separate head.weight [V, d]. Configuration and variants: nn/delta_lm_config.hpp.
+// separate head.weight [V, d]. Configuration and variants: nn/models/delta_lm_config.hpp.
 //
 // Initialisation (the authors' code, docs/spec.md §8), from one seed: every parameter with two or more
 // dimensions ~ N(0, (0.5/sqrt(d))²), the two output projections of each block (attn.o, mlp.fc2)
@@ -13,7 +13,7 @@
 //
 // Tied head: the head's matrix is refreshed from E before every forward and its gradient is folded into
 // E's after backward (a V x d copy per step), so the head is one Linear for both choices.
-// Parameter names: embed.weight, expand.weight (EC), blocks.<l>.* (nn/delta_transformer_block.hpp),
+// Parameter names: embed.weight, expand.weight (EC), blocks.<l>.* (nn/blocks/delta_transformer_block.hpp),
 // readout.* (dv > 1), norm.weight, head.weight (untied only).
 #include <algorithm>
 #include <cmath>
@@ -27,16 +27,16 @@
 #include "ddl/core/rng.hpp"
 #include "ddl/core/token_batch.hpp"
 #include "ddl/core/types.hpp"
-#include "ddl/nn/compressor.hpp"
-#include "ddl/nn/delta_lm_config.hpp"
-#include "ddl/nn/delta_transformer_block.hpp"
-#include "ddl/nn/embedding.hpp"
-#include "ddl/nn/expansion.hpp"
-#include "ddl/nn/init.hpp"
-#include "ddl/nn/linear.hpp"
-#include "ddl/nn/rms_norm.hpp"
-#include "ddl/nn/state_conv.hpp"
-#include "ddl/nn/token_compressor.hpp"
+#include "ddl/nn/blocks/compressor.hpp"
+#include "ddl/nn/models/delta_lm_config.hpp"
+#include "ddl/nn/blocks/delta_transformer_block.hpp"
+#include "ddl/nn/layers/embedding.hpp"
+#include "ddl/nn/blocks/expansion.hpp"
+#include "ddl/nn/layers/init.hpp"
+#include "ddl/nn/layers/linear.hpp"
+#include "ddl/nn/layers/rms_norm.hpp"
+#include "ddl/nn/layers/state_conv.hpp"
+#include "ddl/nn/blocks/token_compressor.hpp"
 
 namespace ddl {
 
@@ -52,7 +52,7 @@ class DeltaLM {
         m_tcReadout(config.d, config.dv, config.convKernel), m_norm(config.d, config.finalNormEps),
         m_head(config.d, config.vocab, /*bias=*/false) {
     m_blocks.reserve(static_cast<std::size_t>(config.depth));
-    for (Index i = 0; i < config.depth; ++i) m_blocks.emplace_back(config);
+    for (Index i = 0; i < config.depth; ++i) m_blocks.emplace_back(config.blockConfig());
     m_states.resize(static_cast<std::size_t>(config.depth) + 1);
     initialize(seed);
   }

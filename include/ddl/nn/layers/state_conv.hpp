@@ -1,5 +1,5 @@
 #pragma once
-// ddl/nn/state_conv.hpp: causal convolutions over the tokens of the expanded state of sequences
+// ddl/nn/layers/state_conv.hpp: causal convolutions over the tokens of the expanded state of sequences
 // (docs/spec.md §8, "Expanded state for sequences"; the language model's TC and EC).
 //
 // Layout: sequence(B, T), N = B*T tokens, column b*T + t (core/token_layout.hpp). The state X is
@@ -23,7 +23,7 @@
 // channel (X = x 1ᵀ, docs/spec.md §3's repetition); init() re-draws like torch.nn.Conv1d (fan_in = K).
 // Weight gradients are sums over tokens in double (core/reduce.hpp); every loop gives the same bits on
 // any thread count (output columns are independent; a value channel's weight gradient is one task's
-// fixed-order sum). The loops are the shared kernels of nn/token_conv.hpp, run per value channel on
+// fixed-order sum). The loops are the shared kernels of nn/layers/token_conv.hpp, run per value channel on
 // contiguous (d, N) blocks with that channel's weights gathered into a contiguous (d, K) block.
 //
 // Incremental decoding (one sequence, one new token per call): StepCache holds the last K inputs in
@@ -43,8 +43,8 @@
 #include "ddl/core/token_layout.hpp"
 #include "ddl/core/types.hpp"
 #include "ddl/core/view.hpp"
-#include "ddl/nn/init.hpp"
-#include "ddl/nn/token_conv.hpp"
+#include "ddl/nn/layers/init.hpp"
+#include "ddl/nn/layers/token_conv.hpp"
 
 namespace ddl {
 namespace detail {

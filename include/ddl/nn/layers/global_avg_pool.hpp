@@ -1,5 +1,5 @@
 #pragma once
-// ddl/nn/global_avg_pool.hpp: the mean over each sample's tokens (global average pool per image).
+// ddl/nn/layers/global_avg_pool.hpp: the mean over each sample's tokens (global average pool per image).
 //
 //   X: (C, B*T), T = layout.tokensPerSample() (H*W for an image), columns of sample b at b*T .. b*T+T-1
 //   -> Y: (C, B), Y(:, b) = (1/T) Σ_t X(:, b*T + t)           backward: dX(:, b*T + t) = dY(:, b) / T

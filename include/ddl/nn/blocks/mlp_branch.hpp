@@ -1,5 +1,5 @@
 #pragma once
-// ddl/nn/mlp_branch.hpp: the branch F of a vector DeltaBlock (docs/spec.md §2): h = fc2(act(fc1(c))).
+// ddl/nn/blocks/mlp_branch.hpp: the branch F of a vector DeltaBlock (docs/spec.md §2): h = fc2(act(fc1(c))).
 //   c: (d, N) -> hidden (hidden, N) -> h: (d, N); tokens are independent, so the layout is only checked.
 // Parameter names under the block: mlp.fc1.{weight,bias}, mlp.fc2.{weight,bias}.
 //
@@ -16,8 +16,8 @@
 #include "ddl/core/rng.hpp"
 #include "ddl/core/token_layout.hpp"
 #include "ddl/core/types.hpp"
-#include "ddl/nn/activation.hpp"
-#include "ddl/nn/linear.hpp"
+#include "ddl/nn/layers/activation.hpp"
+#include "ddl/nn/layers/linear.hpp"
 
 namespace ddl {
 

@@ -1,5 +1,5 @@
 #pragma once
-// ddl/nn/rms_norm.hpp: RMSNorm over the feature axis of every column, with a learnable gain.
+// ddl/nn/layers/rms_norm.hpp: RMSNorm over the feature axis of every column, with a learnable gain.
 //
 //   r_b = 1 / sqrt(mean_i X(i,b)^2 + eps),   x̂ = X r,   Y = g ⊙ x̂          X, Y: (d, B), g: (d, 1)
 //   backward (exact for eps > 0):  t = g ⊙ dY,   dX = r ⊙ (t − x̂ · mean_i(t ⊙ x̂)),   dg += Σ_b dY ⊙ x̂

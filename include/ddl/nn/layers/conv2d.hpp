@@ -1,7 +1,7 @@
 #pragma once
-// ddl/nn/conv2d.hpp: 2-D convolution on pixels as columns (docs/architecture.md principle 1), by GEMMs.
+// ddl/nn/layers/conv2d.hpp: 2-D convolution on pixels as columns (docs/architecture.md principle 1), by GEMMs.
 //
-//   X: (in, B*H*W), column (b*H + y)*W + x  ->  Y: (out, B*Ho*Wo), geometry in nn/window2d.hpp
+//   X: (in, B*H*W), column (b*H + y)*W + x  ->  Y: (out, B*Ho*Wo), geometry in nn/layers/window2d.hpp
 //   Y(o, (b, oy, ox)) = bias(o) + Σ_{c,i,j} Wt[o, c, i, j] X(c, (b, oy*sh - ph + i, ox*sw - pw + j))
 //   (zero outside the image; dilation 1, groups 1). weight: [out, in, kh, kw] as torch.nn.Conv2d,
 //   held as (out, in*kh*kw) with column (c*kh + i)*kw + j; bias: [out], no weight decay.
@@ -53,8 +53,8 @@
 #include "ddl/core/token_layout.hpp"
 #include "ddl/core/types.hpp"
 #include "ddl/core/view.hpp"
-#include "ddl/nn/init.hpp"
-#include "ddl/nn/window2d.hpp"
+#include "ddl/nn/layers/init.hpp"
+#include "ddl/nn/layers/window2d.hpp"
 
 namespace ddl {
 

@@ -1,5 +1,5 @@
 #pragma once
-// ddl/nn/delta_net_config.hpp: the full configuration of a DeltaNet, the presets of docs/spec.md §7, and a
+// ddl/nn/models/delta_net_config.hpp: the full configuration of a DeltaNet, the presets of docs/spec.md §7, and a
 // string key/value form of it (checkpoints store it; the PyTorch loader rebuilds the net from it).
 //
 // Presets (the residual kind is independent: "code" + additive is the plain residual baseline):
@@ -13,10 +13,10 @@
 #include "ddl/core/error.hpp"
 #include "ddl/core/key_values.hpp"
 #include "ddl/core/types.hpp"
-#include "ddl/nn/activation.hpp"
-#include "ddl/nn/compressor.hpp"
-#include "ddl/nn/delta_block.hpp"
-#include "ddl/nn/delta_residual.hpp"
+#include "ddl/nn/layers/activation.hpp"
+#include "ddl/nn/blocks/compressor.hpp"
+#include "ddl/nn/blocks/delta_block.hpp"
+#include "ddl/nn/blocks/delta_residual.hpp"
 
 namespace ddl {
 

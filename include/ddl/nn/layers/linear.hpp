@@ -1,5 +1,5 @@
 #pragma once
-// ddl/nn/linear.hpp: the fully connected layer Y = W X + b 1ᵀ, tokens are columns.
+// ddl/nn/layers/linear.hpp: the fully connected layer Y = W X + b 1ᵀ, tokens are columns.
 //
 //   X: (in, B)   W: (out, in)   b: (out, 1)   Y: (out, B)
 //   backward:  dW += dY Xᵀ,  db += dY 1,  dX = Wᵀ dY
@@ -33,7 +33,7 @@
 #include "ddl/core/threading.hpp"
 #include "ddl/core/types.hpp"
 #include "ddl/core/view.hpp"
-#include "ddl/nn/init.hpp"
+#include "ddl/nn/layers/init.hpp"
 
 namespace ddl {
 

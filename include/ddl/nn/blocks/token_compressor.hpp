@@ -1,8 +1,8 @@
 #pragma once
-// ddl/nn/token_compressor.hpp: TC, the compressor over tokens that reads the expanded state of
+// ddl/nn/blocks/token_compressor.hpp: TC, the compressor over tokens that reads the expanded state of
 // sequences into the sublayers' input (docs/spec.md §8; the language model's tc variants).
 //
-//   Y    = StateConv(X):  Y_j[i, t] = sum_{s<K} w[i*dv + j, s] X_j[i, t - K + 1 + s]   (nn/state_conv.hpp)
+//   Y    = StateConv(X):  Y_j[i, t] = sum_{s<K} w[i*dv + j, s] X_j[i, t - K + 1 + s]   (nn/layers/state_conv.hpp)
 //   x_in[i, t] = sum_j r[j] Y_j[i, t]
 //
 // computed in one pass with the effective weights we_j[i, s] = r[j] w[i*dv + j, s] (Y is never stored):
@@ -15,7 +15,7 @@
 // channel (i, j) is PyTorch's channel o = i*dv + j. Parameters "conv.weight" [d*dv, 1, K] (held as
 // (d*dv, K), row o) and "read.weight" [dv] (held as (dv, 1)), both with decay as compressor.hpp's. The
 // conv starts as the identity and r as 1/dv, so TC starts as the mean over channels at the current
-// token, exactly like CC (nn/compressor.hpp); conv().init(rng) re-draws the conv.
+// token, exactly like CC (nn/blocks/compressor.hpp); conv().init(rng) re-draws the conv.
 // Decoding (one sequence, one token per call): StepCache keeps the last K states of the sequence; a
 // block whose two sublayers share one TC keeps one StepCache per sublayer (they read different states).
 #include <string>
@@ -29,8 +29,8 @@
 #include "ddl/core/token_layout.hpp"
 #include "ddl/core/types.hpp"
 #include "ddl/core/view.hpp"
-#include "ddl/nn/state_conv.hpp"
-#include "ddl/nn/token_conv.hpp"
+#include "ddl/nn/layers/state_conv.hpp"
+#include "ddl/nn/layers/token_conv.hpp"
 
 namespace ddl {
 

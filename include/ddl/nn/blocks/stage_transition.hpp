@@ -1,5 +1,5 @@
 #pragma once
-// ddl/nn/stage_transition.hpp: the step between two stages of an image net (docs/spec.md §4): it acts on the
+// ddl/nn/blocks/stage_transition.hpp: the step between two stages of an image net (docs/spec.md §4): it acts on the
 // compressed state and re-expands.
 //   X: (cin, dv*N) -> x_in = CC(X) (dv > 1; X itself for dv = 1) -> c = RMSNorm(x_in)
 //   -> y = conv 3x3 stride 2, padding 1 (cin -> cout): (cout, N') with N' the tokens of
@@ -12,10 +12,10 @@
 #include "ddl/core/rng.hpp"
 #include "ddl/core/token_layout.hpp"
 #include "ddl/core/types.hpp"
-#include "ddl/nn/compressor.hpp"
-#include "ddl/nn/conv2d.hpp"
-#include "ddl/nn/expansion.hpp"
-#include "ddl/nn/rms_norm.hpp"
+#include "ddl/nn/blocks/compressor.hpp"
+#include "ddl/nn/layers/conv2d.hpp"
+#include "ddl/nn/blocks/expansion.hpp"
+#include "ddl/nn/layers/rms_norm.hpp"
 
 namespace ddl {
 

@@ -1,5 +1,5 @@
 #pragma once
-// ddl/nn/delta_net.hpp: the whole classifier,
+// ddl/nn/models/delta_net.hpp: the whole classifier,
 //   input (inputDim, N) -> Linear -> x (d, N) -> expand to dv channels -> depth x DeltaBlock
 //   -> readout CC (dv > 1) -> RMSNorm -> Linear head -> logits (classes, N).
 // A plain residual network is the same class with block.residual.residual = Additive.
@@ -14,12 +14,12 @@
 #include "ddl/core/param.hpp"
 #include "ddl/core/rng.hpp"
 #include "ddl/core/types.hpp"
-#include "ddl/nn/compressor.hpp"
-#include "ddl/nn/delta_block.hpp"
-#include "ddl/nn/delta_net_config.hpp"
-#include "ddl/nn/expansion.hpp"
-#include "ddl/nn/linear.hpp"
-#include "ddl/nn/rms_norm.hpp"
+#include "ddl/nn/blocks/compressor.hpp"
+#include "ddl/nn/blocks/delta_block.hpp"
+#include "ddl/nn/models/delta_net_config.hpp"
+#include "ddl/nn/blocks/expansion.hpp"
+#include "ddl/nn/layers/linear.hpp"
+#include "ddl/nn/layers/rms_norm.hpp"
 
 namespace ddl {
 

@@ -1,5 +1,5 @@
 #pragma once
-// ddl/nn/causal_self_attention.hpp: multi-head causal self-attention with rotary positions (RoPE) and
+// ddl/nn/blocks/causal_self_attention.hpp: multi-head causal self-attention with rotary positions (RoPE) and
 // per-head RMSNorm on queries and keys, the token mixer of the causal language model.
 //
 //   c: (d, N), N = B*T, layout sequence(B, T): column b*T + t (core/token_layout.hpp)
@@ -59,8 +59,8 @@
 #include "ddl/core/threading.hpp"
 #include "ddl/core/token_layout.hpp"
 #include "ddl/core/types.hpp"
-#include "ddl/nn/linear.hpp"
-#include "ddl/nn/rms_norm.hpp"
+#include "ddl/nn/layers/linear.hpp"
+#include "ddl/nn/layers/rms_norm.hpp"
 #include "ddl/ops/rotary.hpp"
 
 namespace ddl {

@@ -1,5 +1,5 @@
 #pragma once
-// ddl/nn/swiglu_branch.hpp: the gated MLP of a transformer block (SwiGLU), usable as the branch F of
+// ddl/nn/blocks/swiglu_branch.hpp: the gated MLP of a transformer block (SwiGLU), usable as the branch F of
 // DeltaBlock<S, SwiGluBranch<S>> (the branch contract of mlp_branch.hpp):
 //
 //   a = W1 c,  b = W3 c,  m = silu(a) ⊙ b,  h = W2 m          silu(x) = x σ(x), no biases
@@ -20,9 +20,9 @@
 #include "ddl/core/rng.hpp"
 #include "ddl/core/token_layout.hpp"
 #include "ddl/core/types.hpp"
-#include "ddl/nn/activation.hpp"
-#include "ddl/nn/linear.hpp"
-#include "ddl/nn/mlp_branch.hpp"
+#include "ddl/nn/layers/activation.hpp"
+#include "ddl/nn/layers/linear.hpp"
+#include "ddl/nn/blocks/mlp_branch.hpp"
 
 namespace ddl {
 

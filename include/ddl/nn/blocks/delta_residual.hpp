@@ -1,5 +1,5 @@
 #pragma once
-// ddl/nn/delta_residual.hpp: the rewrite step of one block (docs/spec.md §2), with every option of the paper
+// ddl/nn/blocks/delta_residual.hpp: the rewrite step of one block (docs/spec.md §2), with every option of the paper
 // versions and the authors' code, and the two controls (write-only, additive) as one option.
 //
 // Per token, given the state X (d x dv), the branch input x_in, c = RMSNorm(x_in) and the branch
@@ -31,8 +31,8 @@
 #include "ddl/core/rng.hpp"
 #include "ddl/core/types.hpp"
 #include "ddl/core/view.hpp"
-#include "ddl/nn/activation.hpp"
-#include "ddl/nn/linear.hpp"
+#include "ddl/nn/layers/activation.hpp"
+#include "ddl/nn/layers/linear.hpp"
 #include "ddl/ops/delta_write.hpp"
 #include "ddl/ops/direction.hpp"
 #include "ddl/ops/gate.hpp"

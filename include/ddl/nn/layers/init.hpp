@@ -1,5 +1,5 @@
 #pragma once
-// ddl/nn/init.hpp: seeded, portable parameter initialisation.
+// ddl/nn/layers/init.hpp: seeded, portable parameter initialisation.
 //
 // Every draw goes through ddl::Rng in double and is then rounded to S, so float and double models
 // built from the same seed hold the same numbers (up to rounding) on every platform. Matrices are

@@ -1,5 +1,5 @@
 #pragma once
-// ddl/nn/delta_lm_config.hpp: the configuration of DeltaLM, the causal language model of Delta
+// ddl/nn/models/delta_lm_config.hpp: the configuration of DeltaLM, the causal language model of Delta
 // Transformer blocks (docs/spec.md §8), its paper variants and its checkpoint key-values.
 //
 // Variants (the paper's names; applyVariant sets dv, the state compressor and the expansion):
@@ -20,23 +20,12 @@
 #include "ddl/core/error.hpp"
 #include "ddl/core/key_values.hpp"
 #include "ddl/core/types.hpp"
-#include "ddl/nn/activation.hpp"
-#include "ddl/nn/delta_block.hpp"
-#include "ddl/nn/delta_net_config.hpp"
+#include "ddl/nn/layers/activation.hpp"
+#include "ddl/nn/blocks/delta_block.hpp"
+#include "ddl/nn/blocks/delta_transformer_block.hpp"
+#include "ddl/nn/models/delta_net_config.hpp"
 
 namespace ddl {
-
-// How a block reads its expanded state into the sublayers' input (dv > 1).
-enum class StateCompressorKind {
-  PerToken,    // CC: x_in[i] = sum_j W[i, j] X_j[i] at the current token (nn/compressor.hpp)
-  OverTokens,  // TC: causal depthwise conv over tokens on every (i, j) channel, then a read vector over dv
-};
-inline const char* toString(StateCompressorKind k) { return k == StateCompressorKind::PerToken ? "cc" : "tc"; }
-inline StateCompressorKind parseStateCompressorKind(const std::string& s) {
-  if (s == "cc") return StateCompressorKind::PerToken;
-  if (s == "tc") return StateCompressorKind::OverTokens;
-  throw ValueError(message("ddl::parseStateCompressorKind", "unknown value '", s, "', expected one of cc, tc"));
-}
 
 struct DeltaLMConfig {
   static constexpr Index kMaxSize = Index(1) << 24;  // upper bound of every size read from text
@@ -67,6 +56,21 @@ struct DeltaLMConfig {
   }
 
   Index resolvedHidden() const { return hidden > 0 ? hidden : 8 * d / 3; }
+
+  // The configuration of each block.
+  DeltaTransformerBlockConfig blockConfig() const {
+    DeltaTransformerBlockConfig b;
+    b.d = d;
+    b.dv = dv;
+    b.heads = heads;
+    b.hidden = resolvedHidden();
+    b.ropeBase = ropeBase;
+    b.qkNorm = qkNorm;
+    b.compressor = stateCompressor;
+    b.convKernel = convKernel;
+    b.block = block;
+    return b;
+  }
   Index headDim() const { return heads > 0 ? d / heads : 0; }
 
   void validate() const {

@@ -1,5 +1,5 @@
 #pragma once
-// ddl/nn/dropout.hpp: inverted dropout with a seeded, checkpointable generator.
+// ddl/nn/layers/dropout.hpp: inverted dropout with a seeded, checkpointable generator.
 //
 // Training: mask M(i,b) = 1/(1−p) with probability 1−p, else 0; Y = M ⊙ X, dX = M ⊙ dY, so E[Y] = X
 // and evaluation is the identity. Each Rng::next() gives two 32-bit uniforms u (low half, then high

@@ -1,5 +1,5 @@
 #pragma once
-// ddl/nn/embedding.hpp: a token embedding, the lookup of one learned d-vector per token id.
+// ddl/nn/layers/embedding.hpp: a token embedding, the lookup of one learned d-vector per token id.
 //
 //   ids: N token ids in [0, vocab)   W: (vocab, d)   out: (d, N), out.col(n) = W.row(ids[n])ᵀ
 //   backward:  dW.row(ids[n]) += dOut.col(n)ᵀ for n = 0 .. N-1, in that order
@@ -26,7 +26,7 @@
 #include "ddl/core/param.hpp"
 #include "ddl/core/rng.hpp"
 #include "ddl/core/types.hpp"
-#include "ddl/nn/init.hpp"
+#include "ddl/nn/layers/init.hpp"
 
 namespace ddl {
 

@@ -1,5 +1,5 @@
 #pragma once
-// ddl/nn/conv_delta_net.hpp: the image classifier of docs/spec.md §4 (configuration: conv_delta_net_config.hpp).
+// ddl/nn/models/conv_delta_net.hpp: the image classifier of docs/spec.md §4 (configuration: conv_delta_net_config.hpp).
 //   images (C*H*W, B), one CHW column per image -> pixels as columns (C, B*H*W)
 //   -> stem conv k x k (C -> widths[0]) -> expand to dv -> per stage: [transition] + DeltaConvBlocks
 //   -> readout CC (dv > 1) -> RMSNorm per pixel -> global average pool per image (widths.back(), B)
@@ -20,16 +20,16 @@
 #include "ddl/core/rng.hpp"
 #include "ddl/core/token_layout.hpp"
 #include "ddl/core/types.hpp"
-#include "ddl/nn/compressor.hpp"
-#include "ddl/nn/conv2d.hpp"
-#include "ddl/nn/conv_branch.hpp"
-#include "ddl/nn/conv_delta_net_config.hpp"
-#include "ddl/nn/delta_block.hpp"
-#include "ddl/nn/expansion.hpp"
-#include "ddl/nn/global_avg_pool.hpp"
-#include "ddl/nn/linear.hpp"
-#include "ddl/nn/rms_norm.hpp"
-#include "ddl/nn/stage_transition.hpp"
+#include "ddl/nn/blocks/compressor.hpp"
+#include "ddl/nn/layers/conv2d.hpp"
+#include "ddl/nn/blocks/conv_branch.hpp"
+#include "ddl/nn/models/conv_delta_net_config.hpp"
+#include "ddl/nn/blocks/delta_block.hpp"
+#include "ddl/nn/blocks/expansion.hpp"
+#include "ddl/nn/layers/global_avg_pool.hpp"
+#include "ddl/nn/layers/linear.hpp"
+#include "ddl/nn/layers/rms_norm.hpp"
+#include "ddl/nn/blocks/stage_transition.hpp"
 
 namespace ddl {
 

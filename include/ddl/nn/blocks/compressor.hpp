@@ -1,5 +1,5 @@
 #pragma once
-// ddl/nn/compressor.hpp: CC, the compressor that reads the expanded state X (d x dv per token) into the
+// ddl/nn/blocks/compressor.hpp: CC, the compressor that reads the expanded state X (d x dv per token) into the
 // branch input x_in (docs/spec.md §3): x_in[i] = sum_j W[i, j] X_j[i].
 //   Free:       W: (d, dv) free weights, initialised to 1/dv (the mean over channels)      "weight"
 //   Structured: the authors' code: a "same"-padded conv of kernel K along the dv axis, then a read

@@ -1,5 +1,5 @@
 #pragma once
-// ddl/nn/delta_transformer_block.hpp: one block of the DDL Transformer (docs/spec.md §8): two Delta
+// ddl/nn/blocks/delta_transformer_block.hpp: one block of the DDL Transformer (docs/spec.md §8): two Delta
 // sublayers, causal self-attention then SwiGLU, each the rewrite of docs/spec.md §1-§3 with h = the
 // sublayer's output (k-Map):
 //   for s in (attn, mlp):
@@ -8,9 +8,9 @@
 // With ResidualKind::Additive and dv = 1 this is exactly a pre-norm GPT block (x + attn(norm x), then
 // x + mlp(norm x)), so the baseline is one option.
 // State X: (d, dv*N), N = B*T under the layout sequence(B, T), value channel j = X.middleCols(j*N, N).
-// The compressor is CC (per token, nn/compressor.hpp) or TC (over tokens, nn/token_compressor.hpp).
-// Parameter names: compress.* (dv > 1), attn_norm.weight, attn.* (nn/causal_self_attention.hpp),
-// attn_delta.* (nn/delta_residual.hpp), mlp_norm.weight, mlp.fc{1,2,3}.weight (nn/swiglu_branch.hpp),
+// The compressor is CC (per token, nn/blocks/compressor.hpp) or TC (over tokens, nn/blocks/token_compressor.hpp).
+// Parameter names: compress.* (dv > 1), attn_norm.weight, attn.* (nn/blocks/causal_self_attention.hpp),
+// attn_delta.* (nn/blocks/delta_residual.hpp), mlp_norm.weight, mlp.fc{1,2,3}.weight (nn/blocks/swiglu_branch.hpp),
 // mlp_delta.*.
 // The compressor's two applications keep separate caches and run backward in reverse order (docs/
 // decisions.md, "Modules applied more than once per step").
@@ -23,25 +23,48 @@
 #include "ddl/core/rng.hpp"
 #include "ddl/core/token_layout.hpp"
 #include "ddl/core/types.hpp"
-#include "ddl/nn/causal_self_attention.hpp"
-#include "ddl/nn/compressor.hpp"
-#include "ddl/nn/delta_lm_config.hpp"
-#include "ddl/nn/delta_residual.hpp"
-#include "ddl/nn/rms_norm.hpp"
-#include "ddl/nn/swiglu_branch.hpp"
-#include "ddl/nn/token_compressor.hpp"
+#include "ddl/nn/blocks/causal_self_attention.hpp"
+#include "ddl/nn/blocks/compressor.hpp"
+#include "ddl/nn/blocks/delta_block.hpp"
+#include "ddl/nn/blocks/delta_residual.hpp"
+#include "ddl/nn/layers/rms_norm.hpp"
+#include "ddl/nn/blocks/swiglu_branch.hpp"
+#include "ddl/nn/blocks/token_compressor.hpp"
 
 namespace ddl {
+
+// How a block reads its expanded state into the sublayers' input (dv > 1).
+enum class StateCompressorKind {
+  PerToken,    // CC: x_in[i] = sum_j W[i, j] X_j[i] at the current token (nn/blocks/compressor.hpp)
+  OverTokens,  // TC: causal depthwise conv over tokens on every (i, j) channel, then a read vector over dv
+};
+inline const char* toString(StateCompressorKind k) { return k == StateCompressorKind::PerToken ? "cc" : "tc"; }
+inline StateCompressorKind parseStateCompressorKind(const std::string& s) {
+  if (s == "cc") return StateCompressorKind::PerToken;
+  if (s == "tc") return StateCompressorKind::OverTokens;
+  throw ValueError(message("ddl::parseStateCompressorKind", "unknown value '", s, "', expected one of cc, tc"));
+}
+
+// What one block needs to know (DeltaLMConfig::blockConfig() fills it from the model's configuration).
+struct DeltaTransformerBlockConfig {
+  Index d = 0, dv = 1, heads = 1;
+  Index hidden = 0;  // SwiGLU hidden width, resolved (>= 1)
+  double ropeBase = 10000;
+  bool qkNorm = true;
+  StateCompressorKind compressor = StateCompressorKind::PerToken;
+  Index convKernel = 4;  // TC
+  DeltaBlockOptions block;  // residual options, norm eps, CC form
+};
 
 template <class S>
 class DeltaTransformerBlock {
  public:
-  explicit DeltaTransformerBlock(const DeltaLMConfig& cfg)
-      : m_d(validated(cfg).d), m_dv(cfg.dv), m_overTokens(cfg.dv > 1 && cfg.stateCompressor == StateCompressorKind::OverTokens),
+  explicit DeltaTransformerBlock(const DeltaTransformerBlockConfig& cfg)
+      : m_d(validated(cfg).d), m_dv(cfg.dv), m_overTokens(cfg.dv > 1 && cfg.compressor == StateCompressorKind::OverTokens),
         m_compress(cfg.d, cfg.dv, cfg.block.compressor, cfg.block.compressorKernel),
         m_tc(cfg.d, cfg.dv, cfg.convKernel),
         m_attn(cfg.d, cfg.dv, cfg.block, CausalSelfAttention<S>(attentionConfig(cfg))),
-        m_mlp(cfg.d, cfg.dv, cfg.block, SwiGluBranch<S>(cfg.d, DeltaBlockBranchOptions{cfg.resolvedHidden(), Activation::SiLU})) {}
+        m_mlp(cfg.d, cfg.dv, cfg.block, SwiGluBranch<S>(cfg.d, DeltaBlockBranchOptions{cfg.hidden, Activation::SiLU})) {}
 
   // The modules' own initialisation (torch.nn defaults, gate bias logit(beta0/2), gains 1); DeltaLM
   // then redraws the matrices as docs/spec.md §8 prescribes. Draw order: attention, its residual, SwiGLU,
@@ -148,11 +171,18 @@ class DeltaTransformerBlock {
     MatX<S> dXin, dC, dH, dTmp, dXc;                // backward
   };
 
-  static const DeltaLMConfig& validated(const DeltaLMConfig& cfg) {
-    cfg.validate();
+  static const DeltaTransformerBlockConfig& validated(const DeltaTransformerBlockConfig& cfg) {
+    const char* fn = "ddl::DeltaTransformerBlock";
+    require(cfg.d >= 1 && cfg.dv >= 1 && cfg.hidden >= 1 && cfg.convKernel >= 1, fn,
+            "d, dv, hidden and convKernel must be >= 1, got d = ", cfg.d, ", dv = ", cfg.dv, ", hidden = ", cfg.hidden,
+            ", convKernel = ", cfg.convKernel);
+    require(cfg.block.residual.direction == DirectionSource::BranchOutput, fn,
+            "the sublayers give the directions (k-Map); direction '", toString(cfg.block.residual.direction),
+            "' is for DeltaBlock");
+    cfg.block.residual.validate(fn);
     return cfg;
   }
-  static CausalSelfAttentionConfig attentionConfig(const DeltaLMConfig& cfg) {
+  static CausalSelfAttentionConfig attentionConfig(const DeltaTransformerBlockConfig& cfg) {
     CausalSelfAttentionConfig a;
     a.d = cfg.d;
     a.heads = cfg.heads;

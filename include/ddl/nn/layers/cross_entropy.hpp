@@ -1,5 +1,5 @@
 #pragma once
-// ddl/nn/cross_entropy.hpp: fused softmax + cross-entropy with optional label smoothing.
+// ddl/nn/layers/cross_entropy.hpp: fused softmax + cross-entropy with optional label smoothing.
 //
 // Per column b of the logits Z: (C, B) with label y_b:
 //   lse_b = m_b + log Σ_i exp(Z(i,b) − m_b),  m_b = max_i Z(i,b)        (never overflows)

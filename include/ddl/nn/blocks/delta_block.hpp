@@ -1,5 +1,5 @@
 #pragma once
-// ddl/nn/delta_block.hpp: one residual block, generic over its branch F (docs/decisions.md, "One block,
+// ddl/nn/blocks/delta_block.hpp: one residual block, generic over its branch F (docs/decisions.md, "One block,
 // any branch"):
 //   x_in = X (dv = 1) | CC(X) (dv > 1);  c = RMSNorm(x_in);  h = F(c);  X' = rewrite(X, x_in, c, h)
 // The compress / norm / residual plumbing is written once here; the branch is MlpBranch (fc1 -> act
@@ -18,11 +18,11 @@
 #include "ddl/core/rng.hpp"
 #include "ddl/core/token_layout.hpp"
 #include "ddl/core/types.hpp"
-#include "ddl/nn/activation.hpp"
-#include "ddl/nn/compressor.hpp"
-#include "ddl/nn/delta_residual.hpp"
-#include "ddl/nn/mlp_branch.hpp"
-#include "ddl/nn/rms_norm.hpp"
+#include "ddl/nn/layers/activation.hpp"
+#include "ddl/nn/blocks/compressor.hpp"
+#include "ddl/nn/blocks/delta_residual.hpp"
+#include "ddl/nn/blocks/mlp_branch.hpp"
+#include "ddl/nn/layers/rms_norm.hpp"
 
 namespace ddl {
 
