@@ -489,10 +489,10 @@ def main(argv=None):
             worst_val = max(worst_val, abs(diff))
         fmt = lambda x, w: f"{x:{w}.4f}" if x is not None else " " * (w - 1) + "-"
         print(f"{e + 1:5d} {step:6d} {opt.lr:9.3e} | {loss_sum / steps:11.4f} {fmt(ddl_train, 10)} | "
-              f"{val_loss:10.4f} {fmt(ddl_val, 10)} {(f'{diff:+10.4f}' if diff is not None else '         -')} | "
+              f"{val_loss:10.4f} {fmt(ddl_val, 10)} {(f'{diff:+10.5f}' if diff is not None else '         -')} | "
               f"{time.time() - t0:6.1f}", flush=True)
     if metrics:
-        print(f"largest |val torch - val ddl| over the epochs: {worst_val:.4f} nats")
+        print(f"largest |val torch - val ddl| over the epochs: {worst_val:.5f} nats")
         if args.loss_tol is not None and worst_val > args.loss_tol:
             print(f"FAIL: above --loss-tol {args.loss_tol:g}")
             failed = True
