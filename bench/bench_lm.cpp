@@ -14,8 +14,8 @@
 // with the same four projections alone (Linear q, k, v, o forward and backward and the two dc
 // additions, what the layer issues around its core) and with the core's products alone. The core's
 // time is layer − projections (it includes RoPE and the QK norms, a few % of it). FLOPs of the core
-// per (sequence, head) pair, counted as the code computes them, i.e. full T x T score blocks (the
-// causal mask zeroes the upper half after the product; "causal half" would be about half of these):
+// per (sequence, head) pair, counted over the full T x T score matrix (the layer's causal blocks of 64
+// compute 10 of its 16 tiles at T = 256, i.e. 62.5 % of this count; the exact causal half is ~50 %):
 //   forward   S = Kᵀ Q, O = V P                          2 · 2 T² d_h
 //   backward  S again (recompute), dV = dO Pᵀ, dP = Vᵀ dO, dQ = K dS, dK = Q dSᵀ   5 · 2 T² d_h
 // = 14 T² d_h per pair, B·H pairs: 14 T² d B = 3.76 GFLOP per step (12 T² d B = 3.22 GFLOP without the
