@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # ddl against PyTorch on the same training step, same threads, in interleaved rounds: each round runs
 # ddl's benchmark once and then PyTorch's script once, so that both sides meet the same load.
-#   bench/run_compare.sh [--net mlp|conv] [--rounds R] [build-dir] [threads]   (defaults: mlp, 3, build-bench, 2)
+#   bench/run_compare.sh [--net mlp|conv|lm] [--rounds R] [build-dir] [threads]   (defaults: mlp, 3, build-bench, 2)
 #   mlp : ddl_bench_net BM_NetStep_Paired   beside bench/pytorch/bench_deltanet.py
 #         (784 -> 256, 4 Delta blocks of hidden 1024, B = 128; plain and delta)
 #   conv: ddl_bench_conv_block BM_ConvNetStep beside bench/pytorch/bench_conv_deltanet.py
 #         (ddl-cifar's ConvDeltaNet, B = 128; plain and delta)
+#   lm  : ddl_bench_lm BM_LmStep_Paired       beside bench/pytorch/bench_lm.py
+#         (DeltaLM d 256, L 4, 4 heads, T 256, B 16, vocab 256, float; additive dv1, delta dv1, delta cc
+#         (dv 4); PyTorch's variants dv1-additive, dv1, cc; its first round checks its model against
+#         tools/ddl_torch.py's DeltaLM (--verify), later rounds skip that)
 # Reported per side: the median of the rounds' medians and the minimum of the rounds' minima; PyTorch
 # in its faster mode (eager or torch.jit.script). Both sides run with OMP_WAIT_POLICY=passive (spinning
 # threads steal the cores they wait for on a shared machine); PyTorch with
@@ -27,8 +31,11 @@ threads=${2:-2}
 case $net in
   mlp) exe="$build/bench/ddl_bench_net" filter='BM_NetStep_Paired' script="$here/pytorch/bench_deltanet.py" ;;
   conv) exe="$build/bench/ddl_bench_conv_block" filter='BM_ConvNetStep' script="$here/pytorch/bench_conv_deltanet.py" ;;
-  *) echo "run_compare.sh: --net expects mlp or conv, got '$net'" >&2; exit 1 ;;
+  lm) exe="$build/bench/ddl_bench_lm" filter='BM_LmStep_Paired' script="$here/pytorch/bench_lm.py" ;;
+  *) echo "run_compare.sh: --net expects mlp, conv or lm, got '$net'" >&2; exit 1 ;;
 esac
+# The residual kinds / variants reported, in order; the first is the baseline of the ratio lines.
+if [ "$net" = lm ]; then variants="additive delta cc"; else variants="plain delta"; fi
 [ -x "$exe" ] || { echo "run_compare.sh: $exe not found; build it first (tools/run-bench.sh does)" >&2; exit 1; }
 command -v jq >/dev/null || { echo "run_compare.sh: needs jq (sudo apt-get install jq)" >&2; exit 1; }
 tmp=$(mktemp -d)
@@ -45,24 +52,32 @@ for r in $(seq 1 "$rounds"); do
   if [ "$net" = mlp ]; then
     jq -r '.benchmarks[] | select(.name | startswith("BM_NetStep_Paired")) |
            "plain \(.plain_ms) \(.min_plain_ms)\ndelta \(.delta_ms) \(.min_delta_ms)"' "$tmp/ddl$r.json" >>"$tmp/ddl.txt"
+  elif [ "$net" = lm ]; then
+    jq -r '.benchmarks[] | select(.name | startswith("BM_LmStep_Paired")) |
+           "additive \(.additive_ms) \(.min_additive_ms)\ndelta \(.delta_ms) \(.min_delta_ms)\ncc \(.cc_ms) \(.min_cc_ms)"' \
+      "$tmp/ddl$r.json" >>"$tmp/ddl.txt"
   else  # Google Benchmark's time per iteration of the run (ms) serves as both
     jq -r '.benchmarks[] | select(.name | startswith("BM_ConvNetStep")) |
            (.real_time / (if .time_unit == "ns" then 1e6 elif .time_unit == "us" then 1e3 else 1 end)) as $ms |
            "\(if (.name | test("delta:1")) then "delta" else "plain" end) \($ms) \($ms)"' \
       "$tmp/ddl$r.json" >>"$tmp/ddl.txt"
   fi
-  if ! OMP_NUM_THREADS=$threads OMP_WAIT_POLICY=passive /usr/bin/python3 "$script" --threads "$threads" \
+  extra=()
+  [ "$net" = lm ] && [ "$r" != 1 ] && extra=(--no-verify)
+  if ! OMP_NUM_THREADS=$threads OMP_WAIT_POLICY=passive /usr/bin/python3 "$script" --threads "$threads" "${extra[@]}" \
     >"$tmp/torch$r.txt" 2>"$tmp/torch.err"; then
     cat "$tmp/torch$r.txt" "$tmp/torch.err" >&2
     exit 3
   fi
   [ "$r" = 1 ] && grep '^#' "$tmp/torch1.txt"
-  awk '$1 == "pytorch" { sub("median_ms=", "", $4); sub("min_ms=", "", $5); print $3, $2, $4, $5 }' \
-    "$tmp/torch$r.txt" >>"$tmp/torch.txt"
+  # PyTorch's lm variants under ddl's names: dv1-additive = additive, dv1 = delta, cc = cc.
+  awk -v net="$net" '$1 == "pytorch" { sub("median_ms=", "", $4); sub("min_ms=", "", $5); v = $3
+      if (net == "lm") v = v == "dv1-additive" ? "additive" : v == "dv1" ? "delta" : v
+      print v, $2, $4, $5 }' "$tmp/torch$r.txt" >>"$tmp/torch.txt"
 done
 
 # ddl.txt: residual median min; torch.txt: residual mode median min. Medians of medians, minima of minima.
-awk -v net="$net" '
+awk -v net="$net" -v variants="$variants" '
   function med(list,   n, a, i, j, t) {
     n = split(list, a, " ")
     for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
@@ -72,8 +87,9 @@ awk -v net="$net" '
   file == 1 { dm[$1] = dm[$1] " " $2; if (!($1 in dn) || $3 + 0 < dn[$1]) dn[$1] = $3 + 0 }
   file == 2 { k = $1 " " $2; tm[k] = tm[k] " " $3; if (!(k in tn) || $4 + 0 < tn[k]) tn[k] = $4 + 0 }
   END {
-    for (r = 1; r <= 2; r++) {
-      res = r == 1 ? "plain" : "delta"
+    nv = split(variants, vs, " ")
+    for (r = 1; r <= nv; r++) {
+      res = vs[r]
       d = med(dm[res]); e = med(tm[res " eager"]); s = med(tm[res " script"])
       best = e < s ? e : s; mode = e < s ? "eager" : "script"
       bmin = tn[res " eager"] < tn[res " script"] ? tn[res " eager"] : tn[res " script"]
@@ -82,5 +98,6 @@ awk -v net="$net" '
       printf "  pytorch (%s) / ddl: %.2f by medians, %.2f by minima\n", mode, best / d, bmin / dn[res]
       ddl[res] = d
     }
-    printf "ddl delta / ddl plain = %.2f (medians)\n", ddl["delta"] / ddl["plain"]
+    for (r = 2; r <= nv; r++)
+      printf "ddl %s / ddl %s = %.2f (medians), %.2f (minima)\n", vs[r], vs[1], ddl[vs[r]] / ddl[vs[1]], dn[vs[r]] / dn[vs[1]]
   }' "$tmp/ddl.txt" "$tmp/torch.txt"

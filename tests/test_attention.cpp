@@ -248,6 +248,41 @@ TEST_CASE("CausalSelfAttention backward matches central differences", "[grad][at
     }
 }
 
+TEST_CASE("CausalSelfAttention backward over several causal blocks (T > 64) matches central differences",
+          "[grad][attention]") {
+  // The core's products are cut into 64-query / 64-key blocks: T = 65 is a full block and one query,
+  // T = 130 two full blocks and one of 2; forward against the definition, every gradient against FD.
+  const Shape shapes[] = {{1, 65, 1, 4}, {2, 130, 2, 2}};
+  for (const Shape& s : shapes)
+    for (bool qkNorm : {true, false}) {
+      CAPTURE(s.B, s.T, s.H, s.dh, qkNorm);
+      Attention a(configOf(s, qkNorm));
+      initRandom(a, 17);
+      const auto layout = ddl::TokenLayout::sequence(s.B, s.T);
+      MatX<double> c = MatX<double>::Random(s.H * s.dh, s.B * s.T);
+      const MatX<double> W = MatX<double>::Random(s.H * s.dh, s.B * s.T);  // loss = <W, out>, so dOut = W
+      auto loss = [&] {
+        MatX<double> y;
+        a.forwardInference(c, layout, y);
+        return (W.array() * y.array()).sum();
+      };
+      MatX<double> out, dc;
+      a.forward(c, layout, out);
+      CHECK(ddl::testing::relErr(out, referenceForward(a, c, s.B, s.T)) < 1e-13);
+      ddl::zeroGrad(a);
+      a.backward(W, dc);
+      const MatX<double> num = ddl::testing::numericGrad(c, loss);
+      FD_CHECK(dc, num);
+      CHECK(ddl::testing::relErr(dc, num) < 1e-7);
+      a.visitParams("", [&](const std::string& name, ddl::Param<double>& p) {
+        CAPTURE(name);
+        const MatX<double> g = ddl::testing::numericGrad(p.value, loss);
+        FD_CHECK(p.grad, g);
+        CHECK(ddl::testing::relErr(p.grad, g) < 1e-7);
+      });
+    }
+}
+
 TEST_CASE("CausalSelfAttention names its parameters as PyTorch and starts its gains at 1", "[attention]") {
   Attention a(configOf({1, 1, 2, 4}, true));
   std::vector<std::string> names;

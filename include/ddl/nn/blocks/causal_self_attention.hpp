@@ -23,6 +23,14 @@
 // P from q and k with the same operations as forward instead of storing B H T² probabilities
 // (docs/decisions.md, "Attention: what the backward keeps"). Scores of one (b, h) pair live in a
 // T x T scratch per thread.
+// Causal blocks: the products skip the masked half. Queries are cut into blocks of kCausalBlock
+// columns [t0, t1); block i needs only keys s < t1, so its scores are the (t1, t1 - t0) product
+// K[:, 0:t1]ᵀ Q[:, t0:t1], and o, dP and dQ are products over those t1 keys. dV and dK are cut by key
+// blocks [s0, s1), which only queries t >= s0 see: dV[:, s0:s1] = dO[:, s0:T] P[s0:s1, s0:T]ᵀ and
+// dK[:, s0:s1] = Q[:, s0:T] dS[s0:s1, s0:T]ᵀ / sqrt(d_h). The masked entries inside the diagonal
+// blocks are zero in P and dS, so every product reads only exact values. At T = 256 the products
+// compute 10 of the 16 64 x 64 tiles of a full T x T (a 1.6x smaller core); T <= 64 is one block.
+// Each block shape has its own product workspace per thread (no allocation in steady state).
 //
 // Threads: the (b, h) pairs are independent and each runs on one thread with single-threaded
 // products, so the attention core gives the same bits on any thread count; the gains' gradients are
@@ -46,6 +54,7 @@
 //   product workspace for its n. Restarting a cache with the same capacity allocates nothing.
 //   forwardStep reads the weights and leaves what backward keeps untouched: a forward, decode steps,
 //   then backward give the gradients of that forward. A cache belongs to the layer that started it.
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -330,11 +339,18 @@ class CausalSelfAttention {
     }
   }
 
+  // Query (and key) blocks of the causal products; see the header comment.
+  static constexpr Index kCausalBlock = 64;
+  static Index causalBlocks(Index T) { return (T + kCausalBlock - 1) / kCausalBlock; }
+  static Index blockBegin(Index i) { return i * kCausalBlock; }
+  static Index blockEnd(Index i, Index T) { return std::min(T, (i + 1) * kCausalBlock); }
+
   // Per-thread scratch: one (b, h) pair's T x T probabilities and their gradient, and one product
-  // workspace per product shape ((T, T, d_h) for scores, (d_h, T, T) for the rest).
+  // workspace per product shape and block i: scores (t1, t1 - t0, d_h) for S and dP, values
+  // (d_h, t1 - t0, t1) for o and dQ, keys (d_h, s1 - s0, T - s0) for dV and dK.
   struct Scratch {
     MatX<S> P, dP;
-    GemmWorkspace<S> scores, values;
+    std::vector<GemmWorkspace<S>> scores, values, keys;
   };
 
   // Threads for the pair loop; scratch sized (and product buffers made) before any parallel region.
@@ -351,8 +367,17 @@ class CausalSelfAttention {
       Scratch& s = m_scratch[static_cast<std::size_t>(i)];
       s.P.resize(T, T);
       if (withGradient) s.dP.resize(T, T);
-      s.scores.reserve(T, T, m_dh);
-      s.values.reserve(m_dh, T, T);
+      const Index nb = causalBlocks(T);
+      s.scores.resize(static_cast<std::size_t>(nb));
+      s.values.resize(static_cast<std::size_t>(nb));
+      s.keys.resize(static_cast<std::size_t>(nb));
+      for (Index i = 0; i < nb; ++i) {
+        const auto u = static_cast<std::size_t>(i);
+        const Index b0 = blockBegin(i), b1 = blockEnd(i, T);
+        s.scores[u].reserve(b1, b1 - b0, m_dh);
+        s.values[u].reserve(m_dh, b1 - b0, b1);
+        if (withGradient) s.keys[u].reserve(m_dh, b1 - b0, T - b0);
+      }
     }
     return threads;
   }
@@ -365,31 +390,37 @@ class CausalSelfAttention {
 #endif
   }
 
-  // The probabilities of pair (b, h) into P (T, T): scaled scores, then per query column t the softmax
-  // over keys s <= t (entries s > t are 0). Forward records the column maximum and 1 / Σ exp; backward
-  // (recompute) reuses them, so it repeats forward's operations on the same values.
+  // The probabilities of pair (b, h) into P (T, T): per query block [t0, t1) the scaled scores against
+  // keys 0 .. t1-1, then per query column t the softmax over keys s <= t; entries s > t inside the
+  // block are set to 0, entries s >= t1 are not written (no product reads them). Forward records the
+  // column maximum and 1 / Σ exp; backward (recompute) reuses them, so it repeats forward's operations
+  // on the same values.
   void probabilities(Scratch& s, const TokenMap& Q, const TokenMap& K, Index b, Index h, Index T, S* colMax,
                      S* colInv, bool recompute) {
     const auto Qb = Q.block(h * m_dh, b * T, m_dh, T);
     const auto Kb = K.block(h * m_dh, b * T, m_dh, T);
     const S scale = static_cast<S>(1.0 / std::sqrt(static_cast<double>(m_dh)));
-    s.scores.product(Kb, true, Qb, false, s.P, scale, false);
-    for (Index t = 0; t < T; ++t) {
-      auto p = s.P.col(t).head(t + 1).array();
-      if (recompute) {
-        p = (p - colMax[t]).exp();
-        p *= colInv[t];
-      } else {
-        const S m = p.maxCoeff();
-        p = (p - m).exp();
-        const S inv = S(1) / p.sum();
-        p *= inv;
-        if (colMax != nullptr) {
-          colMax[t] = m;
-          colInv[t] = inv;
+    for (Index i = 0, nb = causalBlocks(T); i < nb; ++i) {
+      const Index t0 = blockBegin(i), t1 = blockEnd(i, T);
+      s.scores[static_cast<std::size_t>(i)].product(Kb.leftCols(t1), true, Qb.middleCols(t0, t1 - t0), false,
+                                                    s.P.block(0, t0, t1, t1 - t0), scale, false);
+      for (Index t = t0; t < t1; ++t) {
+        auto p = s.P.col(t).head(t + 1).array();
+        if (recompute) {
+          p = (p - colMax[t]).exp();
+          p *= colInv[t];
+        } else {
+          const S m = p.maxCoeff();
+          p = (p - m).exp();
+          const S inv = S(1) / p.sum();
+          p *= inv;
+          if (colMax != nullptr) {
+            colMax[t] = m;
+            colInv[t] = inv;
+          }
         }
+        s.P.col(t).segment(t + 1, t1 - t - 1).setZero();
       }
-      s.P.col(t).tail(T - t - 1).setZero();
     }
   }
 
@@ -411,8 +442,12 @@ class CausalSelfAttention {
         Scratch& s = m_scratch[static_cast<std::size_t>(threadIndex())];
         probabilities(s, Q, K, b, h, T, record ? m_colMax.col(pair).data() : nullptr,
                       record ? m_colInv.col(pair).data() : nullptr, false);
-        s.values.product(V.block(h * m_dh, b * T, m_dh, T), false, s.P, false, A.block(h * m_dh, b * T, m_dh, T),
-                         S(1), false);
+        for (Index i = 0, nb = causalBlocks(T); i < nb; ++i) {  // o[:, t0:t1] = V[:, 0:t1] P[0:t1, t0:t1]
+          const Index t0 = blockBegin(i), t1 = blockEnd(i, T);
+          s.values[static_cast<std::size_t>(i)].product(V.block(h * m_dh, b * T, m_dh, t1), false,
+                                                        s.P.block(0, t0, t1, t1 - t0), false,
+                                                        A.block(h * m_dh, b * T + t0, m_dh, t1 - t0), S(1), false);
+        }
       });
     }
     errors.rethrow();
@@ -434,17 +469,32 @@ class CausalSelfAttention {
         probabilities(s, Q, K, b, h, T, m_colMax.col(pair).data(), m_colInv.col(pair).data(), true);
         const auto dO = m_dA.block(r, c0, m_dh, T);
         const auto Vb = m_V.block(r, c0, m_dh, T);
-        s.values.product(dO, false, s.P, true, m_dV.block(r, c0, m_dh, T), S(1), false);  // dV = dO Pᵀ
-        s.scores.product(Vb, true, dO, false, s.dP, S(1), false);                        // dP = Vᵀ dO
-        for (Index t = 0; t < T; ++t) {
-          const auto p = s.P.col(t).head(t + 1).array();
-          auto g = s.dP.col(t).head(t + 1).array();
-          const S D = (p * g).sum();
-          g = p * (g - D);  // dS, the softmax's backward
-          s.dP.col(t).tail(T - t - 1).setZero();
+        const auto Kb = K.block(r, c0, m_dh, T);
+        const auto Qb = Q.block(r, c0, m_dh, T);
+        const Index nb = causalBlocks(T);
+        for (Index i = 0; i < nb; ++i) {  // per query block [t0, t1): dP, dS, dQ over keys 0 .. t1-1
+          const auto u = static_cast<std::size_t>(i);
+          const Index t0 = blockBegin(i), t1 = blockEnd(i, T), n = t1 - t0;
+          s.scores[u].product(Vb.leftCols(t1), true, dO.middleCols(t0, n), false, s.dP.block(0, t0, t1, n), S(1),
+                              false);  // dP = Vᵀ dO
+          for (Index t = t0; t < t1; ++t) {
+            const auto p = s.P.col(t).head(t + 1).array();
+            auto g = s.dP.col(t).head(t + 1).array();
+            const S D = (p * g).sum();
+            g = p * (g - D);  // dS, the softmax's backward
+            s.dP.col(t).segment(t + 1, t1 - t - 1).setZero();
+          }
+          s.values[u].product(Kb.leftCols(t1), false, s.dP.block(0, t0, t1, n), false, dQ.block(r, c0 + t0, m_dh, n),
+                              scale, false);  // dQ = K dS
         }
-        s.values.product(K.block(r, c0, m_dh, T), false, s.dP, false, dQ.block(r, c0, m_dh, T), scale, false);
-        s.values.product(Q.block(r, c0, m_dh, T), false, s.dP, true, dK.block(r, c0, m_dh, T), scale, false);
+        for (Index i = 0; i < nb; ++i) {  // per key block [s0, s1): the queries t >= s0
+          const auto u = static_cast<std::size_t>(i);
+          const Index s0 = blockBegin(i), s1 = blockEnd(i, T), n = s1 - s0, m = T - s0;
+          s.keys[u].product(dO.middleCols(s0, m), false, s.P.block(s0, s0, n, m), true,
+                            m_dV.block(r, c0 + s0, m_dh, n), S(1), false);  // dV = dO Pᵀ
+          s.keys[u].product(Qb.middleCols(s0, m), false, s.dP.block(s0, s0, n, m), true, dK.block(r, c0 + s0, m_dh, n),
+                            scale, false);  // dK = Q dSᵀ
+        }
       });
     }
     errors.rethrow();
