@@ -40,11 +40,11 @@
 #include "ddl/core/token_batch.hpp"
 #include "ddl/core/token_layout.hpp"
 #include "ddl/core/types.hpp"
-#include "ddl/nn/causal_self_attention.hpp"
-#include "ddl/nn/cross_entropy.hpp"
-#include "ddl/nn/delta_lm.hpp"
-#include "ddl/nn/delta_lm_config.hpp"
-#include "ddl/nn/linear.hpp"
+#include "ddl/nn/blocks/causal_self_attention.hpp"
+#include "ddl/nn/layers/cross_entropy.hpp"
+#include "ddl/nn/models/delta_lm.hpp"
+#include "ddl/nn/models/delta_lm_config.hpp"
+#include "ddl/nn/layers/linear.hpp"
 #include "ddl/train/adamw.hpp"
 
 namespace {
