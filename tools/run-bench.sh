@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Sets up a fresh Debian 12 machine for the benchmarks (apt-get, only what is missing: Google Benchmark,
-# PyTorch with an optimised BLAS, jq), builds every benchmark program into build-bench, and runs the two
-# ddl-against-PyTorch comparisons (the MLP and the conv training step) in interleaved rounds, then the
-# data-parallel step on 1 and 2 MPI ranks (bench/run_mpi.sh).
+# PyTorch with an optimised BLAS, jq), builds every benchmark program into build-bench, and runs the
+# three ddl-against-PyTorch comparisons (the MLP, the conv and the language-model training step) in
+# interleaved rounds, then the data-parallel step on 1 and 2 MPI ranks (bench/run_mpi.sh).
 #   tools/run-bench.sh [threads]        (default 2; the other benchmarks: build-bench/bench/ddl_bench_*)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,4 +14,5 @@ cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=Release -DDDL_BUILD_TESTS=OFF -DDDL
 cmake --build build-bench -j "$(nproc)"
 bench/run_compare.sh --net mlp build-bench "$threads"
 bench/run_compare.sh --net conv build-bench "$threads"
+bench/run_compare.sh --net lm build-bench "$threads"
 bench/run_mpi.sh 3 build-bench
