@@ -846,6 +846,53 @@ def check(checkpoint, batch, tol, grad_tol, dtype):
     return ok
 
 
+def accuracy(checkpoint, batch):
+    """Float accuracy of ddl against PyTorch: the checkpoint's float32 weights are loaded twice, in
+    float32 and in float64 (exactly the same values), and autograd's float64 gradients of
+    sum(logits * dlogits) serve as the truth for both float32 computations, ddl's (the batch's
+    grad.<name>) and PyTorch's own. Error of a tensor: max abs error over max(1, max |truth|), as in
+    check. Returns the worst tensor's error of each side: (ddl, pytorch)."""
+    batch_tensors, _ = read_safetensors(batch)
+    for key in ("logits", "dlogits"):
+        if key not in batch_tensors:
+            raise FormatError(f"{batch}: no tensor '{key}' (accuracy needs ddl's logits, dlogits and gradients)")
+    if batch_tensors["logits"].dtype != torch.float32:
+        raise FormatError(f"{batch}: logits are {batch_tensors['logits'].dtype}; accuracy compares float32 runs")
+    runs = {}
+    for dtype in (torch.float32, torch.float64):
+        model, meta = load_checkpoint(checkpoint, dtype)
+        lm = isinstance(model, DeltaLM)
+        if lm:
+            x = read_ids(batch_tensors["ids"], model.embed.num_embeddings, batch)
+        else:
+            x = batch_tensors["x"].t().to(dtype).contiguous()
+        logits = model(x)
+        (logits * batch_tensors["dlogits"].t().to(dtype)).sum().backward()
+        runs[dtype] = (logits.detach().to(torch.float64),
+                       {f"grad.{n}": (p.grad if p.grad is not None else torch.zeros_like(p)).to(torch.float64)
+                        for n, p in model.named_parameters()})
+
+    def rel(g, truth):
+        return _max_abs(g, truth) / max(1.0, truth.abs().max().item() if truth.numel() else 0.0)
+
+    truth_logits, truth = runs[torch.float64]
+    worst = {"ddl": (0.0, ""), "pytorch": (0.0, "")}
+    for key, t in truth.items():
+        if key not in batch_tensors:
+            raise FormatError(f"{batch}: no tensor '{key}'")
+        mine = batch_tensors[key].to(torch.float64).reshape(t.shape)
+        for side, g in (("ddl", mine), ("pytorch", runs[torch.float32][1][key])):
+            e = rel(g, t)
+            if e >= worst[side][0]:
+                worst[side] = (e, key)
+    logit_err = {"ddl": _max_abs(batch_tensors["logits"].t().to(torch.float64), truth_logits),
+                 "pytorch": _max_abs(runs[torch.float32][0], truth_logits)}
+    print(f"{os.path.basename(checkpoint)}: float32 against float64 truth, {len(truth)} gradients: "
+          f"ddl worst {worst['ddl'][1]} {worst['ddl'][0]:.3e}, pytorch worst {worst['pytorch'][1]} "
+          f"{worst['pytorch'][0]:.3e}; logits ddl {logit_err['ddl']:.3e}, pytorch {logit_err['pytorch']:.3e}")
+    return worst["ddl"][0], worst["pytorch"][0]
+
+
 def read_ids(t, vocab, where):
     """Token ids of a batch file: (B, T) of any dtype (ddl writes its scalar type, F32 or F64), exact
     integers in [0, vocab). Returns an int64 tensor (B, T)."""
@@ -1209,6 +1256,11 @@ def main(argv=None):
                     help="max abs error of the gradients over max(1, max |gradient|), when the batch has dlogits")
     pc.add_argument("--dtype", choices=("auto", "float32", "float64"), default="auto",
                     help="compute dtype (auto: the checkpoint's)")
+    pa = sub.add_parser("accuracy", help="ddl's float32 gradients against PyTorch's, both against float64")
+    pa.add_argument("--checkpoint", action="append", required=True)
+    pa.add_argument("--batch", action="append", required=True)
+    pa.add_argument("--max-ratio", type=float, default=1.0,
+                    help="pass when ddl's geometric mean worst error is at most this times PyTorch's")
     pl = sub.add_parser("logits", help="run a checkpoint on IDX images")
     pl.add_argument("--checkpoint", required=True)
     pl.add_argument("--idx", required=True,
@@ -1242,6 +1294,18 @@ def main(argv=None):
             results = [check(c, b, args.tol, args.grad_tol, dtype) for c, b in zip(args.checkpoint, args.batch)]
             print(f"{sum(results)} of {len(results)} checks passed")
             return 0 if all(results) else 1
+        if args.command == "accuracy":
+            if len(args.checkpoint) != len(args.batch):
+                parser.error(f"{len(args.checkpoint)} --checkpoint but {len(args.batch)} --batch; give them in pairs")
+            results = [accuracy(c, b) for c, b in zip(args.checkpoint, args.batch)]
+            # One model's worst tensor is a noisy sample (each side's rounding falls differently), so
+            # the sides are compared by the geometric mean of their worst errors over all the files.
+            geo = [math.exp(sum(math.log(max(r[i], 1e-300)) for r in results) / len(results)) for i in (0, 1)]
+            ok = geo[0] <= args.max_ratio * geo[1]
+            print(f"geometric mean of the worst gradient errors over {len(results)} models: ddl {geo[0]:.3e}, "
+                  f"pytorch {geo[1]:.3e}, ratio {geo[0] / geo[1]:.2f} (limit {args.max_ratio:g}) "
+                  f"{'ok' if ok else 'FAIL'}")
+            return 0 if ok else 1
         if args.command == "export":
             return export_command(args)
         if args.command == "selftest":
