@@ -232,6 +232,10 @@ template <class Net, class Config>
 int trainAndReport(const std::string& program, const cli::CommandLine& cli, Net& net, const Config& cfg,
                    const SavedRun& run, const TrainerOptions& opt, const Dataset<float>& train,
                    const Dataset<float>& validation, const Dataset<float>& test) {
+  if (cli.has("audit") && validation.size() == 0)
+    throw ValueError("--audit gathers the gate statistics over the validation set after every epoch, and --val 0 "
+                     "holds none out: keep a validation split, or audit the test set after training with "
+                     "--eval-only --audit");
   // The test set is not seen during training: it is evaluated once, after the last epoch.
   Trainer<float, Net> trainer(net, train, opt, validation.size() > 0 ? &validation : nullptr, nullptr,
                               ranks().forTrainer());
