@@ -134,7 +134,7 @@ int run(const ddl::cli::CommandLine& cli) {
   std::cout << "model: DeltaLM " << cfg.variant << ", preset " << cfg.preset << ", residual "
             << ddl::toString(cfg.block.residual.residual) << ", d " << cfg.d << ", depth " << cfg.depth << ", heads "
             << cfg.heads << ", dv " << cfg.dv << ", context " << cfg.context << ", " << ddl::numParams(lm)
-            << " parameters, " << ddl::numThreads() << " threads\n";
+            << " parameters, " << ddl::numThreads() << " threads" << ranks().note() << "\n";
 
   ddl::NextTokenTask<float> task;
   if (saved.evalOnly) {
@@ -150,7 +150,9 @@ int run(const ddl::cli::CommandLine& cli) {
   opt.warmupSteps = warmup ? *warmup : std::min<std::int64_t>(200, steps * opt.epochs / 10);
   ddl::AdamW<float> adam(opt.adam);
   lm.init(opt.seed);
+  if (ranks().distributed()) windows.shard(ranks().comm().rank(), ranks().comm().size());
   Loop loop(lm, task, windows, adam, opt, validation.empty() ? nullptr : &validation);
+  if (ddl::Collective* comm = ranks().forTrainer()) loop.distribute(*comm);
   std::cout << "training: " << opt.toJson().dump() << ", " << steps << " steps per epoch, "
             << opt.batchSize * cfg.context << " tokens per step\n";
   if (saved.resume) {
@@ -182,6 +184,7 @@ int run(const ddl::cli::CommandLine& cli) {
     std::cout << "nothing to do: the checkpoint already holds " << loop.epoch() << " epochs\n";
     return 0;
   }
+  if (!loop.isRankZero()) return 0;  // rank 0 speaks and writes for the run
   const ddl::EvalResult tested = loop.evaluate(corpus.test);
   std::printf("final validation loss %.4f (%.3f bits per byte); final test loss %.4f nats, %.3f bits per byte "
               "(%s, %s, %s residual, %lld steps)\n",

@@ -5,7 +5,12 @@
 // bytes one position later. An "epoch" is a fixed number of batches (the corpus is sampled, not walked).
 // Batch b of epoch e draws its window starts from Rng(mix(mix(seed, e), b)), so any position of a
 // run is reproducible and a resume mid-epoch is bit-identical.
+// Data-parallel training (shard(rank, ranks)): every rank draws the same global batch of B windows
+// and keeps the windows [r B / P, (r + 1) B / P), as train/sharded_batches.hpp does for images; B
+// must divide over the P ranks, so every part holds the same number of positions. samplesIn()
+// counts the global batch's positions, so a checkpoint does not depend on P.
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -45,15 +50,36 @@ class TextWindows {
             "]");
     m_batch = batch;
   }
+  // This rank's windows of every global batch (see the header comment); shard(0, 1) is one process.
+  void shard(int rank, int ranks) {
+    const char* fn = "ddl::TextWindows::shard";
+    require(ranks >= 1 && rank >= 0 && rank < ranks, fn, "rank ", rank, " of ", ranks, " ranks is not a rank");
+    require(m_B % ranks == 0, fn, "the global batch of ", m_B, " windows does not divide over ", ranks,
+            " ranks (choose a batch size that is a multiple of ", ranks, ")");
+    m_rank = rank;
+    m_ranks = ranks;
+  }
+  int rank() const { return m_rank; }
+  int ranks() const { return m_ranks; }
+
   bool next(Input& input, Target& target) {
     if (m_batch >= m_batches) return false;
     const std::uint64_t seed = detail::mixSeed(detail::mixSeed(m_seed, m_epoch), static_cast<std::uint64_t>(m_batch));
-    drawWindows(*m_split, m_B, m_T, seed, input.ids, target);
-    input.layout = TokenLayout::sequence(m_B, m_T);
     ++m_batch;
+    if (m_ranks == 1) {
+      drawWindows(*m_split, m_B, m_T, seed, input.ids, target);
+      input.layout = TokenLayout::sequence(m_B, m_T);
+      return true;
+    }
+    drawWindows(*m_split, m_B, m_T, seed, m_globalIds, m_globalTarget);
+    const Index part = m_B / m_ranks;
+    const auto lo = static_cast<std::ptrdiff_t>(m_rank * part * m_T), hi = lo + static_cast<std::ptrdiff_t>(part * m_T);
+    input.ids.assign(m_globalIds.begin() + lo, m_globalIds.begin() + hi);  // no allocation once sized
+    target.assign(m_globalTarget.begin() + lo, m_globalTarget.begin() + hi);
+    input.layout = TokenLayout::sequence(part, m_T);
     return true;
   }
-  Index samplesIn(Index batches) const { return batches * m_B * m_T; }  // positions predicted
+  Index samplesIn(Index batches) const { return batches * m_B * m_T; }  // positions predicted, all ranks
 
   // The model must take byte ids and windows of T tokens.
   template <class Model>
@@ -73,6 +99,8 @@ class TextWindows {
   std::uint64_t m_seed;
   std::uint64_t m_epoch = 0;
   Index m_batch = 0;
+  int m_rank = 0, m_ranks = 1;
+  std::vector<int> m_globalIds, m_globalTarget;  // the whole batch, when sharded
 };
 
 }  // namespace ddl
