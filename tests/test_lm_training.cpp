@@ -4,6 +4,7 @@
 // evaluation batch size.
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -187,4 +188,43 @@ TEST_CASE("TextWindows draws reproducible windows and refuses what cannot work",
   cfg.vocab = 100;
   ddl::DeltaLM<float> small(cfg, 1);
   CHECK(contains(thrownMessage<ddl::ValueError>([&] { a.checkModel(small, "test"); }), "vocabulary of 256"));
+}
+
+// As for DeltaNet (test_threads_identical.cpp): a DeltaLM large enough that every parallel threshold is
+// crossed (Linear 2^20 multiply-adds, delta writes 2^15, AdamW 2^16 entries: fc1 is 512 x 128)
+// trains three clipped AdamW steps on 1 and on 2 threads to the same bits.
+TEST_CASE("1 and 2 threads train a DeltaLM bit-identically above every parallel threshold", "[lm][train][threads]") {
+  const std::string variant = GENERATE(std::string("dv1"), std::string("cc-ec"));
+  CAPTURE(variant);
+  const std::vector<std::uint8_t> train = textOf(kSentence, 200);
+  ddl::DeltaLMConfig cfg;
+  cfg.d = 128;
+  cfg.heads = 4;
+  cfg.depth = 1;
+  cfg.context = 64;
+  cfg.hidden = 512;
+  ddl::applyVariant(cfg, variant);
+  if (cfg.dv > 1) cfg.dv = 2;
+  auto run = [&](int threads) {
+    ddl::TrainerOptions o = options("", 1);
+    o.batchSize = 32;
+    o.threads = threads;
+    o.clipNorm = 1.0;
+    o.warmupSteps = 1;
+    ddl::DeltaLM<float> lm(cfg, 1);
+    ddl::NextTokenTask<float> task;
+    ddl::TextWindows<float> source(train, o.batchSize, cfg.context, 3, o.seed);
+    ddl::AdamW<float> adam(o.adam);
+    Loop loop(lm, task, source, adam, o);
+    const ddl::EpochMetrics m = loop.run();
+    std::vector<float> values;
+    lm.visitParams("", [&](const std::string&, ddl::Param<float>& p) {
+      values.insert(values.end(), p.value.data(), p.value.data() + p.value.size());
+    });
+    values.push_back(static_cast<float>(m.trainLoss));
+    return values;
+  };
+  const std::vector<float> one = run(1), two = run(2);
+  REQUIRE(one.size() == two.size());
+  CHECK(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)) == 0);
 }
