@@ -21,7 +21,8 @@
 
 namespace ddl {
 
-// trainer: Trainer<S, Model> or TrainingLoop (ddl-text); model: the net it trains. trainer, model and recorder must outlive run().
+// trainer: Trainer<S, Model> or TrainingLoop (ddl-text); model: the net it trains. trainer, model and
+// recorder must outlive run().
 template <class TrainerT, class Model>
 void auditEveryEpoch(TrainerT& trainer, const Model& model, AuditRecorder& recorder, const std::string& outDir) {
   const std::string json = outDir + "/audit.json";
