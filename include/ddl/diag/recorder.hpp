@@ -1,5 +1,6 @@
 #pragma once
-// ddl/diag/recorder.hpp: the audit recorder (docs/spec.md §6), one row per gated sublayer (diag/gated_sublayers.hpp: a block of DeltaNet / ConvDeltaNet, an attention or SwiGLU sublayer of DeltaLM) per epoch.
+// ddl/diag/recorder.hpp: the audit recorder (docs/spec.md §6), one row per gated sublayer per epoch
+// (diag/gated_sublayers.hpp: a block of DeltaNet / ConvDeltaNet, an attention or SwiGLU sublayer of DeltaLM).
 //
 //   ddl::AuditRecorder rec;                       // detached by construction: the net knows nothing of it
 //   for (batch...) { net.forward(X, logits); rec.observe(net); ... }   // after any forward
