@@ -6,6 +6,8 @@
 //   ddl-text --residual additive            the plain pre-norm Transformer, the baseline
 //   ddl-text --generate "The "              samples from the checkpoint in --out
 //   ddl-text --resume / --eval-only         continue / evaluate the checkpoint in --out
+//   ddl-text --audit                        audit.csv / audit.json: the gate of every Delta sublayer
+//                                           (block <l> attn, block <l> mlp) on the validation text
 // An "epoch" here is --steps steps of --batch random windows of --context bytes; the validation text
 // is evaluated after every epoch. Ctrl-C (SIGINT) or SIGTERM finishes the step, saves a checkpoint and
 // exits with 128 + signal; --resume then continues exactly where it stopped.
@@ -140,9 +142,18 @@ int run(const ddl::cli::CommandLine& cli) {
   if (saved.evalOnly) {
     ddl::loadCheckpoint(saved.ckpt, lm);
     ddl::MatX<float> scratch;
-    const ddl::EvalResult r = task.evaluate(lm, corpus.test, opt.evalBatch, scratch);
+    ddl::NetGateAccumulator gates;
+    const bool audit = cli.has("audit");
+    // With --audit the caching forward runs and every window's sublayers are audited (same logits).
+    const ddl::EvalResult r = audit ? task.evaluate(lm, corpus.test, opt.evalBatch, scratch, [&] { gates.add(lm); })
+                                    : task.evaluate(lm, corpus.test, opt.evalBatch, scratch);
     std::printf("%s (epoch %lld): test loss %.4f nats, %.4f bits per byte (%lld bytes)\n", saved.ckpt.c_str(),
                 static_cast<long long>(saved.meta.epoch), r.loss, ddl::bitsPerByte(r.loss), static_cast<long long>(r.count));
+    if (audit) {
+      std::cout << ddl::formatGateSummary(gates.stats(), ddl::gatedLabels(lm));
+      ddl::writeEvaluationAudit(lm, gates.stats(), static_cast<int>(saved.meta.epoch), saved.out);
+      std::cout << "audit of this evaluation: " << saved.out << "/eval_audit.csv, " << saved.out << "/eval_audit.json\n";
+    }
     return 0;
   }
   const ddl::Index steps = cli.integer<ddl::Index>("steps", 1, 1 << 30);
@@ -172,6 +183,12 @@ int run(const ddl::cli::CommandLine& cli) {
     bar.finish(line);
   };
   loop.shouldStop = [] { return ddl::stopSignal() != 0; };
+  // --audit: one row per Delta sublayer (block <l> attn, block <l> mlp) over the validation windows.
+  ddl::AuditRecorder audit;
+  if (cli.has("audit")) {
+    if (validation.empty()) throw ddl::ValueError("--audit needs validation text (the corpus has none)");
+    ddl::auditEveryEpoch(loop, lm, audit, saved.out);
+  }
   const ddl::EpochMetrics last = loop.run();
   if (loop.stopped()) {
     const int sig = ddl::stopSignal() != 0 ? ddl::stopSignal() : SIGTERM;
@@ -192,6 +209,10 @@ int run(const ddl::cli::CommandLine& cli) {
               cfg.variant.c_str(), cfg.preset.c_str(), ddl::toString(cfg.block.residual.residual),
               static_cast<long long>(loop.step()));
   std::cout << "metrics: " << loop.metricsPath() << "\ncheckpoint: " << loop.checkpointPath() << "\n";
+  if (cli.has("audit")) {
+    std::cout << "gate audit of the last validation evaluation (" << saved.out << "/audit.csv, audit.json):\n"
+              << ddl::formatGateSummary(last.gates, ddl::gatedLabels(lm));
+  }
   ddl::plot::epochCurves(saved.out, ddl::plot::EpochColumns{{4, 6}, {5, 7}});
   printSample(lm, cli, cli.text("prompt"), opt.seed);
   return 0;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ddl-text on a small file: trains a tiny DeltaLM, reports bits per byte and a sample; --resume after
 # the last epoch has nothing to do; --eval-only gives the final test figure again; --generate samples
-# the same text for the same settings;
+# the same text for the same settings; --audit writes a row per Delta sublayer and epoch;
 # bad sampling settings and missing data are refused with the documented exit statuses. (A resume
 # mid-run equal to an unbroken run: tests/test_lm_training.cpp.)
 #   text_runs.sh PROGRAM WORK_DIR DATA_FILE
@@ -34,6 +34,30 @@ echo "$out" | grep -q "nothing to do" || fail "resume of a finished run did not 
 tested=$(echo "$test_line" | sed -E 's/.*final test loss ([0-9.]+) nats.*/\1/')
 out=$("$exe" --data "$data" --out "$work/run" --eval-only 2>&1) || fail "--eval-only failed: $out"
 echo "$out" | grep -q "test loss $tested nats" || fail "--eval-only does not repeat the test loss $tested: $out"
+
+# --audit: one row per Delta sublayer and epoch (block 0 attn = stage 0, block 0 mlp = stage 1), a table
+# at the end; with --eval-only the test text's eval_audit.csv.
+out=$("$exe" "${tiny[@]}" --out "$work/audit" --audit 2>&1) || fail "--audit training failed: $out"
+csv="$work/audit/audit.csv"
+if [ -f "$csv" ] && [ -f "$work/audit/audit.json" ]; then
+  [ "$(head -1 "$csv" | cut -d, -f1-4)" = "epoch,block,stage,tokens" ] || fail "audit.csv header: $(head -1 "$csv")"
+  rows=$(tail -n +2 "$csv" | cut -d, -f1-3 | tr '\n' ' ')
+  [ "$rows" = "1,0,0 1,0,1 2,0,0 2,0,1 " ] || fail "audit.csv rows (epoch,block,stage) are: $rows"
+  val=$(echo "$out" | sed -nE 's/.*validation ([0-9]+),.*/\1/p' | head -1)
+  expected=$(( (val < 512 ? val : 512) - 1 ))  # --eval-bytes 512: every evaluated byte but the last is predicted
+  tokens=$(tail -n +2 "$csv" | cut -d, -f4 | sort -u)
+  [ "$tokens" = "$expected" ] || fail "audit.csv tokens are not the $expected predicted validation bytes: $tokens"
+else
+  fail "--audit wrote no audit.csv / audit.json"
+fi
+echo "$out" | grep -q "^block 0 attn " || fail "no 'block 0 attn' row in the printed audit: $out"
+echo "$out" | grep -q "^block 0 mlp " || fail "no 'block 0 mlp' row in the printed audit: $out"
+out=$("$exe" --data "$data" --out "$work/audit" --eval-only --audit 2>&1) || fail "--eval-only --audit failed: $out"
+[ "$(tail -n +2 "$work/audit/eval_audit.csv" 2>/dev/null | wc -l)" -eq 2 ] || fail "eval_audit.csv does not have 2 rows"
+echo "$out" | grep -q "^block 0 mlp " || fail "--eval-only --audit printed no 'block 0 mlp' row: $out"
+out=$("$exe" "${tiny[@]}" --residual additive --out "$work/audit-add" --audit 2>&1) ||
+  fail "--audit of the additive baseline failed: $out"
+echo "$out" | grep -q "no gated blocks (additive residual)" || fail "the additive audit does not say there is nothing to audit"
 
 a=$("$exe" --out "$work/run" --generate "The " --tokens 30 --seed 3 2>&1) || fail "--generate failed: $a"
 b=$("$exe" --out "$work/run" --generate "The " --tokens 30 --seed 3 2>&1)

@@ -35,6 +35,7 @@
 
 #include "ddl/core/error.hpp"
 #include "ddl/core/types.hpp"
+#include "ddl/diag/gated_sublayers.hpp"
 #include "ddl/nn/models/delta_net.hpp"
 #include "ddl/nn/blocks/delta_residual.hpp"
 #include "ddl/ops/delta_operator.hpp"
@@ -373,10 +374,10 @@ GateStats auditGate(const DeltaResidual<S>& r, const Eigen::MatrixBase<DX>& X, c
 }
 
 namespace detail {
-// Net: DeltaNet, ConvDeltaNet or any net whose config().block.residual names the residual kind.
+// Net: any net with gated sublayers (diag/gated_sublayers.hpp).
 template <class Net>
 bool netHasGates(const Net& net) {
-  return net.config().block.residual.residual != ResidualKind::Additive && !net.blocks().empty();
+  return gatedSublayerCount(net) > 0;
 }
 // states: depth + 1 entries, states[i] the input of block i and states[i + 1] its output.
 template <class S>
@@ -387,15 +388,16 @@ void checkNetStates(const char* fn, const DeltaNet<S>& net, const std::vector<Ma
 }
 }  // namespace detail
 
-// Every block of the last forward of net, in order, measured on the block inputs and outputs the net
-// kept (blockInput / blockOutput); empty for an additive (plain residual) net.
-// Net: DeltaNet<S> or ConvDeltaNet<S>.
+// Every gated sublayer of the last forward of net, in order, measured on the sublayer inputs and
+// outputs the net kept; empty for an additive (plain residual) net.
+// Net: DeltaNet<S>, ConvDeltaNet<S> (one per block) or DeltaLM<S> (two per block): see
+// diag/gated_sublayers.hpp.
 template <class Net>
 std::vector<GateStats> auditNet(const Net& net, Index bins = 20) {
   std::vector<GateStats> out;
-  if (!detail::netHasGates(net)) return out;
-  for (std::size_t i = 0; i < net.blocks().size(); ++i)
-    out.push_back(auditGate(net.blocks()[i].residual(), net.blockInput(i), net.blockOutput(i), bins));
+  const std::size_t n = gatedSublayerCount(net);
+  for (std::size_t i = 0; i < n; ++i)
+    out.push_back(auditGate(gatedResidual(net, i), gatedInput(net, i), gatedOutput(net, i), bins));
   return out;
 }
 // Same, measuring the error ratio on the block outputs: states has depth + 1 entries, states[i] the
@@ -410,22 +412,23 @@ std::vector<GateStats> auditNet(const DeltaNet<S>& net, const std::vector<MatX<S
   return out;
 }
 
-// One GateAccumulator per block of a net, for statistics over an epoch. Adding an additive net is a
-// no-op (stats() stays empty).
+// One GateAccumulator per gated sublayer of a net (per block for DeltaNet / ConvDeltaNet, two per
+// block for DeltaLM: diag/gated_sublayers.hpp), for statistics over an epoch. Adding an additive net
+// is a no-op (stats() stays empty).
 class NetGateAccumulator {
  public:
   explicit NetGateAccumulator(Index bins = 20) : m_bins(bins) {
     require(bins >= 1, "ddl::NetGateAccumulator", "bins must be >= 1, got ", bins);
   }
 
-  // The last forward of net, measured on its block inputs and outputs (as auditNet(net)).
-  // Net: DeltaNet<S>, ConvDeltaNet<S> (blocks() in order, each with residual(); blockInput/Output).
+  // The last forward of net, measured on its sublayer inputs and outputs (as auditNet(net)).
+  // Net: DeltaNet<S>, ConvDeltaNet<S>, DeltaLM<S> (diag/gated_sublayers.hpp).
   template <class Net>
   void add(const Net& net) {
-    if (!detail::netHasGates(net)) return;
-    resizeFor("ddl::NetGateAccumulator::add", net.blocks().size());
-    for (std::size_t i = 0; i < net.blocks().size(); ++i)
-      m_blocks[i].add(net.blocks()[i].residual(), net.blockInput(i), net.blockOutput(i));
+    const std::size_t n = gatedSublayerCount(net);
+    if (n == 0) return;
+    resizeFor("ddl::NetGateAccumulator::add", n);
+    for (std::size_t i = 0; i < n; ++i) m_blocks[i].add(gatedResidual(net, i), gatedInput(net, i), gatedOutput(net, i));
   }
   // states as for auditNet(net, states).
   template <class S>
@@ -475,23 +478,29 @@ inline std::string formatPercent(double fraction) {
 // "block <i>": tokens, beta mean/min/max, % saturated, % of tokens in each DeltaRegime of beta rho
 // (identity, contraction, projection, partial reflection, reflection, expansion), min |k~|, % |k~| < 10 eps_k, the measured mean |e_post|/|e_pre| ("-" when not measured) and, in
 // parentheses, the mean |1 - beta rho| it should equal. An empty vector gives one line saying so.
-inline std::string formatGateSummary(const std::vector<GateStats>& blocks) {
+// labels: one per entry of blocks (gatedLabels(net), e.g. "block 0 attn"), in place of "block <i>";
+// the first column is as wide as the longest label (at least 10).
+inline std::string formatGateSummary(const std::vector<GateStats>& blocks, const std::vector<std::string>& labels) {
   using detail::formatNumber;
   using detail::formatPercent;
   std::string s;
+  if (labels.size() != blocks.size())
+    throw ShapeError(message("ddl::formatGateSummary", "got ", labels.size(), " labels for ", blocks.size(), " blocks"));
   if (blocks.empty()) return "gate audit: no gated blocks (additive residual)\n";
+  int width = 10;
+  for (const std::string& l : labels) width = std::max(width, static_cast<int>(l.size()));
   s += "gate audit (beta = 2 sigma(z) in [0, 2]; regimes of b = beta*rho: identity b<0.1, contraction, "
        "projection |b-1|<0.1, partial reflection, reflection b>1.9, expansion outside [0, 2])\n";
   char header[256];
-  std::snprintf(header, sizeof header, "%-10s %7s  %9s %8s %8s %6s %6s %6s %6s %6s %6s %6s  %9s %11s  %8s (%s)\n", "block",
+  std::snprintf(header, sizeof header, "%-*s %7s  %9s %8s %8s %6s %6s %6s %6s %6s %6s %6s  %9s %11s  %8s (%s)\n", width, "block",
                 "tokens", "beta_mean", "beta_min", "beta_max", "%sat", "%ident", "%contr", "%proj", "%prefl", "%refl",
                 "%expan", "min|k~|", "%|k~|<10eps", "e_ratio", "|1-beta*rho|");
   s += header;
   for (std::size_t i = 0; i < blocks.size(); ++i) {
     const GateStats& g = blocks[i];
-    char head[48];
-    std::snprintf(head, sizeof head, "block %-4lld %7lld", static_cast<long long>(i), static_cast<long long>(g.tokens));
-    s += head;
+    char count[32];
+    std::snprintf(count, sizeof count, " %7lld", static_cast<long long>(g.tokens));
+    s += labels[i] + std::string(static_cast<std::size_t>(width) - labels[i].size(), ' ') + count;
     s += formatNumber("  %9.4f", g.betaMean) + formatNumber(" %8.4f", g.betaMin) + formatNumber(" %8.4f", g.betaMax);
     s += " " + formatPercent(g.saturatedFraction());
     for (int r = 0; r < kDeltaRegimeCount; ++r) s += " " + formatPercent(g.regimeFraction(static_cast<DeltaRegime>(r)));
@@ -506,6 +515,13 @@ inline std::string formatGateSummary(const std::vector<GateStats>& blocks) {
     s += "\n";
   }
   return s;
+}
+
+// Same with the labels "block <i>".
+inline std::string formatGateSummary(const std::vector<GateStats>& blocks) {
+  std::vector<std::string> labels;
+  for (std::size_t i = 0; i < blocks.size(); ++i) labels.push_back("block " + std::to_string(i));
+  return formatGateSummary(blocks, labels);
 }
 
 }  // namespace ddl

@@ -1,5 +1,6 @@
 #pragma once
-// ddl/diag/recorder.hpp: the audit recorder (docs/spec.md §6), one row per gated block per epoch.
+// ddl/diag/recorder.hpp: the audit recorder (docs/spec.md §6), one row per gated sublayer per epoch
+// (diag/gated_sublayers.hpp: a block of DeltaNet / ConvDeltaNet, an attention or SwiGLU sublayer of DeltaLM).
 //
 //   ddl::AuditRecorder rec;                       // detached by construction: the net knows nothing of it
 //   for (batch...) { net.forward(X, logits); rec.observe(net); ... }   // after any forward
@@ -133,23 +134,14 @@ SpectralSample sampleSpectrum(const DeltaResidual<S>& r, Index tokens) {
 struct AuditRow {
   int epoch = 0;     // 1-based epoch the statistics belong to
   Index block = 0;   // blocks.<block> in the parameter names
-  Index stage = 0;   // stage of the block (ConvDeltaNet); 0 for a DeltaNet
+  Index stage = 0;   // stage of the block (ConvDeltaNet); DeltaLM: the sublayer (0 attention, 1 SwiGLU);
+                     // 0 for a DeltaNet
   GateStats gate;
   SpectralSample spectral;
 };
 
-namespace detail {
-template <class S>
-Index stageOf(const DeltaNet<S>&, std::size_t) {
-  return 0;
-}
-template <class Net>
-auto stageOf(const Net& net, std::size_t i) -> decltype(net.stageOfBlock(i)) {
-  return net.stageOfBlock(i);
-}
-}  // namespace detail
-
-// Collects AuditRows per block and epoch (see the header comment). Net: DeltaNet<S> or ConvDeltaNet<S>.
+// Collects AuditRows per gated sublayer and epoch (see the header comment). Net: DeltaNet<S>,
+// ConvDeltaNet<S> or DeltaLM<S> (diag/gated_sublayers.hpp).
 class AuditRecorder {
  public:
   explicit AuditRecorder(const RecorderOptions& opt = {}) : m_opt(checked(opt)), m_epoch(opt.bins) {}
@@ -176,16 +168,16 @@ class AuditRecorder {
   template <class Net>
   void endEpoch(int epoch, const std::vector<GateStats>& stats, const Net& net) {
     const char* fn = "ddl::AuditRecorder::endEpoch";
-    const std::size_t depth = detail::netHasGates(net) ? net.blocks().size() : 0;
+    const std::size_t depth = gatedSublayerCount(net);
     if (stats.size() != depth)
       throw ShapeError(message(fn, "got statistics of ", stats.size(), " blocks for a net with ", depth, " gated blocks"));
     for (std::size_t i = 0; i < depth; ++i) {
       AuditRow row;
       row.epoch = epoch;
-      row.block = static_cast<Index>(i);
-      row.stage = detail::stageOf(net, i);
+      row.block = gatedBlock(net, i);
+      row.stage = gatedStage(net, i);
       row.gate = stats[i];
-      row.spectral = sampleSpectrum(net.blocks()[i].residual(), m_opt.spectralTokens);
+      row.spectral = sampleSpectrum(gatedResidual(net, i), m_opt.spectralTokens);
       m_rows.push_back(row);
     }
   }

@@ -4,7 +4,8 @@
 //   ddl::AuditRecorder audit;
 //   ddl::auditEveryEpoch(trainer, net, audit, outDir);   // after trainer.resume and setting onEpoch
 //   trainer.run();
-// After every epoch's evaluation the recorder adds one row per gated block: the statistics the Trainer
+// After every epoch's evaluation the recorder adds one row per gated sublayer (diag/gated_sublayers.hpp:
+// a block of DeltaNet, the attention or SwiGLU of a DeltaLM block): the statistics the Trainer
 // gathered over the test set (else the validation set; EpochMetrics::gates) and the spectrum of the
 // net's last evaluation forward; then <outDir>/audit.csv and audit.json are rewritten (atomically), and
 // the onEpoch set before is called. A resumed run keeps the rows of the epochs it does not repeat from
@@ -20,7 +21,8 @@
 
 namespace ddl {
 
-// trainer: Trainer<S, Model>; model: the net it trains. trainer, model and recorder must outlive run().
+// trainer: Trainer<S, Model> or TrainingLoop (ddl-text); model: the net it trains. trainer, model and
+// recorder must outlive run().
 template <class TrainerT, class Model>
 void auditEveryEpoch(TrainerT& trainer, const Model& model, AuditRecorder& recorder, const std::string& outDir) {
   const std::string json = outDir + "/audit.json";

@@ -9,7 +9,8 @@
 //   config()  whose result has toKeyValues() -> std::map<std::string, std::string>
 //             and, optionally, a std::string member `preset`
 // and, optionally, forwardInference(X, out) (evaluation without caches) and blocks(),
-// blockInput(i), blockOutput(i) (the gate audit of the evaluation, diag/gate_audit.hpp).
+// blockInput(i), blockOutput(i) or sublayerCount(), sublayerResidual(i), sublayerInput(i),
+// sublayerOutput(i) (the gate audit of the evaluation, diag/gated_sublayers.hpp).
 // The checkpoint stores config().toKeyValues() as the JSON text model_config and the preset; a
 // resume compares model_config with the model's own, so a model whose configuration differs is
 // refused before any tensor is read.
@@ -34,14 +35,27 @@ struct HasPreset : std::false_type {};
 template <class Config>
 struct HasPreset<Config, std::void_t<decltype(std::string(std::declval<const Config&>().preset))>> : std::true_type {};
 
-// Whether the evaluation can gather gate statistics of Model (NetGateAccumulator::add).
+// Whether the evaluation can gather gate statistics of Model (NetGateAccumulator::add): a net of gated
+// blocks (blocks(), blockInput(i), blockOutput(i)) or of gated sublayers (sublayerCount(),
+// sublayerResidual(i), sublayerInput(i), sublayerOutput(i)); diag/gated_sublayers.hpp.
 template <class Model, class = void>
-struct HasGateBlocks : std::false_type {};
+struct HasGatedBlockStates : std::false_type {};
 template <class Model>
-struct HasGateBlocks<Model, std::void_t<decltype(std::declval<const Model&>().blocks().size()),
-                                        decltype(std::declval<const Model&>().blockInput(std::size_t{})),
-                                        decltype(std::declval<const Model&>().blockOutput(std::size_t{}))>>
+struct HasGatedBlockStates<Model, std::void_t<decltype(std::declval<const Model&>().blocks().size()),
+                                              decltype(std::declval<const Model&>().blockInput(std::size_t{})),
+                                              decltype(std::declval<const Model&>().blockOutput(std::size_t{}))>>
     : std::true_type {};
+template <class Model, class = void>
+struct HasGatedSublayerStates : std::false_type {};
+template <class Model>
+struct HasGatedSublayerStates<Model, std::void_t<decltype(std::declval<const Model&>().sublayerCount()),
+                                                 decltype(std::declval<const Model&>().sublayerResidual(std::size_t{})),
+                                                 decltype(std::declval<const Model&>().sublayerInput(std::size_t{})),
+                                                 decltype(std::declval<const Model&>().sublayerOutput(std::size_t{}))>>
+    : std::true_type {};
+template <class Model>
+struct HasGateBlocks
+    : std::integral_constant<bool, HasGatedBlockStates<Model>::value || HasGatedSublayerStates<Model>::value> {};
 }  // namespace detail
 
 // The model_config metadata of model.

@@ -97,9 +97,10 @@ struct EpochMetrics {
   EvalResult validation, test;
   double seconds = 0.0;        // wall time of the epoch incl. evaluation
   double samplesPerSec = 0.0;  // training throughput
-  std::vector<GateStats> gates;  // per block, over the test set (else validation); empty when additive
-                                 // or when the model has no gated blocks (train/model.hpp)
-  GateStats gatesAll;            // all blocks together (tokens == 0 when additive)
+  std::vector<GateStats> gates;  // per gated sublayer (diag/gated_sublayers.hpp: per block of DeltaNet,
+                                 // two per block of DeltaLM), over the test set (else validation); empty
+                                 // when additive or when the model has none (train/model.hpp)
+  GateStats gatesAll;            // all sublayers together (tokens == 0 when additive)
 };
 
 template <class Model, class Task, class Source, class Optimizer>

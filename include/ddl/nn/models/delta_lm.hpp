@@ -278,10 +278,39 @@ class DeltaLM {
   // States of the last forward: states()[l] is the input of block l, back() the last block's output.
   const std::vector<MatX<S>>& states() const { return m_states; }
 
+  // The Delta sublayers, two per block (the gate audit, diag/gated_sublayers.hpp): sublayer 2l is the
+  // attention of block l, 2l + 1 its SwiGLU. Input and output are the states of the last forward
+  // around that sublayer, (d, dv*N): states()[l] -> middle() -> states()[l + 1].
+  std::size_t sublayerCount() const { return 2 * m_blocks.size(); }
+  const DeltaResidual<S>& sublayerResidual(std::size_t i) const {
+    const DeltaTransformerBlock<S>& b = m_blocks[checkedSublayer(i) / 2];
+    return i % 2 == 0 ? b.attentionResidual() : b.mlpResidual();
+  }
+  const MatX<S>& sublayerInput(std::size_t i) const {
+    const std::size_t l = checkedSublayer(i) / 2;
+    return i % 2 == 0 ? m_states[l] : m_blocks[l].middle();
+  }
+  const MatX<S>& sublayerOutput(std::size_t i) const {
+    const std::size_t l = checkedSublayer(i) / 2;
+    return i % 2 == 0 ? m_blocks[l].middle() : m_states[l + 1];
+  }
+  Index sublayerBlock(std::size_t i) const { return static_cast<Index>(checkedSublayer(i) / 2); }
+  Index sublayerStage(std::size_t i) const { return static_cast<Index>(checkedSublayer(i) % 2); }  // 0 attn, 1 mlp
+  // "block <l> attn" or "block <l> mlp".
+  std::string sublayerLabel(std::size_t i) const {
+    return "block " + std::to_string(sublayerBlock(i)) + (i % 2 == 0 ? " attn" : " mlp");
+  }
+
  private:
   static const DeltaLMConfig& validated(const DeltaLMConfig& c) {
     c.validate();
     return c;
+  }
+
+  std::size_t checkedSublayer(std::size_t i) const {
+    require(i < sublayerCount(), "ddl::DeltaLM::sublayer", "sublayer ", i, " of ", sublayerCount(),
+            " (2 per block; accepted: 0 .. ", sublayerCount(), " - 1)");
+    return i;
   }
 
   TokenLayout checkBatch(const char* fn, const TokenBatch& batch) const {
