@@ -125,7 +125,8 @@ inline void declareOutputOptions(cli::CommandLine& cli, const char* defaultOut) 
       .option("out", "DIR", "metrics.csv, checkpoint.safetensors, curves.png", defaultOut)
       .flag("resume", "continue the run saved in --out (same options)")
       .flag("eval-only", "evaluate the checkpoint in --out on the test set");
-  cli.flag("audit", "after every epoch write audit.csv and audit.json into --out: per block the gate, regimes, "
+  cli.flag("audit", "after every epoch write audit.csv and audit.json into --out: per gated block (per Delta "
+                    "sublayer in ddl-text) the gate, regimes, "
                     "|k~| vs eps, measured |e_post|/|e_pre| vs |1-beta*rho|, |k^T X|, |v| and the frozen spectrum "
                     "(with --eval-only: eval_audit.csv and eval_audit.json of the test evaluation)");
 }

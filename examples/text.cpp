@@ -187,7 +187,7 @@ int run(const ddl::cli::CommandLine& cli) {
   ddl::AuditRecorder audit;
   if (cli.has("audit")) {
     if (validation.empty()) throw ddl::ValueError("--audit needs validation text (the corpus has none)");
-    ddl::auditEveryEpoch(loop, lm, audit, saved.out);
+    if (loop.isRankZero()) ddl::auditEveryEpoch(loop, lm, audit, saved.out);  // rank 0 writes for the run
   }
   const ddl::EpochMetrics last = loop.run();
   if (loop.stopped()) {
