@@ -1,21 +1,26 @@
 #pragma once
 // examples/ablation_report.hpp: what ddl-ablation writes once its runs are done: the runs' records,
 // mean curves at equal steps and equal training time, paired t tests between residual kinds
-// (ddl/diag/t_test.hpp), the gnuplot figures and ablation.md.
+// (ddl/diag/t_test.hpp), the gnuplot figures and ablation.md. The metric is the validation accuracy
+// (higher is better) for the image nets and the validation loss in nats and bits per byte (lower is
+// better) for the language model (--net lm).
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "curves.hpp"
 #include "ddl/diag/gate_audit.hpp"
 #include "ddl/diag/t_test.hpp"
 #include "ddl/io/atomic_file.hpp"
+#include "ddl/train/next_token_task.hpp"
 #include "ddl/train/trainer.hpp"
 
 namespace ddl::ablation {
@@ -83,22 +88,24 @@ inline std::vector<CurvePoint> meanCurve(const std::vector<const Run*>& group) {
   return m;
 }
 
-// Validation accuracy of a mean curve at training time t (linear between points; the last point
-// beyond its end).
-inline double accuracyAtTime(const std::vector<CurvePoint>& c, double t) {
+// A field of a mean curve (valAcc, valLoss) at training time t (linear between points; the last
+// point beyond its end).
+inline double valueAtTime(const std::vector<CurvePoint>& c, double t, double CurvePoint::*field) {
   for (std::size_t i = 1; i < c.size(); ++i)
     if (c[i].seconds >= t) {
       const double span = c[i].seconds - c[i - 1].seconds;
       const double w = span > 0 ? (t - c[i - 1].seconds) / span : 1;
-      return c[i - 1].valAcc + w * (c[i].valAcc - c[i - 1].valAcc);
+      return c[i - 1].*field + w * (c[i].*field - c[i - 1].*field);
     }
-  return c.back().valAcc;
+  return c.back().*field;
 }
 
-// "| mean diff | t | df | p | better / worse / tie" of paired differences b - a over seeds.
-inline std::string pairedCells(const std::vector<double>& a, const std::vector<double>& b) {
-  const ddl::PairedTTest r = ddl::pairedTTest(a, b);
-  std::string s = fmt("%+.3f", r.meanDiff);
+// "| mean diff | t | df | p | better / worse / tie" of paired differences b - a over seeds; b is
+// better when larger, or when smaller with lowerIsBetter (a loss).
+inline std::string pairedCells(const std::vector<double>& a, const std::vector<double>& b, bool lowerIsBetter = false) {
+  ddl::PairedTTest r = ddl::pairedTTest(a, b);
+  if (lowerIsBetter) std::swap(r.better, r.worse);
+  std::string s = fmt(lowerIsBetter ? "%+.4f" : "%+.3f", r.meanDiff);
   if (r.defined)
     s += " | " + fmt("%.3f", r.t) + " | " + std::to_string(r.df) + " | " + fmt("%.4f", r.p);
   else
@@ -106,9 +113,9 @@ inline std::string pairedCells(const std::vector<double>& a, const std::vector<d
   return s + " | " + std::to_string(r.better) + " / " + std::to_string(r.worse) + " / " + std::to_string(r.ties);
 }
 
-inline std::vector<double> column(const std::vector<const Run*>& group, double Run::*field) {
+inline std::vector<double> column(const std::vector<const Run*>& group, double Run::*field, double scale = 100) {
   std::vector<double> v;
-  for (const Run* r : group) v.push_back(100 * (r->*field));
+  for (const Run* r : group) v.push_back(scale * (r->*field));
   return v;
 }
 
@@ -206,62 +213,114 @@ struct Setup {
   std::int64_t evalEvery = 1;
   ddl::TrainerOptions base;
   std::string model;  // one line describing the net
+  std::string budget, data;  // --net lm: the report's budget and data sentences (else the image ones)
   double wallSeconds = 0;
+  bool lm() const { return net == "lm"; }
 };
+
+// The line printed after each run.
+inline std::string runLine(const Run& r, bool lm) {
+  char line[256];
+  if (lm)
+    std::snprintf(line, sizeof line, "seed %llu dv %lld %-10s val loss %.4f (%.3f bpb) test %.4f (%.3f bpb) train loss %.4f %.1fs %lld params",
+                  static_cast<unsigned long long>(r.seed), static_cast<long long>(r.dv), r.kind.c_str(), r.valLoss,
+                  ddl::bitsPerByte(r.valLoss), r.testLoss, ddl::bitsPerByte(r.testLoss), r.trainLoss, r.seconds,
+                  static_cast<long long>(r.params));
+  else
+    std::snprintf(line, sizeof line, "seed %llu dv %lld %-10s val %.2f%% test %.2f%% train loss %.4f %.1fs %lld params",
+                  static_cast<unsigned long long>(r.seed), static_cast<long long>(r.dv), r.kind.c_str(), 100 * r.valAcc,
+                  100 * r.testAcc, r.trainLoss, r.seconds, static_cast<long long>(r.params));
+  return line;
+}
+
+// The language model's table: loss in nats and bits per byte (lower is better).
+inline void writeLmTable(std::ostream& os, const Setup& su, const std::vector<Run>& runs) {
+  const double bpb = ddl::bitsPerByte(1.0);
+  os << "| kind | dv | val loss, nats (mean ± std) | val bits per byte | test loss (once, mean ± std) | test bits per byte "
+        "| final train loss | train s / run | params |\n|---|---|---|---|---|---|---|---|---|\n";
+  for (ddl::Index dv : su.dvs)
+    for (const char* kind : kKinds) {
+      const std::vector<const Run*> g = runsOf(runs, kind, dv);
+      const std::vector<double> vl = column(g, &Run::valLoss, 1), tl = column(g, &Run::testLoss, 1),
+                                lo = column(g, &Run::trainLoss, 1), se = column(g, &Run::seconds, 1);
+      os << "| " << kind << " | " << dv << " | " << fmt("%.4f ± %.4f", mean(vl), stddev(vl)) << " | "
+         << fmt("%.4f ± %.4f", bpb * mean(vl), bpb * stddev(vl)) << " | " << fmt("%.4f ± %.4f", mean(tl), stddev(tl))
+         << " | " << fmt("%.4f", bpb * mean(tl)) << " | " << fmt("%.4f ± %.4f", mean(lo), stddev(lo)) << " | "
+         << fmt("%.1f", mean(se)) << " | " << g.front()->params << " |\n";
+    }
+}
 
 inline void writeReport(const Setup& su, const std::vector<Run>& runs, bool haveBeta) {
   ddl::writeFileAtomically(su.out + "/ablation.md", [&](std::ostream& os) {
-    os << "# Residual ablation: " << (su.net == "conv" ? "ConvDeltaNet" : "DeltaNet MLP") << "\n\n"
+    os << "# Residual ablation: " << (su.net == "conv" ? "ConvDeltaNet" : su.lm() ? "DeltaLM" : "DeltaNet MLP") << "\n\n"
        << "Command: `" << su.commandLine << "`\n\n"
        << "Wall time of the whole ablation: " << fmt("%.0f", su.wallSeconds) << " s for " << runs.size()
        << " runs on " << ddl::numThreads()
-       << " threads (wall times include waiting for other jobs when the machine is shared).\n\n"
-       << "Model: " << su.model << ". Budget: " << su.base.epochs << " epochs, batch " << su.base.batchSize
-       << ", AdamW lr " << su.base.adam.lr << " (cosine, warmup min(200, steps/10)), weight decay "
-       << su.base.adam.weightDecay << ", fixed before the runs.\n\n"
-       << "Data: " << su.dir << ", " << su.trainSize - su.nVal << " training, " << su.nVal << " validation (held out "
-       << "from the training data, seeded by the run's seed), " << su.testSize << " test samples; " << su.seeds
-       << " seeds from " << su.seed0 << " (all kinds of one seed share initialisation seed, validation split and "
-       << "batch order).\n\n"
-       << "Protocol: the kinds are compared on the validation split; the test set is evaluated once per run, "
-          "after its last epoch, and only reported.\n\n"
-       << "| kind | dv | val acc % (mean ± std) | val loss | test acc % (once, mean ± std) | final train loss "
-          "| train s / run | params |\n|---|---|---|---|---|---|---|---|\n";
-    for (ddl::Index dv : su.dvs)
-      for (const char* kind : kKinds) {
-        const std::vector<const Run*> g = runsOf(runs, kind, dv);
-        const std::vector<double> va = column(g, &Run::valAcc), te = column(g, &Run::testAcc);
-        std::vector<double> vl, lo, se;
-        for (const Run* r : g) vl.push_back(r->valLoss), lo.push_back(r->trainLoss), se.push_back(r->seconds);
-        os << "| " << kind << " | " << dv << " | " << fmt("%.2f ± %.2f", mean(va), stddev(va)) << " | "
-           << fmt("%.4f", mean(vl)) << " | " << fmt("%.2f ± %.2f", mean(te), stddev(te)) << " | "
-           << fmt("%.4f ± %.4f", mean(lo), stddev(lo)) << " | " << fmt("%.1f", mean(se)) << " | "
-           << g.front()->params << " |\n";
-      }
+       << " threads (wall times include waiting for other jobs when the machine is shared).\n\n";
+    if (su.lm()) {
+      os << "Model: " << su.model << ". Budget: " << su.budget << "\n\nData: " << su.data << "\n\n"
+         << "Protocol: the kinds are compared on the validation loss; the test split is evaluated once per run, "
+            "after its last epoch, and only reported.\n\n";
+      writeLmTable(os, su, runs);
+    } else {
+      os << "Model: " << su.model << ". Budget: " << su.base.epochs << " epochs, batch " << su.base.batchSize
+         << ", AdamW lr " << su.base.adam.lr << " (cosine, warmup min(200, steps/10)), weight decay "
+         << su.base.adam.weightDecay << ", fixed before the runs.\n\n"
+         << "Data: " << su.dir << ", " << su.trainSize - su.nVal << " training, " << su.nVal << " validation (held out "
+         << "from the training data, seeded by the run's seed), " << su.testSize << " test samples; " << su.seeds
+         << " seeds from " << su.seed0 << " (all kinds of one seed share initialisation seed, validation split and "
+         << "batch order).\n\n"
+         << "Protocol: the kinds are compared on the validation split; the test set is evaluated once per run, "
+            "after its last epoch, and only reported.\n\n"
+         << "| kind | dv | val acc % (mean ± std) | val loss | test acc % (once, mean ± std) | final train loss "
+            "| train s / run | params |\n|---|---|---|---|---|---|---|---|\n";
+      for (ddl::Index dv : su.dvs)
+        for (const char* kind : kKinds) {
+          const std::vector<const Run*> g = runsOf(runs, kind, dv);
+          const std::vector<double> va = column(g, &Run::valAcc), te = column(g, &Run::testAcc);
+          std::vector<double> vl, lo, se;
+          for (const Run* r : g) vl.push_back(r->valLoss), lo.push_back(r->trainLoss), se.push_back(r->seconds);
+          os << "| " << kind << " | " << dv << " | " << fmt("%.2f ± %.2f", mean(va), stddev(va)) << " | "
+             << fmt("%.4f", mean(vl)) << " | " << fmt("%.2f ± %.2f", mean(te), stddev(te)) << " | "
+             << fmt("%.4f ± %.4f", mean(lo), stddev(lo)) << " | " << fmt("%.1f", mean(se)) << " | "
+             << g.front()->params << " |\n";
+        }
+    }
 
-    os << "\n## Paired comparisons on validation accuracy (percentage points, equal steps)\n\n"
-       << "b − a per seed; Student t test of the paired differences. The last column is the same "
-          "difference on the test set (reported, not used for any choice).\n\n"
-       << "| dv | b − a | mean diff | t | df | two-sided p | b better / worse / tie | test mean diff |\n"
-       << "|---|---|---|---|---|---|---|---|\n";
+    // The metric compared: validation accuracy in percentage points, or the LM's loss in nats.
+    double Run::*metric = su.lm() ? &Run::valLoss : &Run::valAcc;
+    double Run::*testMetric = su.lm() ? &Run::testLoss : &Run::testAcc;
+    const double scale = su.lm() ? 1 : 100;
+    os << (su.lm() ? "\n## Paired comparisons on validation loss (nats, equal steps)\n\n"
+                   : "\n## Paired comparisons on validation accuracy (percentage points, equal steps)\n\n")
+       << "b − a per seed; Student t test of the paired differences" << (su.lm() ? " (negative: b is better)" : "")
+       << ". The last column is the same difference on the test set (reported, not used for any choice).\n\n"
+       << "| dv | b − a | mean diff | t | df | two-sided p | b better / worse / tie | "
+       << (su.lm() ? "mean diff, bits per byte | test mean diff, bits per byte |\n|---|---|---|---|---|---|---|---|---|\n"
+                   : "test mean diff |\n|---|---|---|---|---|---|---|---|\n");
     const std::pair<const char*, const char*> pairs[] = {
         {"additive", "delta"}, {"additive", "write_only"}, {"write_only", "delta"}};
     for (ddl::Index dv : su.dvs)
       for (const auto& [a, b] : pairs) {
         const std::vector<const Run*> ga = runsOf(runs, a, dv), gb = runsOf(runs, b, dv);
-        const std::vector<double> ta = column(ga, &Run::testAcc), tb = column(gb, &Run::testAcc);
-        std::vector<double> td;
-        for (std::size_t i = 0; i < ta.size(); ++i) td.push_back(tb[i] - ta[i]);
-        os << "| " << dv << " | " << b << " − " << a << " | "
-           << pairedCells(column(ga, &Run::valAcc), column(gb, &Run::valAcc)) << " | " << fmt("%+.3f", mean(td))
-           << " |\n";
+        const std::vector<double> va = column(ga, metric, scale), vb = column(gb, metric, scale),
+                                  ta = column(ga, testMetric, scale), tb = column(gb, testMetric, scale);
+        std::vector<double> vd, td;
+        for (std::size_t i = 0; i < ta.size(); ++i) vd.push_back(vb[i] - va[i]), td.push_back(tb[i] - ta[i]);
+        os << "| " << dv << " | " << b << " − " << a << " | " << pairedCells(va, vb, su.lm()) << " | ";
+        if (su.lm())
+          os << fmt("%+.4f", ddl::bitsPerByte(mean(vd))) << " | " << fmt("%+.4f", ddl::bitsPerByte(mean(td))) << " |\n";
+        else
+          os << fmt("%+.3f", mean(td)) << " |\n";
       }
 
     os << "\n## Equal steps and equal time\n\n![validation curves](curves.png)\n\n"
-       << "Validation loss and accuracy every " << su.evalEvery << " steps, mean over seeds (`curves.csv` holds every "
+       << "Validation loss and " << (su.lm() ? "next-byte accuracy after every epoch" : "accuracy every " + std::to_string(su.evalEvery) + " steps")
+       << ", mean over seeds (`curves.csv` holds every "
        << "seed, `curves.dat` the means); the y axes show the last three quarters of training. The time axis is "
           "training wall time only (evaluations excluded); it moves with the machine's load. At equal time, the "
-          "validation accuracy of each kind at the time the fastest kind (mean over seeds) finished its budget:\n\n"
+          "validation " << (su.lm() ? "loss (nats)" : "accuracy") << " of each kind at the time the fastest kind "
+          "(mean over seeds) finished its budget:\n\n"
        << "| dv | time budget s | additive | delta | write_only |\n|---|---|---|---|---|\n";
     for (ddl::Index dv : su.dvs) {
       std::vector<std::vector<CurvePoint>> curves;
@@ -271,7 +330,9 @@ inline void writeReport(const Setup& su, const std::vector<Run>& runs, bool have
         budget = std::min(budget, curves.back().back().seconds);
       }
       os << "| " << dv << " | " << fmt("%.1f", budget);
-      for (const auto& c : curves) os << " | " << fmt("%.2f", 100 * accuracyAtTime(c, budget));
+      for (const auto& c : curves)
+        os << " | " << (su.lm() ? fmt("%.4f", valueAtTime(c, budget, &CurvePoint::valLoss))
+                                : fmt("%.2f", 100 * valueAtTime(c, budget, &CurvePoint::valAcc)));
       os << " |\n";
     }
 

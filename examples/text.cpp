@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "example_run.hpp"
+#include "text_files.hpp"
 #include "ddl/data/text_corpus.hpp"
 #include "ddl/nn/models/delta_lm.hpp"
 #include "ddl/train/next_token_task.hpp"
@@ -30,8 +31,6 @@ namespace {
 using namespace ddl::example;
 using Loop = ddl::TrainingLoop<ddl::DeltaLM<float>, ddl::NextTokenTask<float>, ddl::TextWindows<float>,
                                ddl::AdamW<float>>;
-
-const char* const kFortunes = "/usr/share/games/fortunes";
 
 void declareOptions(ddl::cli::CommandLine& cli) {
   cli.option("data", "PATH", "a file, or a folder whose files (except fortune's *.dat indexes) are read in name order",
@@ -56,20 +55,6 @@ void declareOptions(ddl::cli::CommandLine& cli) {
       .option("tokens", "N", "bytes to sample", "300")
       .option("temperature", "X", "softmax temperature (> 0)", "0.8")
       .option("top-k", "K", "sample among the K most likely bytes", "40");
-}
-
-// The files of the corpus: one file, or every regular file of a folder but fortune's *.dat, by name.
-std::vector<std::string> corpusFiles(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (!fs::is_directory(path, ec)) return {path};
-  std::vector<std::string> files;
-  for (const fs::directory_entry& e : fs::directory_iterator(path, ec))
-    if (e.is_regular_file(ec) && !e.is_symlink(ec) && e.path().extension() != ".dat") files.push_back(e.path().string());
-  if (ec) throw DataError(path + ": cannot list the folder: " + ec.message());
-  if (files.empty()) throw DataError(path + ": the folder holds no text files");
-  std::sort(files.begin(), files.end());
-  return files;
 }
 
 // The model: from the command line, or (resume, eval-only, generate) from the checkpoint.
@@ -122,7 +107,7 @@ int run(const ddl::cli::CommandLine& cli) {
   const std::string data = cli.text("data");
   ddl::TextCorpus corpus;
   try {
-    corpus = ddl::readTextCorpusFiles(corpusFiles(data));
+    corpus = readCorpus(data);
   } catch (const ddl::IoError& e) {
     throw DataError(e.what());
   }
@@ -130,9 +115,7 @@ int run(const ddl::cli::CommandLine& cli) {
             << ", validation " << corpus.validation.size() << ", test " << corpus.test.size() << ", in that order)\n";
   opt.extraMeta = {{"data", data}};
   const ddl::Index evalBytes = cli.integer<ddl::Index>("eval-bytes", 0, kMaxCount);
-  const std::vector<std::uint8_t> validation(
-      corpus.validation.begin(),
-      corpus.validation.begin() + static_cast<std::ptrdiff_t>(evalBytes > 0 ? std::min<std::size_t>(corpus.validation.size(), static_cast<std::size_t>(evalBytes)) : corpus.validation.size()));
+  const std::vector<std::uint8_t> validation = evaluatedPrefix(corpus.validation, evalBytes);
   std::cout << "model: DeltaLM " << cfg.variant << ", preset " << cfg.preset << ", residual "
             << ddl::toString(cfg.block.residual.residual) << ", d " << cfg.d << ", depth " << cfg.depth << ", heads "
             << cfg.heads << ", dv " << cfg.dv << ", context " << cfg.context << ", " << ddl::numParams(lm)
