@@ -24,7 +24,13 @@
 #include "ddl/core/types.hpp"
 #include "ddl/nn/blocks/delta_block.hpp"
 
+#include "bench_util.hpp"
+
 namespace {
+
+using ddl_bench::Stopwatch;
+using ddl_bench::median;
+using ddl_bench::fillNormal;
 
 using S = float;
 using Mat = ddl::MatX<S>;
@@ -33,21 +39,10 @@ using ddl::Index;
 using Key = std::tuple<std::string, Index, Index, Index>;  // mode, d, dv, B
 std::map<Key, double> g_plainSeconds;                        // plain seconds per iteration, by key
 
-struct Stopwatch {
-  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
-  double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
-};
-
 ddl::DeltaBlockOptions options(bool delta) {
   ddl::DeltaBlockOptions o;  // defaults are preset "code": GELU, hidden 4d, structured CC, k-Map ...
   o.residual.residual = delta ? ddl::ResidualKind::Delta : ddl::ResidualKind::Additive;
   return o;
-}
-
-void fillNormal(Mat& M, std::uint64_t seed, S scale) {
-  ddl::Rng rng(seed);
-  for (Index j = 0; j < M.cols(); ++j)
-    for (Index i = 0; i < M.rows(); ++i) M(i, j) = scale * static_cast<S>(rng.normal());
 }
 
 // A block with its input, output and gradient buffers, warmed up (first call sizes every workspace).
@@ -89,12 +84,6 @@ void BM_Block(benchmark::State& state) {
   } else if (auto it = g_plainSeconds.find(key); it != g_plainSeconds.end()) {
     state.counters["of_plain"] = perIter / it->second;
   }
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 // Plain and delta train steps alternately; each step timed on its own.

@@ -22,28 +22,17 @@
 #include "ddl/nn/layers/cross_entropy.hpp"
 #include "ddl/train/adamw.hpp"
 
+#include "bench_util.hpp"
+
 namespace {
+
+using ddl_bench::Stopwatch;
+using ddl_bench::median;
+using ddl_bench::fillNormal;
 
 using S = float;
 using Mat = ddl::MatX<S>;
 using ddl::Index;
-
-struct Stopwatch {
-  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
-  double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
-};
-
-void fillNormal(Mat& M, std::uint64_t seed, S scale) {
-  ddl::Rng rng(seed);
-  for (Index j = 0; j < M.cols(); ++j)
-    for (Index i = 0; i < M.rows(); ++i) M(i, j) = scale * static_cast<S>(rng.normal());
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 struct BlockFixture {
   ddl::TokenLayout layout;

@@ -22,7 +22,13 @@
 #include "ddl/ops/delta_operator.hpp"
 #include "ddl/ops/delta_write.hpp"
 
+#include "bench_util.hpp"
+
 namespace {
+
+// Wall-clock stopwatch around the timed loop (UseRealTime measures the same; this makes the number
+// available inside the function for the of_triad counter).
+using ddl_bench::Stopwatch;
 
 using S = float;  // training precision
 using Mat = ddl::MatX<S>;
@@ -57,13 +63,6 @@ Row gates(Index N) {
   for (Index j = 0; j < N; ++j) b(j) = S(2) * static_cast<S>((j * 37) % 101) / S(100);  // spread over [0, 2]
   return b;
 }
-
-// Wall-clock stopwatch around the timed loop (UseRealTime measures the same; this makes the number
-// available inside the function for the of_triad counter).
-struct Stopwatch {
-  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
-  double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
-};
 
 void reportBytes(benchmark::State& state, double bytesPerIteration, double seconds) {
   state.SetBytesProcessed(static_cast<std::int64_t>(bytesPerIteration * static_cast<double>(state.iterations())));

@@ -47,7 +47,14 @@
 #include "ddl/nn/layers/linear.hpp"
 #include "ddl/train/adamw.hpp"
 
+#include "bench_util.hpp"
+
 namespace {
+
+using ddl_bench::Stopwatch;
+using ddl_bench::median;
+using ddl_bench::minimum;
+using ddl_bench::fillNormal;
 
 using S = float;
 using Mat = ddl::MatX<S>;
@@ -55,25 +62,6 @@ using ddl::Index;
 
 constexpr Index kD = 256, kDepth = 4, kHeads = 4, kT = 256, kB = 16, kVocab = 256, kN = kB * kT;
 constexpr Index kDh = kD / kHeads;
-
-struct Stopwatch {
-  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
-  double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
-};
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-double minimum(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
-
-void fillNormal(Mat& M, std::uint64_t seed, S scale) {
-  ddl::Rng rng(seed);
-  for (Index j = 0; j < M.cols(); ++j)
-    for (Index i = 0; i < M.rows(); ++i) M(i, j) = scale * static_cast<S>(rng.normal());
-}
 
 // variant: 0 additive dv1, 1 delta dv1, 2 delta cc (dv 4).
 enum Variant { kAdditive = 0, kDeltaDv1 = 1, kDeltaCc = 2 };

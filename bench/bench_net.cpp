@@ -36,7 +36,14 @@
 #include "ddl/nn/layers/linear.hpp"
 #include "ddl/train/adamw.hpp"
 
+#include "bench_util.hpp"
+
 namespace {
+
+using ddl_bench::Stopwatch;
+using ddl_bench::median;
+using ddl_bench::minimum;
+using ddl_bench::fillNormal;
 
 using S = float;
 using Mat = ddl::MatX<S>;
@@ -45,25 +52,6 @@ using ddl::Index;
 constexpr Index kIn = 784, kD = 256, kDepth = 4, kHidden = 1024, kClasses = 10, kB = 128;
 
 double g_floorSeconds = 0.0;  // BM_StepGemms seconds per iteration (dv = 1), 0 until it ran
-
-struct Stopwatch {
-  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
-  double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
-};
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-double minimum(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
-
-void fillNormal(Mat& M, std::uint64_t seed, S scale) {
-  ddl::Rng rng(seed);
-  for (Index j = 0; j < M.cols(); ++j)
-    for (Index i = 0; i < M.rows(); ++i) M(i, j) = scale * static_cast<S>(rng.normal());
-}
 
 ddl::DeltaNetConfig netConfig(bool delta, Index dv) {
   ddl::DeltaNetConfig c;

@@ -26,15 +26,9 @@
 #include "ddl/train/task.hpp"
 #include "ddl/train/train_step.hpp"
 
-namespace {
+#include "bench_util.hpp"
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-}  // namespace
+using ddl_bench::median;
 
 int main(int argc, char** argv) {
   ddl::MpiSession session(&argc, &argv);

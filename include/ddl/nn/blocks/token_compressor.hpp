@@ -18,17 +18,16 @@
 // token, exactly like CC (nn/blocks/compressor.hpp); conv().init(rng) re-draws the conv.
 // Decoding (one sequence, one token per call): StepCache keeps the last K states of the sequence; a
 // block whose two sublayers share one TC keeps one StepCache per sublayer (they read different states).
+// The conv's weight, the argument checks, the decoding ring, the effective weights' gather and the sums
+// G_j are its StateConv's (StateKernel, nn/layers/state_conv.hpp).
 #include <string>
 #include <vector>
 
-#include "ddl/core/alias.hpp"
 #include "ddl/core/config.hpp"
-#include "ddl/core/error.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/reduce.hpp"
 #include "ddl/core/token_layout.hpp"
 #include "ddl/core/types.hpp"
-#include "ddl/core/view.hpp"
 #include "ddl/nn/layers/state_conv.hpp"
 #include "ddl/nn/layers/token_conv.hpp"
 
@@ -37,14 +36,10 @@ namespace ddl {
 template <class S>
 class TokenCompressor {
  public:
-  // What backward needs of one application: a view of its input and its layout. One compressor serves
-  // a block's two sublayers: each application passes its own Cache and the backwards run in reverse
-  // order (docs/decisions.md, "Modules applied more than once per step").
-  struct Cache {
-    ConstView<S> X;  // (d, dv*N) input of the application, owned by the caller
-    TokenLayout layout;
-    Index N = -1;
-  };
+  // What backward needs of one application: a view of its input X and its layout. One compressor
+  // serves a block's two sublayers: each application passes its own Cache and the backwards run in
+  // reverse order (docs/decisions.md, "Modules applied more than once per step").
+  using Cache = typename StateKernel<S>::Cache;
 
   // Decoding state of one sequence: the last K states, each as Xt's (d, dv) columns, and the effective
   // weights of the current step.
@@ -55,7 +50,8 @@ class TokenCompressor {
 
   // d, dv, kernel >= 1.
   TokenCompressor(Index d, Index dv, Index kernel = 4)
-      : m_d(checkedDim(d, dv, kernel)), m_dv(dv), m_K(kernel), m_conv(d, dv, kernel) {
+      : m_d(StateKernel<S>::checkDims("ddl::TokenCompressor", d, dv, kernel)), m_dv(dv), m_K(kernel),
+        m_conv(d, dv, kernel) {
     m_read = Param<S>(std::vector<Index>{dv});
     m_read.value.setConstant(S(1) / static_cast<S>(dv));
   }
@@ -68,20 +64,13 @@ class TokenCompressor {
 
   // The same, recording this application in cache.
   void forward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Xin, Cache& cache) {
-    const char* fn = "ddl::TokenCompressor::forward";
-    checkInput(fn, X, layout);
-    requireNoAlias(fn, "X", X, "Xin", Xin);
-    cache.X.bind(X);
-    cache.layout = layout;
-    cache.N = layout.tokens();
+    m_conv.beginForward("ddl::TokenCompressor::forward", "X", X, layout, true, "Xin", Xin, &cache);
     compress(X, layout, Xin);
   }
 
   // Same Xin as forward, bit for bit; records nothing and allocates nothing once Xin has its shape.
   void forwardInference(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Xin) {
-    const char* fn = "ddl::TokenCompressor::forwardInference";
-    checkInput(fn, X, layout);
-    requireNoAlias(fn, "X", X, "Xin", Xin);
+    m_conv.beginForward("ddl::TokenCompressor::forwardInference", "X", X, layout, true, "Xin", Xin, nullptr);
     compress(X, layout, Xin);
   }
 
@@ -91,18 +80,14 @@ class TokenCompressor {
 
   // The same for the application recorded in cache.
   void backward(const Eigen::Ref<const MatX<S>>& dXin, MatX<S>& dX, const Cache& cache) {
-    const char* fn = "ddl::TokenCompressor::backward";
-    if (cache.N < 0) throw Error(message(fn, "called before forward"));
+    m_conv.beginBackward("ddl::TokenCompressor::backward", cache, "dXin", dXin, false, "dX", dX);
     const Index N = cache.N, T = cache.layout.length, K = m_K;
-    checkShape(fn, "dXin", dXin, m_d, N);
-    requireNoAlias(fn, "dXin", dXin, "dX", dX);
     const MatX<S>& w = m_conv.weight().value;
-    detail::channelWeights(w, m_d, m_dv, m_weff, &m_read.value);
+    const MatX<S>& weff = m_conv.channelWeights(&m_read.value);
     dX.resize(m_d, m_dv * N);
     for (Index j = 0; j < m_dv; ++j)
-      detail::causalConvBackwardInput<S>(m_weff.middleCols(j * K, K), dXin, T, dX.middleCols(j * N, N));
-    m_wide.setZero(m_d, m_dv * K);  // G_j in columns j*K .. j*K + K - 1
-    detail::stateConvWeightGrad<S>(dXin, cache.X.map(), m_dv, N, T, m_wide);
+      detail::causalConvBackwardInput<S>(weff.middleCols(j * K, K), dXin, T, dX.middleCols(j * N, N));
+    const auto& G = m_conv.channelWeightGrad(dXin, cache.X.map(), N, T);  // G_j in columns j*K .. j*K + K - 1
     using A = SumType<S>;
     MatX<S>& dw = m_conv.weight().grad;
     for (Index j = 0; j < m_dv; ++j) {
@@ -110,7 +95,7 @@ class TokenCompressor {
       A dr = 0;
       for (Index s = 0; s < K; ++s)
         for (Index i = 0; i < m_d; ++i) {
-          const A g = m_wide(i, j * K + s);
+          const A g = G(i, j * K + s);
           dw(i * m_dv + j, s) += static_cast<S>(r * g);
           dr += static_cast<A>(w(i * m_dv + j, s)) * g;
         }
@@ -129,11 +114,8 @@ class TokenCompressor {
   // the tests, also with g++ -march=native).
   // Allocates nothing once xint has its shape.
   void forwardStep(const Eigen::Ref<const MatX<S>>& Xt, StepCache& cache, MatX<S>& xint) const {
-    const char* fn = "ddl::TokenCompressor::forwardStep";
     auto& ring = cache.ring;
-    if (ring.t < 0 || ring.slots.rows() != m_d * m_dv || ring.slots.cols() != m_K)
-      throw Error(message(fn, "called before startStep (or with the cache of another module)"));
-    checkShape(fn, "Xt", Xt, m_d, m_dv);
+    m_conv.beginStep("ddl::TokenCompressor::forwardStep", ring, "Xt", Xt, m_dv);
     const Index K = m_K, d = m_d, pos = ring.pos;
     Eigen::Map<MatX<S>>(ring.slots.col(pos).data(), d, m_dv) = Xt;  // channel j at rows j*d .. j*d + d - 1
     detail::channelWeights(m_conv.weight().value, d, m_dv, cache.weff, &m_read.value);
@@ -167,23 +149,12 @@ class TokenCompressor {
   Index kernel() const { return m_K; }
 
  private:
-  static Index checkedDim(Index d, Index dv, Index kernel) {
-    require(d >= 1 && dv >= 1 && kernel >= 1, "ddl::TokenCompressor", "d, dv and kernel must be >= 1, got d = ", d,
-            ", dv = ", dv, ", kernel = ", kernel);
-    return d;
-  }
-
-  void checkInput(const char* fn, const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout) const {
-    detail::checkSequenceInput(fn, "X", X.rows(), X.cols(), m_d, m_dv * layout.tokens(), "dv*N", layout);
-  }
-
   // One output column at a time: channels j, then taps from the current token backwards, into one
   // accumulator (forwardStep repeats this order). Columns are independent.
   void compress(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Xin) {
     const Index N = layout.tokens(), T = layout.length, K = m_K, dv = m_dv;
-    detail::channelWeights(m_conv.weight().value, m_d, dv, m_weff, &m_read.value);
+    const MatX<S>& we = m_conv.channelWeights(&m_read.value);
     Xin.resize(m_d, N);
-    const MatX<S>& we = m_weff;
     DDL_OMP(parallel for schedule(static) if (m_d * dv * K * N >= detail::kParallelMinWork))
     for (Index n = 0; n < N; ++n) {
       const Index t = n % T;
@@ -198,11 +169,10 @@ class TokenCompressor {
   }
 
   Index m_d, m_dv, m_K;
-  StateConv<S> m_conv;  // owns "conv.weight"
+  StateConv<S> m_conv;  // owns "conv.weight"; its workspaces hold, per call, the effective weights
+                        // r[j] w[i*dv + j, s] by value channel and the sums G_j
   Param<S> m_read;      // (dv, 1)
   Cache m_cache;        // the application of forward(X, layout, Xin) without a Cache
-  MatX<S> m_weff;       // (d, dv*K) effective weights r[j] w[i*dv + j, s] by value channel
-  MatX<SumType<S>> m_wide;  // (d, dv*K) G_j, sums over tokens in double
 };
 
 }  // namespace ddl

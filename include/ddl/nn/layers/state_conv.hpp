@@ -21,6 +21,9 @@
 // Parameter "weight" [d*dv, 1, K] (held as (d*dv, K), row o = i*dv + j; decay on). Both modules start
 // as the identity of their kind (initIdentity): StateConv copies X, ConvExpansion repeats x into every
 // channel (X = x 1ᵀ, docs/spec.md §3's repetition); init() re-draws like torch.nn.Conv1d (fan_in = K).
+// Both are built on StateKernel, which holds what they (and TokenCompressor, nn/blocks/token_compressor.hpp,
+// through its StateConv) share: that weight and its inits, the decoding ring, the argument checks, the
+// weights gathered by value channel and the weight-gradient sums.
 // Weight gradients are sums over tokens in double (core/reduce.hpp); every loop gives the same bits on
 // any thread count (output columns are independent; a value channel's weight gradient is one task's
 // fixed-order sum). The loops are the shared kernels of nn/layers/token_conv.hpp, run per value channel on
@@ -129,17 +132,21 @@ struct ConvStepRing {
 
 }  // namespace detail
 
-// ------------------------------------------------------------------------------------------- StateConv
+// ----------------------------------------------------------------------------------------- StateKernel
 
+// The causal depthwise kernel over tokens on the d*dv channels of the state, channel o = i*dv + j: the
+// parameter "weight" [d*dv, 1, K], its inits, the decoding state, the argument checks of the modules
+// built on it (each naming the calling function, fn) and their shared workspaces. StateConv and
+// ConvExpansion derive from it; TokenCompressor reaches it through its StateConv.
 template <class S>
-class StateConv {
+class StateKernel {
  public:
   // What backward needs of one application: a view of its input and its layout. A block applies one
   // compressor twice per step (attention and MLP sublayers) with shared weights; each application passes
   // its own Cache and the backwards run in reverse order (docs/decisions.md, "Modules applied more than
   // once per step").
   struct Cache {
-    ConstView<S> X;  // (d, dv*N) input of the application, owned by the caller
+    ConstView<S> X;  // input of the application, owned by the caller
     TokenLayout layout;
     Index N = -1;
   };
@@ -149,88 +156,28 @@ class StateConv {
     detail::ConvStepRing<S> ring;
   };
 
-  // d, dv, kernel >= 1. Starts as the identity (initIdentity).
-  StateConv(Index d, Index dv, Index kernel = 4) : m_d(d), m_dv(dv), m_K(kernel) {
-    require(d >= 1 && dv >= 1 && kernel >= 1, "ddl::StateConv", "d, dv and kernel must be >= 1, got d = ", d,
-            ", dv = ", dv, ", kernel = ", kernel);
-    m_w = Param<S>(std::vector<Index>{d * dv, 1, kernel}, /*withDecay=*/true);
-    initIdentity();
+  // d, dv, kernel >= 1, else ValueError naming owner (the module, "ddl::StateConv"); returns d.
+  static Index checkDims(const char* owner, Index d, Index dv, Index kernel) {
+    require(d >= 1 && dv >= 1 && kernel >= 1, owner, "d, dv and kernel must be >= 1, got d = ", d, ", dv = ", dv,
+            ", kernel = ", kernel);
+    return d;
   }
 
-  // Seeded initialisation by scheme (init.hpp) with fan_in = K, as torch.nn.Conv1d(groups=d*dv);
-  // draws the (d*dv, K) weight column-major.
+  // Seeded initialisation by scheme (init.hpp) with fan_in = K, as torch.nn.Conv1d with groups = its
+  // input channels (d*dv for StateConv, d for ConvExpansion); draws the (d*dv, K) weight column-major.
   void init(Rng& rng, const InitScheme& scheme = InitScheme::pytorchDefault()) {
     initLinearParams(m_w.value, static_cast<MatX<S>*>(nullptr), rng, scheme);
   }
 
-  // w[:, K-1] = 1, everything else 0: Y = X exactly.
+  // w[:, K-1] = 1, everything else 0: every channel copies the current token (StateConv: Y = X exactly;
+  // ConvExpansion: X_j = x exactly).
   void initIdentity() {
     m_w.value.setZero();
     m_w.value.col(m_K - 1).setOnes();
   }
 
-  // X: (d, dv*N) under layout sequence(B, T) -> Y: (d, dv*N). Keeps a view of X for backward: X must stay
-  // alive and unchanged until then. Y must not alias X.
-  void forward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
-    forward(X, layout, Y, m_cache);
-  }
-
-  // The same, recording this application in cache.
-  void forward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y, Cache& cache) {
-    const char* fn = "ddl::StateConv::forward";
-    checkInput(fn, X, layout);
-    requireNoAlias(fn, "X", X, "Y", Y);
-    cache.X.bind(X);
-    cache.layout = layout;
-    cache.N = layout.tokens();
-    convolve(X, layout, Y);
-  }
-
-  // Same Y as forward, bit for bit; records nothing and allocates nothing once Y has its shape.
-  void forwardInference(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
-    const char* fn = "ddl::StateConv::forwardInference";
-    checkInput(fn, X, layout);
-    requireNoAlias(fn, "X", X, "Y", Y);
-    convolve(X, layout, Y);
-  }
-
-  // dY: (d, dv*N) -> dX: (d, dv*N) overwritten; the weight gradient accumulates (sums over tokens in
-  // double). dX must not alias dY.
-  void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) { backward(dY, dX, m_cache); }
-
-  // The same for the application recorded in cache.
-  void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX, const Cache& cache) {
-    const char* fn = "ddl::StateConv::backward";
-    if (cache.N < 0) throw Error(message(fn, "called before forward"));
-    const Index N = cache.N, T = cache.layout.length;
-    checkShape(fn, "dY", dY, m_d, m_dv * N);
-    requireNoAlias(fn, "dY", dY, "dX", dX);
-    detail::channelWeights(m_w.value, m_d, m_dv, m_wj);
-    dX.resize(m_d, m_dv * N);
-    for (Index j = 0; j < m_dv; ++j)
-      detail::causalConvBackwardInput<S>(m_wj.middleCols(j * m_K, m_K), dY.middleCols(j * N, N), T,
-                                         dX.middleCols(j * N, N));
-    m_wide.setZero(m_d, m_dv * m_K);
-    detail::stateConvWeightGrad<S>(dY, cache.X.map(), m_dv, N, T, m_wide);
-    detail::addChannelWeightGrad<S>(m_wide, m_d, m_dv, m_w.grad);
-  }
-
   // Decoding: a fresh cache for a new sequence (allocates).
   void startStep(StepCache& cache) const { cache.ring.start(m_d * m_dv, m_K); }
-
-  // Xt: (d, dv), the state of the next token -> Yt: (d, dv), the column of forwardInference over the whole
-  // sequence for this token. Allocates nothing once Yt has its shape; Yt may be Xt.
-  void forwardStep(const Eigen::Ref<const MatX<S>>& Xt, StepCache& cache, MatX<S>& Yt) const {
-    const char* fn = "ddl::StateConv::forwardStep";
-    auto& ring = cache.ring;
-    if (ring.t < 0 || ring.slots.rows() != m_d * m_dv || ring.slots.cols() != m_K)
-      throw Error(message(fn, "called before startStep (or with the cache of another module)"));
-    checkShape(fn, "Xt", Xt, m_d, m_dv);
-    Eigen::Map<MatX<S>>(ring.slots.col(ring.pos).data(), m_dv, m_d) = Xt.transpose();
-    ring.convolve(m_w.value);
-    Yt = Eigen::Map<const MatX<S>>(ring.y.data(), m_dv, m_d).transpose();
-    ring.advance();
-  }
 
   // "weight" [d*dv, 1, K].
   template <class F>
@@ -244,145 +191,200 @@ class StateConv {
   Index dv() const { return m_dv; }
   Index kernel() const { return m_K; }
 
- private:
-  void checkInput(const char* fn, const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout) const {
-    detail::checkSequenceInput(fn, "X", X.rows(), X.cols(), m_d, m_dv * layout.tokens(), "dv*N", layout);
+  // ---- for the modules built on the kernel
+  // A forward's checks: in (d, dv*N) when inState, else (d, N), under a sequence layout; out must not
+  // alias in. Records the application in cache when given.
+  template <class Out>
+  void beginForward(const char* fn, const char* inName, const Eigen::Ref<const MatX<S>>& in, const TokenLayout& layout,
+                    bool inState, const char* outName, const Out& out, Cache* cache) const {
+    detail::checkSequenceInput(fn, inName, in.rows(), in.cols(), m_d, (inState ? m_dv : 1) * layout.tokens(),
+                               inState ? "dv*N" : "N", layout);
+    requireNoAlias(fn, inName, in, outName, out);
+    if (!cache) return;
+    cache->X.bind(in);
+    cache->layout = layout;
+    cache->N = layout.tokens();
   }
 
-  // Per value channel j the depthwise conv of X_j with its (d, K) weights: contiguous columns.
-  void convolve(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
+  // A backward's checks for the application in cache: it was recorded; dOut is (d, dv*N) when
+  // outState, else (d, N); dIn must not alias dOut.
+  template <class In>
+  void beginBackward(const char* fn, const Cache& cache, const char* dOutName, const Eigen::Ref<const MatX<S>>& dOut,
+                     bool outState, const char* dInName, const In& dIn) const {
+    if (cache.N < 0) throw Error(message(fn, "called before forward"));
+    checkShape(fn, dOutName, dOut, m_d, (outState ? m_dv : 1) * cache.N);
+    requireNoAlias(fn, dOutName, dOut, dInName, dIn);
+  }
+
+  // A decoding step's checks: ring started by a kernel of this shape; in is (d, cols).
+  void beginStep(const char* fn, const detail::ConvStepRing<S>& ring, const char* inName,
+                 const Eigen::Ref<const MatX<S>>& in, Index cols) const {
+    if (ring.t < 0 || ring.slots.rows() != m_d * m_dv || ring.slots.cols() != m_K)
+      throw Error(message(fn, "called before startStep (or with the cache of another module)"));
+    checkShape(fn, inName, in, m_d, cols);
+  }
+
+  // The weights by value channel, (d, dv*K) (detail::channelWeights), each channel j scaled by
+  // (*scale)(j, 0) when given; kept in a workspace until the next call.
+  const MatX<S>& channelWeights(const MatX<S>* scale = nullptr) {
+    detail::channelWeights(m_w.value, m_d, m_dv, m_wj, scale);
+    return m_wj;
+  }
+
+  // G (d, dv*K): per value channel j the weight-gradient sums over tokens, in double, of dOut_j with
+  // x_j (detail::stateConvWeightGrad; a (d, N) operand serves every channel); kept until the next call.
+  const MatX<SumType<S>>& channelWeightGrad(const Eigen::Ref<const MatX<S>>& dOut, const Eigen::Ref<const MatX<S>>& x,
+                                            Index N, Index T) {
+    m_wide.setZero(m_d, m_dv * m_K);
+    detail::stateConvWeightGrad<S>(dOut, x, m_dv, N, T, m_wide);
+    return m_wide;
+  }
+
+  // out: (d, dv*N), out_j = the causal conv of in_j with channel j's (d, K) weights, where in_j =
+  // in.middleCols(j*N, N) when inState (in: (d, dv*N)), else in itself (d, N) for every j.
+  void forwardChannels(const Eigen::Ref<const MatX<S>>& in, const TokenLayout& layout, bool inState, MatX<S>& out) {
     const Index N = layout.tokens();
-    detail::channelWeights(m_w.value, m_d, m_dv, m_wj);
-    Y.resize(m_d, m_dv * N);
+    const MatX<S>& wj = channelWeights();
+    out.resize(m_d, m_dv * N);
     for (Index j = 0; j < m_dv; ++j)
-      detail::causalConvForward<S>(m_wj.middleCols(j * m_K, m_K), X.middleCols(j * N, N), layout.length,
-                                   Y.middleCols(j * N, N));
+      detail::causalConvForward<S>(wj.middleCols(j * m_K, m_K), in.middleCols(inState ? j * N : 0, N), layout.length,
+                                   out.middleCols(j * N, N));
+  }
+
+  // The backward of forwardChannels for the application in cache, dOut: (d, dv*N) -> dIn overwritten:
+  // (d, dv*N) with block j channel j's input gradient when inState, else (d, N) their sum over j (added
+  // in the order j = 0, 1, ...); weight.grad accumulates (addWeightGrad).
+  void backwardChannels(const Eigen::Ref<const MatX<S>>& dOut, const Cache& cache, bool inState, MatX<S>& dIn) {
+    const Index N = cache.N, T = cache.layout.length;
+    const MatX<S>& wj = channelWeights();
+    dIn.resize(m_d, (inState ? m_dv : 1) * N);
+    for (Index j = 0; j < m_dv; ++j)
+      detail::causalConvBackwardInput<S>(wj.middleCols(j * m_K, m_K), dOut.middleCols(j * N, N), T,
+                                         dIn.middleCols(inState ? j * N : 0, N), /*accumulate=*/!inState && j > 0);
+    addWeightGrad(dOut, cache.X.map(), N, T);
+  }
+
+  // weight.grad[i*dv + j, s] += G(i, j*K + s), rounded once to S.
+  void addWeightGrad(const Eigen::Ref<const MatX<S>>& dOut, const Eigen::Ref<const MatX<S>>& x, Index N, Index T) {
+    detail::addChannelWeightGrad<S>(channelWeightGrad(dOut, x, N, T), m_d, m_dv, m_w.grad);
+  }
+
+  // One decoding step: in (d, dv), channel (i, j), goes into the ring as o = i*dv + j; out (d, dv) is
+  // the convolution's output (ConvStepRing::convolve). Allocates nothing once out has its shape; out may
+  // be in.
+  template <class In>
+  void stepChannels(const In& in, detail::ConvStepRing<S>& ring, MatX<S>& out) const {
+    Eigen::Map<MatX<S>>(ring.slots.col(ring.pos).data(), m_dv, m_d) = in.transpose();
+    ring.convolve(m_w.value);
+    out = Eigen::Map<const MatX<S>>(ring.y.data(), m_dv, m_d).transpose();
+    ring.advance();
+  }
+
+ protected:
+  // owner names the module in the errors of the constructor. Starts as the identity (initIdentity).
+  StateKernel(const char* owner, Index d, Index dv, Index kernel)
+      : m_d(checkDims(owner, d, dv, kernel)), m_dv(dv), m_K(kernel),
+        m_w(std::vector<Index>{d * dv, 1, kernel}, /*withDecay=*/true) {
+    initIdentity();
   }
 
   Index m_d, m_dv, m_K;
   Param<S> m_w;
-  Cache m_cache;            // the application of forward(X, layout, Y) without a Cache
-  MatX<S> m_wj;             // (d, dv*K) weights by value channel (detail::channelWeights)
+  Cache m_cache;            // the application of the forward without a Cache
+
+ private:
+  MatX<S> m_wj;             // (d, dv*K) weights by value channel (channelWeights)
   MatX<SumType<S>> m_wide;  // (d, dv*K) weight-gradient sums over tokens, in double
+};
+
+// ------------------------------------------------------------------------------------------- StateConv
+
+template <class S>
+class StateConv : public StateKernel<S> {
+  using Base = StateKernel<S>;
+
+ public:
+  using typename Base::Cache;
+  using typename Base::StepCache;
+
+  // d, dv, kernel >= 1. Starts as the identity (initIdentity).
+  StateConv(Index d, Index dv, Index kernel = 4) : Base("ddl::StateConv", d, dv, kernel) {}
+
+  // X: (d, dv*N) under layout sequence(B, T) -> Y: (d, dv*N). Keeps a view of X for backward: X must stay
+  // alive and unchanged until then. Y must not alias X.
+  void forward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
+    forward(X, layout, Y, this->m_cache);
+  }
+
+  // The same, recording this application in cache.
+  void forward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y, Cache& cache) {
+    this->beginForward("ddl::StateConv::forward", "X", X, layout, true, "Y", Y, &cache);
+    this->forwardChannels(X, layout, true, Y);
+  }
+
+  // Same Y as forward, bit for bit; records nothing and allocates nothing once Y has its shape.
+  void forwardInference(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
+    this->beginForward("ddl::StateConv::forwardInference", "X", X, layout, true, "Y", Y, nullptr);
+    this->forwardChannels(X, layout, true, Y);
+  }
+
+  // dY: (d, dv*N) -> dX: (d, dv*N) overwritten; the weight gradient accumulates (sums over tokens in
+  // double). dX must not alias dY.
+  void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) { backward(dY, dX, this->m_cache); }
+
+  // The same for the application recorded in cache.
+  void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX, const Cache& cache) {
+    this->beginBackward("ddl::StateConv::backward", cache, "dY", dY, true, "dX", dX);
+    this->backwardChannels(dY, cache, true, dX);
+  }
+
+  // Xt: (d, dv), the state of the next token -> Yt: (d, dv), the column of forwardInference over the whole
+  // sequence for this token. Allocates nothing once Yt has its shape; Yt may be Xt.
+  void forwardStep(const Eigen::Ref<const MatX<S>>& Xt, StepCache& cache, MatX<S>& Yt) const {
+    this->beginStep("ddl::StateConv::forwardStep", cache.ring, "Xt", Xt, this->m_dv);
+    this->stepChannels(Xt, cache.ring, Yt);
+  }
 };
 
 // --------------------------------------------------------------------------------------- ConvExpansion
 
 template <class S>
-class ConvExpansion {
+class ConvExpansion : public StateKernel<S> {
+  using Base = StateKernel<S>;
+
  public:
   // Decoding state of one sequence: the last K inputs, each repeated into the dv channels.
-  struct StepCache {
-    detail::ConvStepRing<S> ring;
-  };
+  using typename Base::StepCache;
 
   // d, dv, kernel >= 1. Starts as the repetition X = x 1ᵀ (initIdentity).
-  ConvExpansion(Index d, Index dv, Index kernel = 4) : m_d(d), m_dv(dv), m_K(kernel) {
-    require(d >= 1 && dv >= 1 && kernel >= 1, "ddl::ConvExpansion", "d, dv and kernel must be >= 1, got d = ", d,
-            ", dv = ", dv, ", kernel = ", kernel);
-    m_w = Param<S>(std::vector<Index>{d * dv, 1, kernel}, /*withDecay=*/true);
-    initIdentity();
-  }
-
-  // Seeded initialisation by scheme (init.hpp) with fan_in = K, as torch.nn.Conv1d(d, d*dv, K, groups=d).
-  void init(Rng& rng, const InitScheme& scheme = InitScheme::pytorchDefault()) {
-    initLinearParams(m_w.value, static_cast<MatX<S>*>(nullptr), rng, scheme);
-  }
-
-  // w[:, K-1] = 1, everything else 0: every channel copies the current token, X_j = x exactly.
-  void initIdentity() {
-    m_w.value.setZero();
-    m_w.value.col(m_K - 1).setOnes();
-  }
+  ConvExpansion(Index d, Index dv, Index kernel = 4) : Base("ddl::ConvExpansion", d, dv, kernel) {}
 
   // x: (d, N) under layout sequence(B, T) -> X: (d, dv*N). Keeps a view of x for backward: x must stay
   // alive and unchanged until then. X must not alias x.
   void forward(const Eigen::Ref<const MatX<S>>& x, const TokenLayout& layout, MatX<S>& X) {
-    const char* fn = "ddl::ConvExpansion::forward";
-    checkInput(fn, x, layout);
-    requireNoAlias(fn, "x", x, "X", X);
-    m_x.bind(x);
-    m_layout = layout;
-    m_N = layout.tokens();
-    expand(x, layout, X);
+    this->beginForward("ddl::ConvExpansion::forward", "x", x, layout, false, "X", X, &this->m_cache);
+    this->forwardChannels(x, layout, false, X);
   }
 
   // Same X as forward, bit for bit; records nothing and allocates nothing once X has its shape.
   void forwardInference(const Eigen::Ref<const MatX<S>>& x, const TokenLayout& layout, MatX<S>& X) {
-    const char* fn = "ddl::ConvExpansion::forwardInference";
-    checkInput(fn, x, layout);
-    requireNoAlias(fn, "x", x, "X", X);
-    expand(x, layout, X);
+    this->beginForward("ddl::ConvExpansion::forwardInference", "x", x, layout, false, "X", X, nullptr);
+    this->forwardChannels(x, layout, false, X);
   }
 
   // dX: (d, dv*N) of the last forward -> dx: (d, N) overwritten (the sum over the channels); the weight
   // gradient accumulates (sums over tokens in double). dx must not alias dX.
   void backward(const Eigen::Ref<const MatX<S>>& dX, MatX<S>& dx) {
-    const char* fn = "ddl::ConvExpansion::backward";
-    if (m_N < 0) throw Error(message(fn, "called before forward"));
-    const Index N = m_N, T = m_layout.length;
-    checkShape(fn, "dX", dX, m_d, m_dv * N);
-    requireNoAlias(fn, "dX", dX, "dx", dx);
-    detail::channelWeights(m_w.value, m_d, m_dv, m_wj);
-    dx.resize(m_d, N);
-    for (Index j = 0; j < m_dv; ++j)
-      detail::causalConvBackwardInput<S>(m_wj.middleCols(j * m_K, m_K), dX.middleCols(j * N, N), T, dx,
-                                         /*accumulate=*/j > 0);
-    m_wide.setZero(m_d, m_dv * m_K);
-    detail::stateConvWeightGrad<S>(dX, m_x.map(), m_dv, N, T, m_wide);
-    detail::addChannelWeightGrad<S>(m_wide, m_d, m_dv, m_w.grad);
+    this->beginBackward("ddl::ConvExpansion::backward", this->m_cache, "dX", dX, true, "dx", dx);
+    this->backwardChannels(dX, this->m_cache, false, dx);
   }
-
-  // Decoding: a fresh cache for a new sequence (allocates).
-  void startStep(StepCache& cache) const { cache.ring.start(m_d * m_dv, m_K); }
 
   // xt: (d, 1), the next token -> Xt: (d, dv), the column of forwardInference over the whole sequence
   // for this token. Allocates nothing once Xt has its shape.
   void forwardStep(const Eigen::Ref<const MatX<S>>& xt, StepCache& cache, MatX<S>& Xt) const {
-    const char* fn = "ddl::ConvExpansion::forwardStep";
-    auto& ring = cache.ring;
-    if (ring.t < 0 || ring.slots.rows() != m_d * m_dv || ring.slots.cols() != m_K)
-      throw Error(message(fn, "called before startStep (or with the cache of another module)"));
-    checkShape(fn, "xt", xt, m_d, 1);
-    Eigen::Map<MatX<S>>(ring.slots.col(ring.pos).data(), m_dv, m_d) = xt.transpose().replicate(m_dv, 1);
-    ring.convolve(m_w.value);
-    Xt = Eigen::Map<const MatX<S>>(ring.y.data(), m_dv, m_d).transpose();
-    ring.advance();
+    this->beginStep("ddl::ConvExpansion::forwardStep", cache.ring, "xt", xt, 1);
+    this->stepChannels(xt.replicate(1, this->m_dv), cache.ring, Xt);  // x repeated into the dv channels
   }
-
-  // "weight" [d*dv, 1, K].
-  template <class F>
-  void visitParams(const std::string& prefix, F&& f) {
-    f(joinName(prefix, "weight"), m_w);
-  }
-
-  Param<S>& weight() { return m_w; }
-  const Param<S>& weight() const { return m_w; }
-  Index dim() const { return m_d; }
-  Index dv() const { return m_dv; }
-  Index kernel() const { return m_K; }
-
- private:
-  void checkInput(const char* fn, const Eigen::Ref<const MatX<S>>& x, const TokenLayout& layout) const {
-    detail::checkSequenceInput(fn, "x", x.rows(), x.cols(), m_d, layout.tokens(), "N", layout);
-  }
-
-  // Per value channel j the depthwise conv of x with channel j's (d, K) weights.
-  void expand(const Eigen::Ref<const MatX<S>>& x, const TokenLayout& layout, MatX<S>& X) {
-    const Index N = layout.tokens();
-    detail::channelWeights(m_w.value, m_d, m_dv, m_wj);
-    X.resize(m_d, m_dv * N);
-    for (Index j = 0; j < m_dv; ++j)
-      detail::causalConvForward<S>(m_wj.middleCols(j * m_K, m_K), x, layout.length, X.middleCols(j * N, N));
-  }
-
-  Index m_d, m_dv, m_K;
-  Param<S> m_w;
-  ConstView<S> m_x;  // (d, N) input of the last forward, owned by the caller
-  TokenLayout m_layout;
-  Index m_N = -1;
-  MatX<S> m_wj;             // (d, dv*K) weights by value channel
-  MatX<SumType<S>> m_wide;  // (d, dv*K) weight-gradient sums over tokens, in double
 };
 
 }  // namespace ddl
