@@ -3,6 +3,7 @@
 //   ddl-mnist                             Fashion-MNIST from Debian's dataset-fashion-mnist
 //   ddl-mnist --data DIR --epochs 5       any IDX set (train-/t10k- images and labels, raw or .gz)
 //   ddl-mnist --residual additive         the plain residual baseline (same net, one option changed)
+//   ddl-mnist --input pixels              the pixels alone (default: pixels and oriented-gradient histograms)
 //   ddl-mnist --resume / --eval-only      continue / evaluate the checkpoint in --out
 // Ctrl-C (SIGINT) or SIGTERM finishes the current step, saves a checkpoint and exits with 128 + signal;
 // --resume then continues exactly where it stopped.
@@ -11,6 +12,7 @@
 
 #include "example_run.hpp"
 #include "ddl/data/idx.hpp"
+#include "ddl/data/orientation_histograms.hpp"
 
 namespace {
 using namespace ddl::example;
@@ -22,6 +24,10 @@ void declareOptions(ddl::cli::CommandLine& cli) {
               "hold out N training samples (a seeded split) as the validation set that settings are chosen on; "
               "auto = a twelfth of the training set (5000 of 60000); 0 = train on all",
               "auto")
+      .option("input", "I",
+              "what the net sees: pixels | pixels+hog (the pixels followed by histograms of oriented gradients, "
+              "docs/spec.md §9)",
+              "pixels+hog")
       .section("model")
       .option("preset", "P", "code | paper | v1", "code")
       .option("residual", "R", "delta | write_only | additive", "delta")
@@ -51,11 +57,39 @@ ddl::DeltaNetConfig modelConfig(const ddl::cli::CommandLine& cli, const SavedRun
   return cfg;
 }
 
+// Whether the net sees the oriented-gradient histograms after the pixels: --input, or (resume /
+// eval-only) what the checkpoint was trained on (checkpoints without the key saw pixels alone).
+bool withHistograms(const ddl::cli::CommandLine& cli, const SavedRun& run) {
+  if (!run.from()) return cli.choice("input", {"pixels", "pixels+hog"}) == "pixels+hog";
+  const auto it = run.meta.extra.find("input");
+  return it != run.meta.extra.end() && it->second == "pixels+hog";
+}
+
 void setAugment(const ddl::cli::CommandLine& cli, ddl::TrainerOptions& opt) {
   const std::string mode = cli.choice("augment", {"none", "flip", "shift", "both"});
   opt.augment.enabled = mode != "none";
   opt.augment.flip = mode == "flip" || mode == "both";
   opt.augment.pad = mode == "shift" || mode == "both" ? 2 : 0;
+}
+
+// The oriented-gradient histograms of d's [0, 1] images (docs/spec.md §9); an image set they do not
+// fit (several channels, sides not multiples of 4) is a data error that names the remedy.
+ddl::MatX<float> histograms(const std::string& dir, const ddl::Dataset<float>& d) {
+  try {
+    return ddl::orientationHistograms(d);
+  } catch (const ddl::Error& e) {
+    throw DataError(dir + ": " + e.what() + " (use --input pixels)");
+  }
+}
+
+ddl::MatX<float> standardized(const ddl::MatX<float>& F, double mean, double stddev) {
+  return ((F.array() - static_cast<float>(mean)) / static_cast<float>(stddev)).matrix();
+}
+
+const std::string& metadata(const SavedRun& run, const char* key) {
+  const auto it = run.meta.extra.find(key);
+  if (it == run.meta.extra.end()) throw ddl::IoError(run.ckpt + ": no \"" + key + "\" metadata");
+  return it->second;
 }
 
 ddl::Dataset<float> loadPart(const std::string& dir, ddl::DataPart part, const ddl::LoadOptions& lo) {
@@ -78,14 +112,26 @@ int run(const ddl::cli::CommandLine& cli) {
   lo.numClasses = static_cast<int>(cfg.classes);
   ddl::setNumThreads(opt.threads);
 
-  // Data: scaled to [0, 1], then normalised with the training set's mean and deviation.
+  const bool hog = withHistograms(cli, saved);
+  if (hog && opt.augment.enabled)
+    throw ddl::ValueError("--augment " + cli.text("augment") +
+                          " transforms the images at every step, but the oriented-gradient histograms of "
+                          "--input pixels+hog are computed once before training: use --input pixels with it");
+
+  // Data: scaled to [0, 1], then normalised with the training set's mean and deviation; with --input
+  // pixels+hog the histograms (computed from the [0, 1] pixels) follow, standardised with their own.
   const std::string dir = cli.text("data");
   ddl::Dataset<float> train, test = loadPart(dir, ddl::DataPart::Test, lo);
   ddl::ChannelStats<float> st{ddl::VecX<float>(1), ddl::VecX<float>(1)};
+  double hogMean = 0, hogStd = 1;
   if (saved.evalOnly) {
     st.mean(0) = static_cast<float>(ddl::parseNumber(saved.ckpt + ": input_mean", saved.meta.extra.at("input_mean")));
     st.stddev(0) =
         static_cast<float>(ddl::parseNumber(saved.ckpt + ": input_std", saved.meta.extra.at("input_std"), 1e-30));
+    if (hog) {
+      hogMean = ddl::parseNumber(saved.ckpt + ": hog_mean", metadata(saved, "hog_mean"));
+      hogStd = ddl::parseNumber(saved.ckpt + ": hog_std", metadata(saved, "hog_std"), 1e-30);
+    }
   } else {
     train = loadPart(dir, ddl::DataPart::Train, lo);
     if (train.features() != test.features()) {
@@ -96,13 +142,27 @@ int run(const ddl::cli::CommandLine& cli) {
                       std::to_string(train.features()) + " values) but the test images are " + dims(test.shape) +
                       " (" + std::to_string(test.features()) + " values): both splits must have one image size");
     }
+    const ddl::MatX<float> trainHog = hog ? histograms(dir, train) : ddl::MatX<float>();
+    if (hog) {
+      ddl::featureMeanStd(trainHog, hogMean, hogStd);
+      if (!(hogStd > 0))
+        throw DataError(dir + ": the oriented-gradient histograms of the training images are all " +
+                        ddl::csvNumber(hogMean) + " (flat images): use --input pixels");
+    }
     st = ddl::channelStats(train);
     ddl::normalize(train, st);
+    if (hog) train = ddl::withFeatures(train, standardized(trainHog, hogMean, hogStd));
   }
+  const ddl::MatX<float> testHog = hog ? histograms(dir, test) : ddl::MatX<float>();
   ddl::normalize(test, st);
+  if (hog) test = ddl::withFeatures(test, standardized(testHog, hogMean, hogStd));
   cfg.inputDim = test.features();
   opt.extraMeta = {{"input_mean", ddl::csvNumber(st.mean(0))}, {"input_std", ddl::csvNumber(st.stddev(0))},
-                   {"data", dir}};
+                   {"data", dir}, {"input", hog ? "pixels+hog" : "pixels"}};
+  if (hog) {
+    opt.extraMeta["hog_mean"] = ddl::csvNumber(hogMean);
+    opt.extraMeta["hog_std"] = ddl::csvNumber(hogStd);
+  }
 
   ddl::DeltaNet<float> net(cfg, opt.seed);
   std::cout << "ddl-mnist: preset " << cfg.preset << ", residual " << ddl::toString(cfg.block.residual.residual)

@@ -77,6 +77,22 @@ count=$(cat "$work/mixed"/t10k-labels* | { gzip -dcf 2>/dev/null || true; } | od
 expect 2 "but the test images are 1 x 3 x 3 (9 values): both splits must have one image size" \
   --data "$work/mixed" --depth 2 --hidden 32 --threads 1 --epochs 1 --out "$work/mixed-out"
 expect 2 "hint: --resume and --eval-only need a checkpoint.safetensors" "${small[@]}" --resume --out "$work/none"
+# The oriented-gradient histograms (--input pixels+hog, the default) need one-channel images whose sides
+# are multiples of 4, and are computed once, so per-step augmentation is refused with them.
+mkdir -p "$work/three"
+for part in train t10k; do
+  cp "$data/$part-labels"* "$work/three/"
+  n=$(cat "$work/three/$part-labels"* | { gzip -dcf 2>/dev/null || true; } | od -An -tu1 -j4 -N4 |
+    awk '{print $1 * 16777216 + $2 * 65536 + $3 * 256 + $4}')
+  { be32 2051; be32 "$n"; be32 3; be32 3; head -c $((n * 9)) /dev/urandom; } >"$work/three/$part-images-idx3-ubyte"
+done
+expect 2 "sides are multiples of the cell (4), got 1 x 3 x 3 (use --input pixels)" \
+  --data "$work/three" --depth 2 --hidden 32 --threads 1 --epochs 1 --out "$work/three-out"
+expect 0 "final test accuracy" --data "$work/three" --input pixels --width 16 --depth 1 --hidden 32 --threads 1 \
+  --epochs 1 --out "$work/three-pixels"
+expect 1 "--augment flip transforms the images at every step, but the oriented-gradient histograms of --input pixels+hog" \
+  "${small[@]}" --augment flip
+expect 1 "--input expects one of pixels, pixels+hog" "${small[@]}" --input hog
 small+=(--width 16 --batch 32)
 
 # NaN/Inf: a learning rate of 1e30 blows the weights up; training stops with exit status 3.
