@@ -102,7 +102,7 @@ TEST_CASE("a flat image has no gradient, and cell, bins and eps set the layout a
         CHECK(g((r * 4 + q) * 4 + b, 0) == Approx(b == 0 && (q == 1 || q == 2) ? 2.0 / std::sqrt(5.0) : 0.0).margin(1e-15));
 }
 
-TEST_CASE("each image's histograms depend on that image alone, lie in [0, 1) per cell, and float agrees") {
+TEST_CASE("the histograms of an image depend on it alone, have a norm below 1 per cell, and float agrees") {
   ddl::Rng rng(7);
   const auto d = images(5, 12, 8, [&](Index, Index, Index) { return rng.uniform(); });
   const ddl::MatX<double> all = ddl::orientationHistograms(d);
@@ -166,7 +166,7 @@ TEST_CASE("orientationHistograms refuses images it cannot split, bad options and
   CHECK_THROWS_AS(ddl::orientationHistograms(wrongRows), ddl::ShapeError);
 }
 
-TEST_CASE("withFeatures stacks features under the pixels of a flat data set; featureMeanStd summarises a block") {
+TEST_CASE("withFeatures stacks features under the pixels of a flat data set, featureMeanStd summarises a block") {
   const auto d = images(3, 4, 4, [](Index k, Index y, Index c) { return static_cast<double>(100 * k + 4 * y + c); });
   ddl::MatX<double> F(2, 3);
   F << 1, 2, 3, 4, 5, 6;
