@@ -176,7 +176,8 @@ int run(const ddl::cli::CommandLine& cli) {
       splitOffValidation(train, valOption ? *valOption : train.size() / 12, opt.seed);
   opt.warmupSteps = warmup ? *warmup : chooseWarmup(opt, train.size());
   std::cout << "data: " << dir << " (" << train.size() << " train, " << validation.size() << " validation, "
-            << test.size() << " test); training: " << opt.toJson().dump() << "\n";
+            << test.size() << " test; input " << (hog ? "pixels+hog: " : "pixels: ") << test.features()
+            << " numbers per image); training: " << opt.toJson().dump() << "\n";
   return trainAndReport("ddl-mnist", cli, net, cfg, saved, opt, train, validation, test);
 }
 

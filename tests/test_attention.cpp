@@ -169,7 +169,7 @@ TEST_CASE("RoPE rejects odd head sizes and shapes that do not fit", "[rope][erro
 
 // ---------------------------------------------------------------- forward
 
-TEST_CASE("CausalSelfAttention forward equals the definition; forwardInference gives the same bits", "[attention]") {
+TEST_CASE("CausalSelfAttention forward equals the definition, forwardInference gives the same bits", "[attention]") {
   const Shape shapes[] = {{1, 1, 1, 2}, {2, 5, 2, 4}, {3, 4, 3, 2}, {1, 7, 1, 6}};
   for (const Shape& s : shapes)
     for (bool qkNorm : {true, false}) {
@@ -334,7 +334,7 @@ TEST_CASE("CausalSelfAttention gives the same bits on one and two threads", "[at
   }
 }
 
-TEST_CASE("CausalSelfAttention: an inference call between forward and backward changes nothing; a steady "
+TEST_CASE("CausalSelfAttention: an inference call between forward and backward changes nothing, a steady "
           "state allocates nothing", "[attention][malloc]") {
   const Shape s{2, 5, 2, 4};
   Attention a(configOf(s, true));

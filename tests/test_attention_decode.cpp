@@ -279,7 +279,7 @@ TEST_CASE("decode steps between forward and backward change neither dc nor any g
   }
 }
 
-TEST_CASE("a decode step allocates nothing, from the first step after startDecode on; so does a restart",
+TEST_CASE("a decode step allocates nothing, from the first step after startDecode on, so does a restart",
           "[attention][decode][malloc]") {
   // The counters see allocations at all: one Eigen matrix, one std::vector.
   CHECK(allocationsDuring([] { MatX<double> m(10, 10); }) >= 1);

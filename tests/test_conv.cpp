@@ -542,7 +542,7 @@ TEST_CASE("Conv2d rejects bad construction, shapes and layouts with clear messag
 
 // ---------------------------------------------------------------- channel RMSNorm per pixel
 
-TEST_CASE("Conv2d algorithm choice: Automatic resolves by stride, width and padding; bad settings are refused",
+TEST_CASE("Conv2d algorithm choice: Automatic resolves by stride, width and padding, bad settings are refused",
           "[conv2d][shifted][errors]") {
   using ddl::ConvAlgorithm;
   ddl::Conv2d<double> narrow(16, 16, 3, 1, 1);

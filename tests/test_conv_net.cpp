@@ -259,7 +259,7 @@ TEST_CASE("ConvDeltaNetConfig round-trips through key/values and refuses bad val
   CHECK(ddl_test::contains(ddl_test::thrownMessage<ddl::Error>([&] { wrong.validate(); }), "block.hidden"));
 }
 
-TEST_CASE("ConvDeltaNet checkpoint round trip reproduces the logits; names are dotted", "[nn][conv][io]") {
+TEST_CASE("ConvDeltaNet checkpoint round trip reproduces the logits, names are dotted", "[nn][conv][io]") {
   ddl::ConvDeltaNetConfig cfg = smallConfig(ddl::ResidualKind::Delta, 2);
   ddl::ConvDeltaNet<float> a(cfg, 1), b(cfg, 2);
   std::vector<std::string> names;

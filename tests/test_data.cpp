@@ -133,7 +133,7 @@ TEST_CASE("IDX raw files load with shape, labels, scaling and limit", "[data][id
 }
 
 #if DDL_WITH_ZLIB
-TEST_CASE("IDX gzip files load like raw ones; corrupt gzip is refused", "[data][idx][gz]") {
+TEST_CASE("IDX gzip files load like raw ones, corrupt gzip is refused", "[data][idx][gz]") {
   const std::string dir = freshDir("idx_gz");
   writeFile(dir + "/img", idxImages(4, 3, 2));
   writeFile(dir + "/lbl", idxLabels({3, 1, 0, 2}));
@@ -337,7 +337,7 @@ TEST_CASE("IDX huge declared dimensions throw before allocating", "[data][idx]")
   CHECK(peakRssMiB() - before < 64.0);
 }
 
-TEST_CASE("IDX image and label counts must agree; labels must be in range", "[data][idx]") {
+TEST_CASE("IDX image and label counts must agree, labels must be in range", "[data][idx]") {
   const std::string dir = freshDir("idx_labels");
   writeFile(dir + "/img", idxImages(3, 2, 2));
   writeFile(dir + "/lbl2", idxLabels({0, 1}));

@@ -244,7 +244,7 @@ TEST_CASE("DeltaNet parameter names are stable and dotted", "[nn][delta_net]") {
   CHECK(names == expected);
 }
 
-TEST_CASE("same seed gives bit-identical parameters; gate bias starts at logit(beta0/2)", "[nn][delta_net]") {
+TEST_CASE("same seed gives bit-identical parameters, gate bias starts at logit(beta0/2)", "[nn][delta_net]") {
   ddl::DeltaNetConfig cfg;
   cfg.inputDim = 6;
   cfg.d = 4;

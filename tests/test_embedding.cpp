@@ -101,7 +101,7 @@ TEST_CASE("Embedding backward matches central differences on edge shapes", "[gra
   checkEmbeddingGrad(c.vocab, c.d, c.ids, static_cast<std::uint64_t>(c.vocab * 100 + c.d));
 }
 
-TEST_CASE("Embedding forward is the selected rows of the weight, exactly; forwardInference agrees", "[embedding]") {
+TEST_CASE("Embedding forward is the selected rows of the weight, exactly, forwardInference agrees", "[embedding]") {
   ddl::Rng rng(11);
   ddl::Embedding<float> emb(256, 7, rng);
   const std::vector<int> ids = {0, 255, 65, 65, 10, 0};
@@ -150,7 +150,7 @@ TEST_CASE("Embedding backward accumulates and is deterministic", "[embedding]") 
   CHECK(once.row(1) == row1);
 }
 
-TEST_CASE("Embedding: an id outside [0, vocab) is a ValueError naming position, id and vocabulary; nothing is written",
+TEST_CASE("Embedding: an id below 0 or from vocab on is a ValueError naming position, id and vocabulary, nothing is written",
           "[embedding][errors]") {
   ddl::Rng rng(5);
   ddl::Embedding<double> emb(5, 3, rng);

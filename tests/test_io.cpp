@@ -783,7 +783,7 @@ struct ShapedModel {
 };
 }  // namespace
 
-TEST_CASE("checkpoint: parameters are stored with their logical shape; version 1 files still load", "[io][checkpoint]") {
+TEST_CASE("checkpoint: parameters are stored with their logical shape, version 1 files still load", "[io][checkpoint]") {
   const std::string path = tmpPath("shaped.safetensors");
   ShapedModel a(1);
   ddl::saveCheckpoint(path, a);

@@ -333,7 +333,7 @@ TEST_CASE("frozen-operator spectrum: the measured Jacobian sees projection and r
                            "tokens must be >= 0, got -1"));
 }
 
-TEST_CASE("ConvDeltaNet: rows carry the stage; block states map through the transitions", "[recorder][conv]") {
+TEST_CASE("ConvDeltaNet: rows carry the stage, block states map through the transitions", "[recorder][conv]") {
   ddl::ConvDeltaNetConfig cfg;
   cfg.channels = 2;
   cfg.height = 6;

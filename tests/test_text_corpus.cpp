@@ -213,7 +213,7 @@ TEST_CASE("readTextCorpus: an unreadable file is an IoError naming the file", "[
   CHECK((contains(m, "byte offset 0: read error") || contains(m, "cannot open for reading")));
 }
 
-TEST_CASE("readTextCorpus: split fractions outside [0, 1) or summing to >= 1 are ValueErrors naming the values",
+TEST_CASE("readTextCorpus: split fractions below 0, from 1 on or summing to >= 1 are ValueErrors naming the values",
           "[text][errors]") {
   const std::string path = freshDir("fractions") + "/c.txt";
   writeFile(path, pattern(100));
@@ -251,7 +251,7 @@ TEST_CASE("readTextCorpus: a file too small to leave training bytes is an IoErro
                  "test 1 (testFraction 0.25)");
 }
 
-TEST_CASE("TextCorpus::requireWindow names the split, its length and T; empty splits pass", "[text][errors]") {
+TEST_CASE("TextCorpus::requireWindow names the split, its length and T, empty splits pass", "[text][errors]") {
   const std::string path = freshDir("window") + "/c.txt";
   writeFile(path, pattern(100));
   const ddl::TextCorpus c = ddl::readTextCorpus(path);  // 90 / 5 / 5

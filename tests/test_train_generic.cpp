@@ -351,7 +351,7 @@ TEST_CASE("TrainingLoop: a hook that scales the gradients (an allreduce's stand-
   CHECK((model.table().cast<double>() - unscaled).cwiseAbs().maxCoeff() > 1e-3);  // the scaling is visible
 }
 
-TEST_CASE("TrainingLoop: a hook that throws aborts the step; nothing is written and the last checkpoint stays",
+TEST_CASE("TrainingLoop: a hook that throws aborts the step, nothing is written and the last checkpoint stays",
           "[train][generic][hooks]") {
   const std::vector<int> tokens = corpus(400, 9);
   const ddl::TrainerOptions opt = loopOptions(freshDir("abort"), 2);

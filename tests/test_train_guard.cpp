@@ -190,7 +190,7 @@ TEST_CASE("FiniteGuard::check allocates nothing (counting operator new)", "[trai
   CHECK(ddl_test::operatorNewCount() - probe >= 1);
 }
 
-TEST_CASE("Trainer stops at a NaN before the update; the last checkpoint stays byte-identical", "[train][guard][trainer]") {
+TEST_CASE("Trainer stops at a NaN before the update, the last checkpoint stays byte-identical", "[train][guard][trainer]") {
   const ddl::Dataset<float> train = blobs(16, 3, 120, 51), test = blobs(16, 3, 60, 52);
   const ddl::TrainerOptions opt = smallOptions(freshDir("nan"));
   ddl::DeltaNet<float> net(smallConfig(16, 3), 2);
@@ -224,7 +224,7 @@ TEST_CASE("Trainer stops at a NaN before the update; the last checkpoint stays b
   CHECK(strayFiles(opt.outDir).empty());
 }
 
-TEST_CASE("Trainer: a stop request mid-epoch checkpoints; resume is bit-identical to never stopping", "[train][stop][trainer]") {
+TEST_CASE("Trainer: a stop request mid-epoch checkpoints, resume is bit-identical to never stopping", "[train][stop][trainer]") {
   const ddl::Dataset<float> train = blobs(16, 3, 120, 51), test = blobs(16, 3, 60, 52);
   const ddl::DeltaNetConfig cfg = smallConfig(16, 3);
   ddl::TrainerOptions opt = smallOptions(freshDir("stop_full"));
@@ -345,7 +345,7 @@ TEST_CASE("Trainer: an output folder that cannot be written fails before the fir
   CHECK(std::filesystem::is_empty(readOnly));
 }
 
-TEST_CASE("Trainer: a full disk fails the checkpoint write; the previous one stays byte-identical", "[train][output][trainer]") {
+TEST_CASE("Trainer: a full disk fails the checkpoint write, the previous one stays byte-identical", "[train][output][trainer]") {
   const ddl::Dataset<float> train = blobs(16, 3, 120, 51), test = blobs(16, 3, 60, 52);
   const ddl::TrainerOptions opt = smallOptions(freshDir("full_disk"));
   ddl::DeltaNet<float> net(smallConfig(16, 3), 2);

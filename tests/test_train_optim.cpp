@@ -637,7 +637,7 @@ TEST_CASE("LrSchedule constant and step at key steps", "[train][schedule]") {
   CHECK(st.lrAt(90) == Approx(0.001).epsilon(1e-15));
 }
 
-TEST_CASE("LrSchedule kinds parse and print; invalid schedules are rejected", "[train][schedule]") {
+TEST_CASE("LrSchedule kinds parse and print, invalid schedules are rejected", "[train][schedule]") {
   for (auto k : {ddl::LrScheduleKind::Constant, ddl::LrScheduleKind::Cosine, ddl::LrScheduleKind::Step})
     CHECK(ddl::parseLrScheduleKind(ddl::toString(k)) == k);
   CHECK(std::string(ddl::toString(ddl::LrScheduleKind::Cosine)) == "cosine");

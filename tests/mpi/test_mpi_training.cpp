@@ -256,7 +256,7 @@ TEST_CASE("a checkpoint of P ranks resumes on P ranks and on one process", "[mpi
   world().barrier();
 }
 
-TEST_CASE("the deterministic sum adds the ranks in rank order; buckets of any size give the same bits", "[mpi][sum]") {
+TEST_CASE("the deterministic sum adds the ranks in rank order, buckets of any size give the same bits", "[mpi][sum]") {
   const int P = world().size(), r = world().rank();
   // values whose float sum depends on the order: rank r holds 1e8 * (-1)^r + r
   std::vector<float> v(1001);
