@@ -19,7 +19,7 @@
 #include "ddl/core/collective.hpp"
 #include "ddl/core/rng.hpp"
 #include "ddl/core/threading.hpp"
-#include "ddl/dist/mpi_communicator.hpp"
+#include "ddl/distributed/mpi_communicator.hpp"
 #include "ddl/nn/models/conv_delta_net.hpp"
 #include "ddl/train/adamw.hpp"
 #include "ddl/train/data_parallel.hpp"

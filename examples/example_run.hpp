@@ -26,7 +26,9 @@
 #include "ddl/train/stop_signal.hpp"
 #include "ddl/train/trainer.hpp"
 #include "ddl/core/collective.hpp"
-#include "ddl/dist/mpi_communicator.hpp"
+#if DDL_WITH_MPI
+#include "ddl/distributed/mpi_communicator.hpp"
+#endif
 
 namespace ddl::example {
 
@@ -34,7 +36,12 @@ namespace ddl::example {
 // process. Set up by runMain before the program's run().
 class Ranks {
  public:
-  Collective& comm() { return m_mpi ? static_cast<Collective&>(*m_mpi) : m_single; }
+  Collective& comm() {
+#if DDL_WITH_MPI
+    if (m_mpi) return *m_mpi;
+#endif
+    return m_single;
+  }
   bool distributed() { return comm().size() > 1; }
   // The communicator for a Trainer: null on one process, so nothing changes there.
   Collective* forTrainer() { return distributed() ? &comm() : nullptr; }

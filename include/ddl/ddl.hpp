@@ -66,7 +66,9 @@
 #include "ddl/data/idx.hpp"
 #include "ddl/data/text_corpus.hpp"
 
-#include "ddl/dist/mpi_communicator.hpp"  // empty unless ddl was built with MPI
+#if DDL_WITH_MPI  // ddl::mpi: MpiSession, MpiCommunicator
+#include "ddl/distributed/mpi_communicator.hpp"
+#endif
 
 #include "ddl/io/atomic_file.hpp"
 #include "ddl/io/checkpoint.hpp"

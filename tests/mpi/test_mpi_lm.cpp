@@ -16,7 +16,7 @@
 
 #include "catch_compat.hpp"
 #include "ddl/core/rng.hpp"
-#include "ddl/dist/mpi_communicator.hpp"
+#include "ddl/distributed/mpi_communicator.hpp"
 #include "ddl/nn/models/delta_lm.hpp"
 #include "ddl/train/adamw.hpp"
 #include "ddl/train/next_token_task.hpp"

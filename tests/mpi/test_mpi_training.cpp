@@ -20,7 +20,7 @@
 #include "ddl/core/collective.hpp"
 #include "ddl/core/param_list.hpp"
 #include "ddl/core/rng.hpp"
-#include "ddl/dist/mpi_communicator.hpp"
+#include "ddl/distributed/mpi_communicator.hpp"
 #include "ddl/nn/models/conv_delta_net.hpp"
 #include "ddl/nn/models/delta_net.hpp"
 #include "ddl/train/data_parallel.hpp"

@@ -3,7 +3,7 @@
 // interface, so that the training loop (train/) uses them without knowing the transport.
 //
 //   ddl::SingleProcess one;                 // size 1: every operation is the identity
-//   ddl::MpiCommunicator world;             // dist/mpi_communicator.hpp, when built with MPI
+//   ddl::MpiCommunicator world;             // distributed/mpi_communicator.hpp, when built with MPI
 // Every rank must make the same calls in the same order with the same sizes (as with MPI itself);
 // a failed call throws ddl::Error naming the call. Sums are in place: on return every rank holds the
 // sum over the ranks of its buffer. docs/decisions.md ("Data-parallel training") explains the design.

@@ -1,6 +1,6 @@
 #pragma once
 // ddl/train/data_parallel.hpp: what a rank does in data-parallel training, over any Collective
-// (core/collective.hpp; MPI in dist/mpi_communicator.hpp).
+// (core/collective.hpp; MPI in distributed/mpi_communicator.hpp).
 //
 //   ddl::DataParallel<float> dp(comm);
 //   dp.broadcastParameters(params);            // rank 0's values everywhere (start, resume)

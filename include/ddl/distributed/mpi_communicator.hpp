@@ -1,5 +1,5 @@
 #pragma once
-// ddl/dist/mpi_communicator.hpp: ddl::Collective (core/collective.hpp) over MPI, for data-parallel
+// ddl/distributed/mpi_communicator.hpp: ddl::Collective (core/collective.hpp) over MPI, for data-parallel
 // training on several processes or machines (Open MPI 4.1 on Debian: libopenmpi-dev, openmpi-bin).
 //
 //   int main(int argc, char** argv) {
@@ -7,8 +7,9 @@
 //     ddl::MpiCommunicator world;                         // MPI_COMM_WORLD, deterministic sums
 //     ddl::Trainer<float> trainer(net, train, options, &val, nullptr, &world);
 //   }
-// Available when ddl was built with MPI (CMake option DDL_USE_MPI, on when find_package(MPI) finds
-// it; the macro DDL_WITH_MPI is then 1). Only the thread that created the session calls MPI
+// Needs MPI: link the CMake target ddl::mpi (find_package(ddl COMPONENTS mpi), or DDL_USE_MPI in a
+// source build), which defines DDL_WITH_MPI=1 and adds MPI's flags; without it this header stops with
+// #error. Only the thread that created the session calls MPI
 // (MPI_THREAD_FUNNELED): ddl's OpenMP threads never do.
 //
 // Sums: in the deterministic mode (the default) every rank adds the ranks' buffers in rank order,
@@ -20,7 +21,9 @@
 // failed call throws ddl::Error naming the call and MPI's text.
 #include "ddl/core/config.hpp"
 
-#if DDL_WITH_MPI
+#if !DDL_WITH_MPI
+#error "ddl/distributed/mpi_communicator.hpp needs MPI: link ddl::mpi (find_package(ddl COMPONENTS mpi); Debian: libopenmpi-dev), or compile with -DDDL_WITH_MPI=1 and MPI's flags"
+#endif
 #include <algorithm>
 #include <climits>
 #include <cstddef>
@@ -189,4 +192,3 @@ class MpiCommunicator final : public Collective {
 };
 
 }  // namespace ddl
-#endif  // DDL_WITH_MPI
