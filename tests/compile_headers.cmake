@@ -1,5 +1,8 @@
-# Compiles every public header alone, as a user's strictest build would, without ddl's optional
-# dependencies (OpenMP, zlib): -std=c++17 -fsyntax-only -Wall -Wextra -Wpedantic -Werror.
+# Compiles every public header alone (twice, so the include guard is tested too), as a user's strictest
+# build would, without ddl's optional dependencies (OpenMP, zlib, MPI):
+# -std=c++17 -fsyntax-only -Wall -Wextra -Wpedantic -Werror. The header of an optional part must
+# instead stop with its #error naming the CMake target that brings the dependency: the MPI header
+# without MPI, and a JSON header with DDL_WITH_JSON=0 (nlohmann-json absent).
 # With EIGEN_ONLY_AREAS set (e.g. "core;ops"), the headers of those areas must also not reach any
 # header beyond Eigen and the standard library: no nlohmann-json, zlib or OpenMP (checked with -M).
 #   cmake -DCXX=... -DINCLUDE_DIR=... -DEIGEN_DIR=... -DWORK_DIR=... [-DEIGEN_ONLY_AREAS="core;ops"] -P compile_headers.cmake
@@ -18,9 +21,27 @@ file(MAKE_DIRECTORY ${WORK_DIR})
 function(unit_of header out)
   string(MAKE_C_IDENTIFIER "${header}" id)
   set(tu ${WORK_DIR}/${id}.cpp)
-  file(WRITE ${tu} "#include <${header}>\n")
+  file(WRITE ${tu} "#include <${header}>\n#include <${header}>  // the include guard works\n")
   set(${out} ${tu} PARENT_SCOPE)
 endfunction()
+# Optional parts: the header, the flag that takes its dependency away, the target the #error must name.
+set(optional_parts "ddl/distributed/mpi_communicator.hpp|-DDDL_WITH_MPI=0|ddl::mpi"
+                   "ddl/io/checkpoint.hpp|-DDDL_WITH_JSON=0|ddl::json")
+foreach(part IN LISTS optional_parts)
+  string(REPLACE "|" ";" part "${part}")
+  list(GET part 0 h)
+  list(GET part 1 off)
+  list(GET part 2 target)
+  unit_of(${h} tu)
+  execute_process(COMMAND ${CXX} ${flags} ${off} -fsyntax-only ${tu}
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(rc EQUAL 0 OR NOT err MATCHES "#error[^\n]*${target}")
+    message("${h} with ${off}: expected an #error naming ${target}, got (exit ${rc}):\n${err}")
+    list(APPEND failed ${h})
+  endif()
+endforeach()
+list(REMOVE_ITEM headers ddl/distributed/mpi_communicator.hpp)  # needs MPI: its #error is checked above
+
 foreach(h IN LISTS headers)
   unit_of(${h} tu)
   execute_process(COMMAND ${CXX} ${flags} -fsyntax-only ${tu}
@@ -47,4 +68,5 @@ list(LENGTH headers count)
 if(failed)
   message(FATAL_ERROR "${CXX}: these headers failed: ${failed}")
 endif()
-message(STATUS "${CXX}: ${count} headers compile alone without OpenMP and zlib under -Wall -Wextra -Wpedantic -Werror")
+message(STATUS "${CXX}: ${count} headers compile alone without OpenMP, zlib and MPI under -Wall -Wextra -Wpedantic -Werror; "
+               "the MPI and JSON headers stop with #error naming ddl::mpi and ddl::json")

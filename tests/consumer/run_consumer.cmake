@@ -1,6 +1,13 @@
-# cmake -DMODE=install|subdirectory|ops-only -DDDL_SOURCE_DIR=... -DWORK_DIR=... -DCXX=... -P run_consumer.cmake
-# Builds tests/consumer against ddl and runs it; any failing step fails the test. ops-only installs and
-# consumes ddl with nlohmann-json hidden from CMake and builds ops_only.cpp: the operator needs Eigen alone.
+# cmake -DMODE=<mode> -DDDL_SOURCE_DIR=... -DWORK_DIR=... -DCXX=... [-DCOMPONENTS=json,mpi] -P run_consumer.cmake
+# Builds tests/consumer against ddl and runs it; any failing step fails the test. Modes:
+#   core          installed package, no component: ddl::ddl must work with every optional package
+#                 (nlohmann-json, OpenMP, zlib, MPI) hidden from the consumer's CMake
+#   components    installed package, COMPONENTS given: each ddl::<c> switches its part on
+#   missing       installed package: a required component whose dependency is hidden fails find_package
+#                 with a message naming the Debian package; the same component as OPTIONAL gives no
+#                 target and ddl_<c>_FOUND false; an unknown component fails
+#   subdirectory  add_subdirectory(ddl), with ddl::json
+#   fetchcontent  FetchContent_MakeAvailable(ddl), with ddl::json
 file(REMOVE_RECURSE ${WORK_DIR})
 file(MAKE_DIRECTORY ${WORK_DIR})
 function(step)
@@ -10,23 +17,46 @@ function(step)
   endif()
   message(STATUS "${out}")
 endfunction()
-set(consumer_src ${CMAKE_CURRENT_LIST_DIR})
-if(MODE STREQUAL "install" OR MODE STREQUAL "ops-only")
-  set(hide "")
-  set(source main.cpp)
-  if(MODE STREQUAL "ops-only")
-    set(hide -DCMAKE_DISABLE_FIND_PACKAGE_nlohmann_json=ON)
-    set(source ops_only.cpp)
+# failing_step(<regex> cmd...): the command must fail and say <regex>.
+function(failing_step expected)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(rc EQUAL 0 OR NOT "${out}${err}" MATCHES "${expected}")
+    message(FATAL_ERROR "expected a failure saying '${expected}' (exit ${rc}): ${ARGN}\n${out}\n${err}")
   endif()
+  message(STATUS "failed as expected: ${expected}")
+endfunction()
+set(src ${CMAKE_CURRENT_LIST_DIR})
+set(hide_all -DCMAKE_DISABLE_FIND_PACKAGE_nlohmann_json=ON -DCMAKE_DISABLE_FIND_PACKAGE_OpenMP=ON
+             -DCMAKE_DISABLE_FIND_PACKAGE_ZLIB=ON -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON)
+set(consumer -S ${src} -B ${WORK_DIR}/build -DCMAKE_CXX_COMPILER=${CXX})
+if(MODE MATCHES "^(core|components|missing)$")
+  # Installed as the README says, on the machine as it is: what it found must not leak into the package.
   step(${CMAKE_COMMAND} -S ${DDL_SOURCE_DIR} -B ${WORK_DIR}/ddl-build -DCMAKE_CXX_COMPILER=${CXX}
        -DDDL_BUILD_TESTS=OFF -DDDL_BUILD_BENCH=OFF -DDDL_BUILD_EXAMPLES=OFF -DDDL_INSTALL=ON
-       -DCMAKE_INSTALL_PREFIX=${WORK_DIR}/prefix ${hide})
+       -DCMAKE_INSTALL_PREFIX=${WORK_DIR}/prefix)
   step(${CMAKE_COMMAND} --install ${WORK_DIR}/ddl-build)
-  step(${CMAKE_COMMAND} -S ${consumer_src} -B ${WORK_DIR}/build -DCMAKE_CXX_COMPILER=${CXX}
-       -DDDL_MODE=install -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DDDL_CONSUMER_SOURCE=${source} ${hide})
+  list(APPEND consumer -DDDL_MODE=install -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix)
+endif()
+if(MODE STREQUAL "core")
+  step(${CMAKE_COMMAND} ${consumer} ${hide_all} -DDDL_CONSUMER_SOURCE=core_only.cpp)
+elseif(MODE STREQUAL "components")
+  string(REPLACE "," "\\;" comps "${COMPONENTS}")
+  step(${CMAKE_COMMAND} ${consumer} "-DDDL_COMPONENTS=${comps}" -DDDL_CONSUMER_SOURCE=main.cpp)
+elseif(MODE STREQUAL "missing")
+  failing_step("ddl component 'mpi' needs MPI \\(Debian: libopenmpi-dev\\)"
+               ${CMAKE_COMMAND} ${consumer} -DDDL_COMPONENTS=mpi -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON)
+  file(REMOVE_RECURSE ${WORK_DIR}/build)
+  failing_step("ddl has no component 'blas'" ${CMAKE_COMMAND} ${consumer} -DDDL_COMPONENTS=blas)
+  file(REMOVE_RECURSE ${WORK_DIR}/build)
+  step(${CMAKE_COMMAND} ${consumer} ${hide_all} "-DDDL_OPTIONAL_COMPONENTS=mpi\\;zlib" -DDDL_CONSUMER_SOURCE=core_only.cpp)
+elseif(MODE STREQUAL "subdirectory")
+  step(${CMAKE_COMMAND} ${consumer} -DDDL_MODE=subdirectory -DDDL_SOURCE_DIR=${DDL_SOURCE_DIR}
+       -DDDL_OPTIONAL_COMPONENTS=json -DDDL_CONSUMER_SOURCE=main.cpp)
+elseif(MODE STREQUAL "fetchcontent")
+  step(${CMAKE_COMMAND} ${consumer} -DDDL_MODE=fetchcontent -DFETCHCONTENT_SOURCE_DIR_DDL=${DDL_SOURCE_DIR}
+       -DDDL_OPTIONAL_COMPONENTS=json -DDDL_CONSUMER_SOURCE=main.cpp)
 else()
-  step(${CMAKE_COMMAND} -S ${consumer_src} -B ${WORK_DIR}/build -DCMAKE_CXX_COMPILER=${CXX}
-       -DDDL_MODE=subdirectory -DDDL_SOURCE_DIR=${DDL_SOURCE_DIR})
+  message(FATAL_ERROR "run_consumer.cmake: unknown MODE '${MODE}'")
 endif()
 step(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
 step(${WORK_DIR}/build/consumer)

@@ -1,7 +1,10 @@
 #pragma once
 // ddl/core/config.hpp: version and the one place where optional dependencies become macros.
-// CMake defines DDL_WITH_ZLIB / DDL_WITH_OPENMP / DDL_WITH_MPI on the ddl::ddl target when it finds them;
-// without CMake both default to what the compiler can see, so the headers work standalone.
+// The CMake targets of the optional parts define them (ddl::openmp DDL_WITH_OPENMP=1, ddl::zlib
+// DDL_WITH_ZLIB=1, ddl::mpi DDL_WITH_MPI=1, ddl::json DDL_WITH_JSON=1); ddl::ddl alone defines none.
+// Without them: OpenMP follows the compiler (-fopenmp), nlohmann-json is used when its header is
+// reachable, zlib and MPI are off (they need libraries at link time, so only an explicit choice turns
+// them on).
 
 #define DDL_VERSION_MAJOR 0
 #define DDL_VERSION_MINOR 1
@@ -9,19 +12,22 @@
 #define DDL_VERSION_STRING "0.1.0"
 
 #ifndef DDL_WITH_ZLIB
-#if defined(__has_include)
-#if __has_include(<zlib.h>)
-#define DDL_WITH_ZLIB 1
-#endif
-#endif
-#endif
-#ifndef DDL_WITH_ZLIB
 #define DDL_WITH_ZLIB 0
 #endif
 
-// DDL_WITH_MPI is 1 only when CMake found MPI (mpi.h is not on the default include path).
 #ifndef DDL_WITH_MPI
 #define DDL_WITH_MPI 0
+#endif
+
+#ifndef DDL_WITH_JSON
+#if defined(__has_include)
+#if __has_include(<nlohmann/json.hpp>)
+#define DDL_WITH_JSON 1
+#endif
+#endif
+#endif
+#ifndef DDL_WITH_JSON
+#define DDL_WITH_JSON 0
 #endif
 
 #ifndef DDL_WITH_OPENMP
@@ -30,6 +36,14 @@
 #else
 #define DDL_WITH_OPENMP 0
 #endif
+#endif
+
+// DDL_EXTERN_TEMPLATES: 1 when the program links ddl::compiled, the library that holds the float and
+// double instantiations of the models (DeltaNet, ConvDeltaNet, DeltaLM and everything they call); their
+// headers then declare those instantiations extern, so a program does not compile them again
+// (docs/building.md). 0 (the default) is the header-only use.
+#ifndef DDL_EXTERN_TEMPLATES
+#define DDL_EXTERN_TEMPLATES 0
 #endif
 
 // DDL_OMP(parallel for) expands to an OpenMP pragma only when OpenMP is on, so builds

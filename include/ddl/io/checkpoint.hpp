@@ -35,6 +35,7 @@
 #include <utility>
 #include <vector>
 
+#include "ddl/core/requires_json.hpp"  // before nlohmann: a clear error without it
 #include <nlohmann/json.hpp>
 
 #include "ddl/core/config.hpp"

@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "ddl/core/requires_json.hpp"  // before nlohmann: a clear error without it
 #include <nlohmann/json.hpp>
 
 #include "ddl/core/error.hpp"

@@ -19,6 +19,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "ddl/core/requires_json.hpp"  // before nlohmann: a clear error without it
 #include <nlohmann/json.hpp>
 
 namespace ddl {

@@ -15,6 +15,7 @@
 #include <map>
 #include <string>
 
+#include "ddl/core/requires_json.hpp"  // before nlohmann: a clear error without it
 #include <nlohmann/json.hpp>
 
 #include "ddl/train/adamw.hpp"

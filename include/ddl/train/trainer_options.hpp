@@ -10,6 +10,7 @@
 #include <string>
 #include <type_traits>
 
+#include "ddl/core/requires_json.hpp"  // before nlohmann: a clear error without it
 #include <nlohmann/json.hpp>
 
 #include "ddl/core/error.hpp"

@@ -55,6 +55,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include "ddl/core/requires_json.hpp"  // before nlohmann: a clear error without it
 #include <nlohmann/json.hpp>
 
 #include "ddl/core/collective.hpp"
