@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "ddl/core/config.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/rng.hpp"
@@ -39,38 +40,11 @@ using DeltaConvBlock = DeltaBlock<S, ConvBranch<S>>;
 template <class S>
 class ConvDeltaNet {
  public:
-  explicit ConvDeltaNet(const ConvDeltaNetConfig& config, std::uint64_t seed = 0)
-      : m_cfg(validated(config)),
-        m_stem(config.channels, config.widths[0], config.stemKernel, config.stemStride, config.stemKernel / 2),
-        m_expand(config.widths[0], config.dv, config.learnedExpansion),
-        m_readout(config.widths.back(), config.dv, config.block.compressor, config.block.compressorKernel),
-        m_norm(config.widths.back(), config.finalNormEps), m_head(config.widths.back(), config.classes) {
-    const Index stages = config.stages();
-    m_transitions.reserve(static_cast<std::size_t>(stages));
-    m_blocks.reserve(static_cast<std::size_t>(config.totalBlocks()));
-    for (Index s = 0; s < stages; ++s) {
-      const Index w = config.widths[static_cast<std::size_t>(s)];
-      if (s > 0)
-        m_transitions.emplace_back(config.widths[static_cast<std::size_t>(s - 1)], w, config.dv, config.block.compressor,
-                                   config.block.compressorKernel, config.learnedExpansion, config.block.normEps);
-      DeltaBlockOptions opt = config.block;
-      opt.hidden = config.branchRatio * w;
-      for (Index i = 0; i < config.depths[static_cast<std::size_t>(s)]; ++i) {
-        m_blocks.emplace_back(w, config.dv, opt);
-        m_stageOfBlock.push_back(s);
-      }
-    }
-    m_states.resize(m_blocks.size() + m_transitions.size() + 1);
-    m_dStage.resize(2 * static_cast<std::size_t>(stages));
-    drawParams(seed);
-  }
+  explicit ConvDeltaNet(const ConvDeltaNetConfig& config, std::uint64_t seed = 0);
 
   // Re-initialises every parameter exactly as a new net of this configuration and seed has it (RMSNorm
   // gains, compressor and expansion weights included, which are not drawn) and clears the gradients.
-  void init(std::uint64_t seed) {
-    ConvDeltaNet fresh(m_cfg, seed);
-    assignParams(*this, fresh);
-  }
+  void init(std::uint64_t seed);
 
  private:
   // The seeded draws of a freshly constructed net.
@@ -88,120 +62,14 @@ class ConvDeltaNet {
  public:
 
   // X: (channels*height*width, B), one CHW image per column -> logits: (classes, B)
-  void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& logits) {
-    checkShape("ddl::ConvDeltaNet::forward", "X", X, m_cfg.inputDim(), -1);
-    const Index B = X.cols();
-    TokenLayout layout = TokenLayout::image(B, m_cfg.height, m_cfg.width);
-    imagesToPixels(X, m_pixels);
-    const TokenLayout input = layout;
-    layout = m_stem.outputLayout(input);
-    if (m_cfg.dv == 1) {
-      m_stem.forward(m_pixels, input, m_states[0]);
-    } else {
-      m_stem.forward(m_pixels, input, m_x);
-      m_expand.forward(m_x, m_states[0]);
-    }
-    std::size_t node = 0, b = 0;
-    for (Index s = 0; s < m_cfg.stages(); ++s) {
-      if (s > 0) {
-        StageTransition<S>& t = m_transitions[static_cast<std::size_t>(s - 1)];
-        t.forward(m_states[node], layout, m_states[node + 1]);
-        layout = t.outputLayout(layout);
-        ++node;
-      }
-      for (Index i = 0; i < m_cfg.depths[static_cast<std::size_t>(s)]; ++i, ++b, ++node) {
-        m_blocks[b].forward(m_states[node], layout, m_states[node + 1]);
-      }
-    }
-    const MatX<S>& last = m_states.back();
-    if (m_cfg.dv == 1) {
-      m_norm.forward(last, m_z);
-    } else {
-      m_readout.forward(last, m_xin);
-      m_norm.forward(m_xin, m_z);
-    }
-    m_pool.forward(m_z, layout, m_pooled);
-    m_head.forward(m_pooled, logits);
-  }
+  void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& logits);
 
   // Same logits as forward, bit for bit; writes none of the caches backward reads and allocates nothing
   // once its buffers have the batch's shapes (two states per width, used in turn).
-  void forwardInference(const Eigen::Ref<const MatX<S>>& X, MatX<S>& logits) {
-    checkShape("ddl::ConvDeltaNet::forwardInference", "X", X, m_cfg.inputDim(), -1);
-    const Index B = X.cols();
-    const TokenLayout input = TokenLayout::image(B, m_cfg.height, m_cfg.width);
-    imagesToPixels(X, m_inferPixels);
-    TokenLayout layout = m_stem.outputLayout(input);
-    const Index stages = m_cfg.stages();
-    m_inferStates.resize(static_cast<std::size_t>(2 * stages));  // [2s], [2s+1]: the states of stage s
-    MatX<S>* cur = &m_inferStates[0];
-    if (m_cfg.dv == 1) {
-      m_stem.forwardInference(m_inferPixels, input, *cur);
-    } else {
-      m_stem.forwardInference(m_inferPixels, input, m_inferX);
-      m_expand.forwardInference(m_inferX, *cur);
-    }
-    std::size_t b = 0;
-    for (Index s = 0; s < stages; ++s) {
-      MatX<S>* a = &m_inferStates[static_cast<std::size_t>(2 * s)];
-      MatX<S>* other = &m_inferStates[static_cast<std::size_t>(2 * s + 1)];
-      if (s > 0) {
-        StageTransition<S>& t = m_transitions[static_cast<std::size_t>(s - 1)];
-        t.forwardInference(*cur, layout, *a);
-        layout = t.outputLayout(layout);
-        cur = a;
-      }
-      for (Index i = 0; i < m_cfg.depths[static_cast<std::size_t>(s)]; ++i, ++b) {
-        MatX<S>* next = cur == a ? other : a;
-        m_blocks[b].forwardInference(*cur, layout, *next);
-        cur = next;
-      }
-    }
-    if (m_cfg.dv == 1) {
-      m_norm.forwardInference(*cur, m_inferZ);
-    } else {
-      m_readout.forwardInference(*cur, m_inferZ);
-      m_norm.forwardInference(m_inferZ, m_inferZ);
-    }
-    m_pool.forwardInference(m_inferZ, layout, m_inferPooled);
-    m_head.forwardInference(m_inferPooled, logits);
-  }
+  void forwardInference(const Eigen::Ref<const MatX<S>>& X, MatX<S>& logits);
 
   // dLogits: (classes, B) -> parameter gradients accumulate (the input needs no gradient).
-  void backward(const Eigen::Ref<const MatX<S>>& dLogits) {
-    m_head.backward(dLogits, m_dPooled);
-    m_pool.backward(m_dPooled, m_dz);
-    // Stage s ping-pongs between its own two gradient buffers, m_dStage[2s] and m_dStage[2s+1], and
-    // its transition writes into stage s-1's first one: every buffer keeps one shape from step to
-    // step (one shared pair would be resized between stage widths on every backward).
-    const std::size_t last = static_cast<std::size_t>(m_cfg.stages() - 1);
-    MatX<S>* cur = &m_dStage[2 * last];
-    if (m_cfg.dv == 1) {
-      m_norm.backward(m_dz, *cur);
-    } else {
-      m_norm.backward(m_dz, m_dz);
-      m_readout.backward(m_dz, *cur);
-    }
-    std::size_t b = m_blocks.size();
-    for (Index s = m_cfg.stages(); s-- > 0;) {
-      const std::size_t su = static_cast<std::size_t>(s);
-      MatX<S>* other = cur == &m_dStage[2 * su] ? &m_dStage[2 * su + 1] : &m_dStage[2 * su];
-      for (Index i = 0; i < m_cfg.depths[su]; ++i) {
-        m_blocks[--b].backward(*cur, *other);
-        std::swap(cur, other);
-      }
-      if (s > 0) {
-        m_transitions[su - 1].backward(*cur, m_dStage[2 * (su - 1)]);
-        cur = &m_dStage[2 * (su - 1)];
-      }
-    }
-    if (m_cfg.dv > 1) {
-      m_expand.backward(*cur, m_dx);
-      m_stem.backwardParamsOnly(m_dx);
-    } else {
-      m_stem.backwardParamsOnly(*cur);
-    }
-  }
+  void backward(const Eigen::Ref<const MatX<S>>& dLogits);
 
   template <class F>
   void visitParams(const std::string& prefix, F&& f) {
@@ -262,5 +130,158 @@ class ConvDeltaNet {
   std::vector<MatX<S>> m_inferStates;  // forwardInference: two per stage
   MatX<S> m_inferPixels, m_inferX, m_inferZ, m_inferPooled;
 };
+
+template <class S>
+ConvDeltaNet<S>::ConvDeltaNet(const ConvDeltaNetConfig& config, std::uint64_t seed)
+    : m_cfg(validated(config)),
+      m_stem(config.channels, config.widths[0], config.stemKernel, config.stemStride, config.stemKernel / 2),
+      m_expand(config.widths[0], config.dv, config.learnedExpansion),
+      m_readout(config.widths.back(), config.dv, config.block.compressor, config.block.compressorKernel),
+      m_norm(config.widths.back(), config.finalNormEps), m_head(config.widths.back(), config.classes) {
+  const Index stages = config.stages();
+  m_transitions.reserve(static_cast<std::size_t>(stages));
+  m_blocks.reserve(static_cast<std::size_t>(config.totalBlocks()));
+  for (Index s = 0; s < stages; ++s) {
+    const Index w = config.widths[static_cast<std::size_t>(s)];
+    if (s > 0)
+      m_transitions.emplace_back(config.widths[static_cast<std::size_t>(s - 1)], w, config.dv, config.block.compressor,
+                                 config.block.compressorKernel, config.learnedExpansion, config.block.normEps);
+    DeltaBlockOptions opt = config.block;
+    opt.hidden = config.branchRatio * w;
+    for (Index i = 0; i < config.depths[static_cast<std::size_t>(s)]; ++i) {
+      m_blocks.emplace_back(w, config.dv, opt);
+      m_stageOfBlock.push_back(s);
+    }
+  }
+  m_states.resize(m_blocks.size() + m_transitions.size() + 1);
+  m_dStage.resize(2 * static_cast<std::size_t>(stages));
+  drawParams(seed);
+}
+
+template <class S>
+void ConvDeltaNet<S>::init(std::uint64_t seed) {
+  ConvDeltaNet fresh(m_cfg, seed);
+  assignParams(*this, fresh);
+}
+
+template <class S>
+void ConvDeltaNet<S>::forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& logits) {
+  checkShape("ddl::ConvDeltaNet::forward", "X", X, m_cfg.inputDim(), -1);
+  const Index B = X.cols();
+  TokenLayout layout = TokenLayout::image(B, m_cfg.height, m_cfg.width);
+  imagesToPixels(X, m_pixels);
+  const TokenLayout input = layout;
+  layout = m_stem.outputLayout(input);
+  if (m_cfg.dv == 1) {
+    m_stem.forward(m_pixels, input, m_states[0]);
+  } else {
+    m_stem.forward(m_pixels, input, m_x);
+    m_expand.forward(m_x, m_states[0]);
+  }
+  std::size_t node = 0, b = 0;
+  for (Index s = 0; s < m_cfg.stages(); ++s) {
+    if (s > 0) {
+      StageTransition<S>& t = m_transitions[static_cast<std::size_t>(s - 1)];
+      t.forward(m_states[node], layout, m_states[node + 1]);
+      layout = t.outputLayout(layout);
+      ++node;
+    }
+    for (Index i = 0; i < m_cfg.depths[static_cast<std::size_t>(s)]; ++i, ++b, ++node) {
+      m_blocks[b].forward(m_states[node], layout, m_states[node + 1]);
+    }
+  }
+  const MatX<S>& last = m_states.back();
+  if (m_cfg.dv == 1) {
+    m_norm.forward(last, m_z);
+  } else {
+    m_readout.forward(last, m_xin);
+    m_norm.forward(m_xin, m_z);
+  }
+  m_pool.forward(m_z, layout, m_pooled);
+  m_head.forward(m_pooled, logits);
+}
+
+template <class S>
+void ConvDeltaNet<S>::forwardInference(const Eigen::Ref<const MatX<S>>& X, MatX<S>& logits) {
+  checkShape("ddl::ConvDeltaNet::forwardInference", "X", X, m_cfg.inputDim(), -1);
+  const Index B = X.cols();
+  const TokenLayout input = TokenLayout::image(B, m_cfg.height, m_cfg.width);
+  imagesToPixels(X, m_inferPixels);
+  TokenLayout layout = m_stem.outputLayout(input);
+  const Index stages = m_cfg.stages();
+  m_inferStates.resize(static_cast<std::size_t>(2 * stages));  // [2s], [2s+1]: the states of stage s
+  MatX<S>* cur = &m_inferStates[0];
+  if (m_cfg.dv == 1) {
+    m_stem.forwardInference(m_inferPixels, input, *cur);
+  } else {
+    m_stem.forwardInference(m_inferPixels, input, m_inferX);
+    m_expand.forwardInference(m_inferX, *cur);
+  }
+  std::size_t b = 0;
+  for (Index s = 0; s < stages; ++s) {
+    MatX<S>* a = &m_inferStates[static_cast<std::size_t>(2 * s)];
+    MatX<S>* other = &m_inferStates[static_cast<std::size_t>(2 * s + 1)];
+    if (s > 0) {
+      StageTransition<S>& t = m_transitions[static_cast<std::size_t>(s - 1)];
+      t.forwardInference(*cur, layout, *a);
+      layout = t.outputLayout(layout);
+      cur = a;
+    }
+    for (Index i = 0; i < m_cfg.depths[static_cast<std::size_t>(s)]; ++i, ++b) {
+      MatX<S>* next = cur == a ? other : a;
+      m_blocks[b].forwardInference(*cur, layout, *next);
+      cur = next;
+    }
+  }
+  if (m_cfg.dv == 1) {
+    m_norm.forwardInference(*cur, m_inferZ);
+  } else {
+    m_readout.forwardInference(*cur, m_inferZ);
+    m_norm.forwardInference(m_inferZ, m_inferZ);
+  }
+  m_pool.forwardInference(m_inferZ, layout, m_inferPooled);
+  m_head.forwardInference(m_inferPooled, logits);
+}
+
+template <class S>
+void ConvDeltaNet<S>::backward(const Eigen::Ref<const MatX<S>>& dLogits) {
+  m_head.backward(dLogits, m_dPooled);
+  m_pool.backward(m_dPooled, m_dz);
+  // Stage s ping-pongs between its own two gradient buffers, m_dStage[2s] and m_dStage[2s+1], and
+  // its transition writes into stage s-1's first one: every buffer keeps one shape from step to
+  // step (one shared pair would be resized between stage widths on every backward).
+  const std::size_t last = static_cast<std::size_t>(m_cfg.stages() - 1);
+  MatX<S>* cur = &m_dStage[2 * last];
+  if (m_cfg.dv == 1) {
+    m_norm.backward(m_dz, *cur);
+  } else {
+    m_norm.backward(m_dz, m_dz);
+    m_readout.backward(m_dz, *cur);
+  }
+  std::size_t b = m_blocks.size();
+  for (Index s = m_cfg.stages(); s-- > 0;) {
+    const std::size_t su = static_cast<std::size_t>(s);
+    MatX<S>* other = cur == &m_dStage[2 * su] ? &m_dStage[2 * su + 1] : &m_dStage[2 * su];
+    for (Index i = 0; i < m_cfg.depths[su]; ++i) {
+      m_blocks[--b].backward(*cur, *other);
+      std::swap(cur, other);
+    }
+    if (s > 0) {
+      m_transitions[su - 1].backward(*cur, m_dStage[2 * (su - 1)]);
+      cur = &m_dStage[2 * (su - 1)];
+    }
+  }
+  if (m_cfg.dv > 1) {
+    m_expand.backward(*cur, m_dx);
+    m_stem.backwardParamsOnly(m_dx);
+  } else {
+    m_stem.backwardParamsOnly(*cur);
+  }
+}
+
+#if DDL_EXTERN_TEMPLATES  // compiled once in the library ddl::compiled (docs/building.md)
+extern template class ConvDeltaNet<float>;
+extern template class ConvDeltaNet<double>;
+#endif
 
 }  // namespace ddl

@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "ddl/core/config.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/rng.hpp"
@@ -43,121 +44,21 @@ namespace ddl {
 template <class S>
 class DeltaLM {
  public:
-  explicit DeltaLM(const DeltaLMConfig& config, std::uint64_t seed = 0)
-      : m_cfg(validated(config)), m_ec(config.dv > 1 && config.learnedExpansion),
-        m_overTokens(config.dv > 1 && config.stateCompressor == StateCompressorKind::OverTokens),
-        m_embed(config.vocab, config.d, m_initRng), m_expand(config.d, config.dv, false),
-        m_convExpand(config.d, config.dv, config.convKernel),
-        m_readout(config.d, config.dv, config.block.compressor, config.block.compressorKernel),
-        m_tcReadout(config.d, config.dv, config.convKernel), m_norm(config.d, config.finalNormEps),
-        m_head(config.d, config.vocab, /*bias=*/false) {
-    m_blocks.reserve(static_cast<std::size_t>(config.depth));
-    for (Index i = 0; i < config.depth; ++i) m_blocks.emplace_back(config.blockConfig());
-    m_states.resize(static_cast<std::size_t>(config.depth) + 1);
-    initialize(seed);
-  }
+  explicit DeltaLM(const DeltaLMConfig& config, std::uint64_t seed = 0);
 
   // Re-initialises every parameter as a new model of this configuration and seed and clears the gradients.
-  void init(std::uint64_t seed) {
-    DeltaLM fresh(m_cfg, seed);
-    assignParams(*this, fresh);
-  }
+  void init(std::uint64_t seed);
 
   // batch: B sequences of T <= context ids -> logits: (vocab, B*T). Every id is checked first (an id
   // outside [0, vocab) throws ValueError naming its position). Keeps a copy of the ids and the
   // activations backward reads.
-  void forward(const TokenBatch& batch, MatX<S>& logits) {
-    const TokenLayout layout = checkBatch("ddl::DeltaLM::forward", batch);
-    m_layout = layout;
-    if (m_cfg.dv == 1) {
-      m_embed.forward(batch.ids, m_states[0]);
-    } else {
-      m_embed.forward(batch.ids, m_x);
-      if (m_ec)
-        m_convExpand.forward(m_x, layout, m_states[0]);
-      else
-        m_expand.forward(m_x, m_states[0]);
-    }
-    for (std::size_t i = 0; i < m_blocks.size(); ++i) m_blocks[i].forward(m_states[i], layout, m_states[i + 1]);
-    const MatX<S>& last = m_states.back();
-    if (m_cfg.dv == 1) {
-      m_norm.forward(last, m_z);
-    } else {
-      if (m_overTokens)
-        m_tcReadout.forward(last, layout, m_xin);
-      else
-        m_readout.forward(last, m_xin);
-      m_norm.forward(m_xin, m_z);
-    }
-    refreshTiedHead();
-    m_head.forward(m_z, logits);
-    m_hasForward = true;
-  }
+  void forward(const TokenBatch& batch, MatX<S>& logits);
 
   // Same logits as forward, bit for bit; writes none of the caches backward reads (two states used in turn).
-  void forwardInference(const TokenBatch& batch, MatX<S>& logits) {
-    const TokenLayout layout = checkBatch("ddl::DeltaLM::forwardInference", batch);
-    MatX<S>* cur = &m_inferA;
-    MatX<S>* next = &m_inferB;
-    if (m_cfg.dv == 1) {
-      m_embed.forwardInference(batch.ids, m_inferA);
-    } else {
-      m_embed.forwardInference(batch.ids, m_inferX);
-      if (m_ec)
-        m_convExpand.forwardInference(m_inferX, layout, m_inferA);
-      else
-        m_expand.forwardInference(m_inferX, m_inferA);
-    }
-    for (auto& block : m_blocks) {
-      block.forwardInference(*cur, layout, *next);
-      std::swap(cur, next);
-    }
-    if (m_cfg.dv == 1) {
-      m_norm.forwardInference(*cur, m_inferZ);
-    } else {
-      if (m_overTokens)
-        m_tcReadout.forwardInference(*cur, layout, m_inferZ);
-      else
-        m_readout.forwardInference(*cur, m_inferZ);
-      m_norm.forwardInference(m_inferZ, m_inferZ);
-    }
-    refreshTiedHead();
-    m_head.forwardInference(m_inferZ, logits);
-  }
+  void forwardInference(const TokenBatch& batch, MatX<S>& logits);
 
   // dLogits: (vocab, B*T) of the last forward -> every parameter's gradient accumulates.
-  void backward(const MatX<S>& dLogits) {
-    const char* fn = "ddl::DeltaLM::backward";
-    if (!m_hasForward) throw Error(message(fn, "called before forward"));
-    checkShape(fn, "dLogits", dLogits, m_cfg.vocab, m_layout.tokens());
-    m_head.backward(dLogits, m_dz);
-    if (m_cfg.tiedHead) {  // fold the head's share into E (the head is E's copy)
-      m_embed.weight().grad += m_head.weight().grad;
-      m_head.weight().grad.setZero();
-    }
-    if (m_cfg.dv == 1) {
-      m_norm.backward(m_dz, m_dA);
-    } else {
-      m_norm.backward(m_dz, m_dz);
-      if (m_overTokens)
-        m_tcReadout.backward(m_dz, m_dA);
-      else
-        m_readout.backward(m_dz, m_dA);
-    }
-    for (std::size_t i = m_blocks.size(); i-- > 0;) {
-      m_blocks[i].backward(m_dA, m_dB);
-      m_dA.swap(m_dB);
-    }
-    if (m_cfg.dv == 1) {
-      m_embed.backward(m_dA);
-    } else {
-      if (m_ec)
-        m_convExpand.backward(m_dA, m_dx);
-      else
-        m_expand.backward(m_dA, m_dx);
-      m_embed.backward(m_dx);
-    }
-  }
+  void backward(const MatX<S>& dLogits);
 
   // Samples n tokens after prompt and returns them (prompt not included). Each token is drawn from
   // softmax(logits / temperature) restricted to the topK largest logits, with Rng(seed): the same
@@ -166,38 +67,7 @@ class DeltaLM {
   // context/2 and context tokens before it. Throws ValueError
   // for an empty prompt or one longer than the context, an id outside [0, vocab), n < 0, a temperature
   // that is not finite and > 0, or topK outside [1, vocab], before anything is computed.
-  std::vector<int> generate(const std::vector<int>& prompt, Index n, double temperature, Index topK, std::uint64_t seed) {
-    const char* fn = "ddl::DeltaLM::generate";
-    const Index P = static_cast<Index>(prompt.size());
-    require(P >= 1, fn, "the prompt is empty (accepted: 1 .. ", m_cfg.context, " ids)");
-    require(P <= m_cfg.context, fn, "the prompt has ", P, " ids, more than the context ", m_cfg.context,
-            " (accepted: 1 .. ", m_cfg.context, " ids)");
-    for (Index i = 0; i < P; ++i)
-      require(prompt[static_cast<std::size_t>(i)] >= 0 && prompt[static_cast<std::size_t>(i)] < m_cfg.vocab, fn, "prompt id ",
-              prompt[static_cast<std::size_t>(i)], " at position ", i, " is outside [0, ", m_cfg.vocab, ")");
-    require(n >= 0, fn, "n must be >= 0, got ", n);
-    require(std::isfinite(temperature) && temperature > 0, fn, "temperature must be finite and > 0, got ", temperature);
-    require(topK >= 1 && topK <= m_cfg.vocab, fn, "topK must be in [1, ", m_cfg.vocab, "], got ", topK);
-    Rng rng(seed);
-    std::vector<int> window(prompt), out;  // window: the tokens the cache holds
-    out.reserve(static_cast<std::size_t>(n));
-    window.reserve(static_cast<std::size_t>(m_cfg.context));
-    startDecode(m_decode, m_cfg.context);
-    for (int id : window) decodeStep(id, m_decode, m_stepLogits);
-    for (Index i = 0; i < n; ++i) {
-      const int next = sampleToken(m_stepLogits.col(0), temperature, topK, rng);
-      out.push_back(next);
-      if (i + 1 == n) break;
-      if (m_decode.length == m_cfg.context) {  // full: restart from the newest half of the context
-        window.erase(window.begin(), window.end() - m_cfg.context / 2);
-        startDecode(m_decode, m_cfg.context);
-        for (int id : window) decodeStep(id, m_decode, m_stepLogits);
-      }
-      window.push_back(next);
-      decodeStep(next, m_decode, m_stepLogits);
-    }
-    return out;
-  }
+  std::vector<int> generate(const std::vector<int>& prompt, Index n, double temperature, Index topK, std::uint64_t seed);
 
   // Incremental decoding of one sequence (docs/spec.md §8, "Generation"): per block the attention's
   // keys and values of the positions so far, so a new position costs O(t d) attention and the
@@ -210,53 +80,10 @@ class DeltaLM {
   };
   // Empties state for up to `capacity` positions (1 .. context). The weights must not change until
   // the last decodeStep of this state.
-  void startDecode(DecodeState& state, Index capacity) {
-    require(capacity >= 1 && capacity <= m_cfg.context, "ddl::DeltaLM::startDecode", "capacity must be in [1, ",
-            m_cfg.context, "] (the context), got ", capacity);
-    state.blocks.resize(m_blocks.size());
-    for (std::size_t i = 0; i < m_blocks.size(); ++i) m_blocks[i].startDecode(state.blocks[i], capacity);
-    if (m_ec) m_convExpand.startStep(state.expand);
-    if (m_overTokens) m_tcReadout.startStep(state.readout);
-    state.length = 0;
-    state.capacity = capacity;
-    refreshTiedHead();
-  }
+  void startDecode(DecodeState& state, Index capacity);
   // Appends token id at position state.length -> logits (vocab, 1) of the next token, equal (to
   // rounding) to that position's column of forwardInference over the sequence so far.
-  void decodeStep(int id, DecodeState& state, MatX<S>& logits) {
-    const char* fn = "ddl::DeltaLM::decodeStep";
-    require(state.capacity > 0 && state.blocks.size() == m_blocks.size(), fn, "call startDecode first");
-    require(state.length < state.capacity, fn, "the decoding state holds ", state.length, " of its capacity of ",
-            state.capacity, " positions (startDecode again)");
-    require(id >= 0 && id < m_cfg.vocab, fn, "id ", id, " is outside [0, ", m_cfg.vocab, ")");
-    m_stepIds.assign(1, id);
-    MatX<S>* cur = &m_stepA;
-    MatX<S>* next = &m_stepB;
-    if (m_cfg.dv == 1) {
-      m_embed.forwardInference(m_stepIds, m_stepA);
-    } else {
-      m_embed.forwardInference(m_stepIds, m_stepX);
-      if (m_ec)
-        m_convExpand.forwardStep(m_stepX, state.expand, m_stepA);
-      else
-        m_expand.forwardInference(m_stepX, m_stepA);
-    }
-    for (std::size_t i = 0; i < m_blocks.size(); ++i) {
-      m_blocks[i].forwardStep(*cur, state.blocks[i], *next);
-      std::swap(cur, next);
-    }
-    if (m_cfg.dv == 1) {
-      m_norm.forwardInference(*cur, m_stepZ);
-    } else {
-      if (m_overTokens)
-        m_tcReadout.forwardStep(*cur, state.readout, m_stepZ);
-      else
-        m_readout.forwardInference(*cur, m_stepZ);
-      m_norm.forwardInference(m_stepZ, m_stepZ);
-    }
-    m_head.forwardInference(m_stepZ, logits);
-    ++state.length;
-  }
+  void decodeStep(int id, DecodeState& state, MatX<S>& logits);
 
   template <class F>
   void visitParams(const std::string& prefix, F&& f) {
@@ -392,5 +219,208 @@ class DeltaLM {
   MatX<S> m_stepX, m_stepA, m_stepB, m_stepZ, m_stepLogits;
   std::vector<double> m_weights;
 };
+
+template <class S>
+DeltaLM<S>::DeltaLM(const DeltaLMConfig& config, std::uint64_t seed)
+    : m_cfg(validated(config)), m_ec(config.dv > 1 && config.learnedExpansion),
+      m_overTokens(config.dv > 1 && config.stateCompressor == StateCompressorKind::OverTokens),
+      m_embed(config.vocab, config.d, m_initRng), m_expand(config.d, config.dv, false),
+      m_convExpand(config.d, config.dv, config.convKernel),
+      m_readout(config.d, config.dv, config.block.compressor, config.block.compressorKernel),
+      m_tcReadout(config.d, config.dv, config.convKernel), m_norm(config.d, config.finalNormEps),
+      m_head(config.d, config.vocab, /*bias=*/false) {
+  m_blocks.reserve(static_cast<std::size_t>(config.depth));
+  for (Index i = 0; i < config.depth; ++i) m_blocks.emplace_back(config.blockConfig());
+  m_states.resize(static_cast<std::size_t>(config.depth) + 1);
+  initialize(seed);
+}
+
+template <class S>
+void DeltaLM<S>::init(std::uint64_t seed) {
+  DeltaLM fresh(m_cfg, seed);
+  assignParams(*this, fresh);
+}
+
+template <class S>
+void DeltaLM<S>::forward(const TokenBatch& batch, MatX<S>& logits) {
+  const TokenLayout layout = checkBatch("ddl::DeltaLM::forward", batch);
+  m_layout = layout;
+  if (m_cfg.dv == 1) {
+    m_embed.forward(batch.ids, m_states[0]);
+  } else {
+    m_embed.forward(batch.ids, m_x);
+    if (m_ec)
+      m_convExpand.forward(m_x, layout, m_states[0]);
+    else
+      m_expand.forward(m_x, m_states[0]);
+  }
+  for (std::size_t i = 0; i < m_blocks.size(); ++i) m_blocks[i].forward(m_states[i], layout, m_states[i + 1]);
+  const MatX<S>& last = m_states.back();
+  if (m_cfg.dv == 1) {
+    m_norm.forward(last, m_z);
+  } else {
+    if (m_overTokens)
+      m_tcReadout.forward(last, layout, m_xin);
+    else
+      m_readout.forward(last, m_xin);
+    m_norm.forward(m_xin, m_z);
+  }
+  refreshTiedHead();
+  m_head.forward(m_z, logits);
+  m_hasForward = true;
+}
+
+template <class S>
+void DeltaLM<S>::forwardInference(const TokenBatch& batch, MatX<S>& logits) {
+  const TokenLayout layout = checkBatch("ddl::DeltaLM::forwardInference", batch);
+  MatX<S>* cur = &m_inferA;
+  MatX<S>* next = &m_inferB;
+  if (m_cfg.dv == 1) {
+    m_embed.forwardInference(batch.ids, m_inferA);
+  } else {
+    m_embed.forwardInference(batch.ids, m_inferX);
+    if (m_ec)
+      m_convExpand.forwardInference(m_inferX, layout, m_inferA);
+    else
+      m_expand.forwardInference(m_inferX, m_inferA);
+  }
+  for (auto& block : m_blocks) {
+    block.forwardInference(*cur, layout, *next);
+    std::swap(cur, next);
+  }
+  if (m_cfg.dv == 1) {
+    m_norm.forwardInference(*cur, m_inferZ);
+  } else {
+    if (m_overTokens)
+      m_tcReadout.forwardInference(*cur, layout, m_inferZ);
+    else
+      m_readout.forwardInference(*cur, m_inferZ);
+    m_norm.forwardInference(m_inferZ, m_inferZ);
+  }
+  refreshTiedHead();
+  m_head.forwardInference(m_inferZ, logits);
+}
+
+template <class S>
+void DeltaLM<S>::backward(const MatX<S>& dLogits) {
+  const char* fn = "ddl::DeltaLM::backward";
+  if (!m_hasForward) throw Error(message(fn, "called before forward"));
+  checkShape(fn, "dLogits", dLogits, m_cfg.vocab, m_layout.tokens());
+  m_head.backward(dLogits, m_dz);
+  if (m_cfg.tiedHead) {  // fold the head's share into E (the head is E's copy)
+    m_embed.weight().grad += m_head.weight().grad;
+    m_head.weight().grad.setZero();
+  }
+  if (m_cfg.dv == 1) {
+    m_norm.backward(m_dz, m_dA);
+  } else {
+    m_norm.backward(m_dz, m_dz);
+    if (m_overTokens)
+      m_tcReadout.backward(m_dz, m_dA);
+    else
+      m_readout.backward(m_dz, m_dA);
+  }
+  for (std::size_t i = m_blocks.size(); i-- > 0;) {
+    m_blocks[i].backward(m_dA, m_dB);
+    m_dA.swap(m_dB);
+  }
+  if (m_cfg.dv == 1) {
+    m_embed.backward(m_dA);
+  } else {
+    if (m_ec)
+      m_convExpand.backward(m_dA, m_dx);
+    else
+      m_expand.backward(m_dA, m_dx);
+    m_embed.backward(m_dx);
+  }
+}
+
+template <class S>
+std::vector<int> DeltaLM<S>::generate(const std::vector<int>& prompt, Index n, double temperature, Index topK, std::uint64_t seed) {
+  const char* fn = "ddl::DeltaLM::generate";
+  const Index P = static_cast<Index>(prompt.size());
+  require(P >= 1, fn, "the prompt is empty (accepted: 1 .. ", m_cfg.context, " ids)");
+  require(P <= m_cfg.context, fn, "the prompt has ", P, " ids, more than the context ", m_cfg.context,
+          " (accepted: 1 .. ", m_cfg.context, " ids)");
+  for (Index i = 0; i < P; ++i)
+    require(prompt[static_cast<std::size_t>(i)] >= 0 && prompt[static_cast<std::size_t>(i)] < m_cfg.vocab, fn, "prompt id ",
+            prompt[static_cast<std::size_t>(i)], " at position ", i, " is outside [0, ", m_cfg.vocab, ")");
+  require(n >= 0, fn, "n must be >= 0, got ", n);
+  require(std::isfinite(temperature) && temperature > 0, fn, "temperature must be finite and > 0, got ", temperature);
+  require(topK >= 1 && topK <= m_cfg.vocab, fn, "topK must be in [1, ", m_cfg.vocab, "], got ", topK);
+  Rng rng(seed);
+  std::vector<int> window(prompt), out;  // window: the tokens the cache holds
+  out.reserve(static_cast<std::size_t>(n));
+  window.reserve(static_cast<std::size_t>(m_cfg.context));
+  startDecode(m_decode, m_cfg.context);
+  for (int id : window) decodeStep(id, m_decode, m_stepLogits);
+  for (Index i = 0; i < n; ++i) {
+    const int next = sampleToken(m_stepLogits.col(0), temperature, topK, rng);
+    out.push_back(next);
+    if (i + 1 == n) break;
+    if (m_decode.length == m_cfg.context) {  // full: restart from the newest half of the context
+      window.erase(window.begin(), window.end() - m_cfg.context / 2);
+      startDecode(m_decode, m_cfg.context);
+      for (int id : window) decodeStep(id, m_decode, m_stepLogits);
+    }
+    window.push_back(next);
+    decodeStep(next, m_decode, m_stepLogits);
+  }
+  return out;
+}
+
+template <class S>
+void DeltaLM<S>::startDecode(DecodeState& state, Index capacity) {
+  require(capacity >= 1 && capacity <= m_cfg.context, "ddl::DeltaLM::startDecode", "capacity must be in [1, ",
+          m_cfg.context, "] (the context), got ", capacity);
+  state.blocks.resize(m_blocks.size());
+  for (std::size_t i = 0; i < m_blocks.size(); ++i) m_blocks[i].startDecode(state.blocks[i], capacity);
+  if (m_ec) m_convExpand.startStep(state.expand);
+  if (m_overTokens) m_tcReadout.startStep(state.readout);
+  state.length = 0;
+  state.capacity = capacity;
+  refreshTiedHead();
+}
+
+template <class S>
+void DeltaLM<S>::decodeStep(int id, DecodeState& state, MatX<S>& logits) {
+  const char* fn = "ddl::DeltaLM::decodeStep";
+  require(state.capacity > 0 && state.blocks.size() == m_blocks.size(), fn, "call startDecode first");
+  require(state.length < state.capacity, fn, "the decoding state holds ", state.length, " of its capacity of ",
+          state.capacity, " positions (startDecode again)");
+  require(id >= 0 && id < m_cfg.vocab, fn, "id ", id, " is outside [0, ", m_cfg.vocab, ")");
+  m_stepIds.assign(1, id);
+  MatX<S>* cur = &m_stepA;
+  MatX<S>* next = &m_stepB;
+  if (m_cfg.dv == 1) {
+    m_embed.forwardInference(m_stepIds, m_stepA);
+  } else {
+    m_embed.forwardInference(m_stepIds, m_stepX);
+    if (m_ec)
+      m_convExpand.forwardStep(m_stepX, state.expand, m_stepA);
+    else
+      m_expand.forwardInference(m_stepX, m_stepA);
+  }
+  for (std::size_t i = 0; i < m_blocks.size(); ++i) {
+    m_blocks[i].forwardStep(*cur, state.blocks[i], *next);
+    std::swap(cur, next);
+  }
+  if (m_cfg.dv == 1) {
+    m_norm.forwardInference(*cur, m_stepZ);
+  } else {
+    if (m_overTokens)
+      m_tcReadout.forwardStep(*cur, state.readout, m_stepZ);
+    else
+      m_readout.forwardInference(*cur, m_stepZ);
+    m_norm.forwardInference(m_stepZ, m_stepZ);
+  }
+  m_head.forwardInference(m_stepZ, logits);
+  ++state.length;
+}
+
+#if DDL_EXTERN_TEMPLATES  // compiled once in the library ddl::compiled (docs/building.md)
+extern template class DeltaLM<float>;
+extern template class DeltaLM<double>;
+#endif
 
 }  // namespace ddl

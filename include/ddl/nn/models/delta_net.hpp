@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "ddl/core/config.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/rng.hpp"
@@ -26,22 +27,11 @@ namespace ddl {
 template <class S>
 class DeltaNet {
  public:
-  explicit DeltaNet(const DeltaNetConfig& config, std::uint64_t seed = 0)
-      : m_cfg(validated(config)), m_input(config.inputDim, config.d), m_expand(config.d, config.dv, config.learnedExpansion),
-        m_readout(config.d, config.dv, config.block.compressor, config.block.compressorKernel),
-        m_norm(config.d, config.finalNormEps), m_head(config.d, config.classes) {
-    m_blocks.reserve(static_cast<std::size_t>(config.depth));
-    for (Index i = 0; i < config.depth; ++i) m_blocks.emplace_back(config.d, config.dv, config.block);
-    m_states.resize(static_cast<std::size_t>(config.depth) + 1);
-    drawParams(seed);
-  }
+  explicit DeltaNet(const DeltaNetConfig& config, std::uint64_t seed = 0);
 
   // Re-initialises every parameter exactly as a new net of this configuration and seed has it (RMSNorm
   // gains, compressor and expansion weights included, which are not drawn) and clears the gradients.
-  void init(std::uint64_t seed) {
-    DeltaNet fresh(m_cfg, seed);
-    assignParams(*this, fresh);
-  }
+  void init(std::uint64_t seed);
 
  private:
   // The seeded draws of a freshly constructed net.
@@ -55,74 +45,15 @@ class DeltaNet {
  public:
 
   // X: (inputDim, N) one column per sample -> logits: (classes, N)
-  void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& logits) {
-    checkShape("ddl::DeltaNet::forward", "X", X, m_cfg.inputDim, -1);
-    // The layers keep views of their inputs (core/view.hpp); the net's own input is the one buffer it
-    // does not own, so it keeps a copy: a caller's temporary X may die before backward.
-    m_inputCopy = X;
-    if (m_cfg.dv == 1) {
-      m_input.forward(m_inputCopy, m_states[0]);
-    } else {
-      m_input.forward(m_inputCopy, m_x);
-      m_expand.forward(m_x, m_states[0]);
-    }
-    for (std::size_t i = 0; i < m_blocks.size(); ++i) m_blocks[i].forward(m_states[i], m_states[i + 1]);
-    const MatX<S>& last = m_states.back();
-    if (m_cfg.dv == 1) {
-      m_norm.forward(last, m_z);
-    } else {
-      m_readout.forward(last, m_xin);
-      m_norm.forward(m_xin, m_z);
-    }
-    m_head.forward(m_z, logits);
-  }
+  void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& logits);
 
   // Same logits as forward, bit for bit; writes none of the caches backward reads and allocates nothing
   // once its buffers have the batch's shape (two states, used in turn). states() still describes the
   // last forward; the blocks' residual diagnostics describe this call.
-  void forwardInference(const Eigen::Ref<const MatX<S>>& X, MatX<S>& logits) {
-    checkShape("ddl::DeltaNet::forwardInference", "X", X, m_cfg.inputDim, -1);
-    m_input.forwardInference(X, m_inferX);
-    MatX<S>* cur = &m_inferA;
-    MatX<S>* next = &m_inferB;
-    if (m_cfg.dv == 1)
-      cur = &m_inferX;
-    else
-      m_expand.forwardInference(m_inferX, m_inferA);
-    for (auto& block : m_blocks) {
-      block.forwardInference(*cur, *next);
-      std::swap(cur, next);
-      if (next == &m_inferX) next = &m_inferA;  // dv = 1: the input buffer was the first state
-    }
-    if (m_cfg.dv == 1) {
-      m_norm.forwardInference(*cur, m_inferZ);
-    } else {
-      m_readout.forwardInference(*cur, m_inferZ);
-      m_norm.forwardInference(m_inferZ, m_inferZ);
-    }
-    m_head.forwardInference(m_inferZ, logits);
-  }
+  void forwardInference(const Eigen::Ref<const MatX<S>>& X, MatX<S>& logits);
 
   // dLogits: (classes, N) -> parameter gradients accumulate; dX: (inputDim, N) when requested.
-  void backward(const Eigen::Ref<const MatX<S>>& dLogits, MatX<S>* dX = nullptr) {
-    m_head.backward(dLogits, m_dz);
-    if (m_cfg.dv == 1) {
-      m_norm.backward(m_dz, m_dA);
-    } else {
-      m_norm.backward(m_dz, m_dz);
-      m_readout.backward(m_dz, m_dA);
-    }
-    for (std::size_t i = m_blocks.size(); i-- > 0;) {
-      m_blocks[i].backward(m_dA, m_dB);
-      m_dA.swap(m_dB);
-    }
-    if (m_cfg.dv > 1) m_expand.backward(m_dA, m_dx);
-    const MatX<S>& dx = m_cfg.dv == 1 ? m_dA : m_dx;  // no swap: every buffer keeps its shape
-    if (dX)
-      m_input.backward(dx, *dX);
-    else
-      m_input.backwardParamsOnly(dx);
-  }
+  void backward(const Eigen::Ref<const MatX<S>>& dLogits, MatX<S>* dX = nullptr);
 
   template <class F>
   void visitParams(const std::string& prefix, F&& f) {
@@ -163,5 +94,95 @@ class DeltaNet {
   MatX<S> m_dz, m_dA, m_dB, m_dx;
   MatX<S> m_inferX, m_inferA, m_inferB, m_inferZ;  // forwardInference
 };
+
+template <class S>
+DeltaNet<S>::DeltaNet(const DeltaNetConfig& config, std::uint64_t seed)
+    : m_cfg(validated(config)), m_input(config.inputDim, config.d), m_expand(config.d, config.dv, config.learnedExpansion),
+      m_readout(config.d, config.dv, config.block.compressor, config.block.compressorKernel),
+      m_norm(config.d, config.finalNormEps), m_head(config.d, config.classes) {
+  m_blocks.reserve(static_cast<std::size_t>(config.depth));
+  for (Index i = 0; i < config.depth; ++i) m_blocks.emplace_back(config.d, config.dv, config.block);
+  m_states.resize(static_cast<std::size_t>(config.depth) + 1);
+  drawParams(seed);
+}
+
+template <class S>
+void DeltaNet<S>::init(std::uint64_t seed) {
+  DeltaNet fresh(m_cfg, seed);
+  assignParams(*this, fresh);
+}
+
+template <class S>
+void DeltaNet<S>::forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& logits) {
+  checkShape("ddl::DeltaNet::forward", "X", X, m_cfg.inputDim, -1);
+  // The layers keep views of their inputs (core/view.hpp); the net's own input is the one buffer it
+  // does not own, so it keeps a copy: a caller's temporary X may die before backward.
+  m_inputCopy = X;
+  if (m_cfg.dv == 1) {
+    m_input.forward(m_inputCopy, m_states[0]);
+  } else {
+    m_input.forward(m_inputCopy, m_x);
+    m_expand.forward(m_x, m_states[0]);
+  }
+  for (std::size_t i = 0; i < m_blocks.size(); ++i) m_blocks[i].forward(m_states[i], m_states[i + 1]);
+  const MatX<S>& last = m_states.back();
+  if (m_cfg.dv == 1) {
+    m_norm.forward(last, m_z);
+  } else {
+    m_readout.forward(last, m_xin);
+    m_norm.forward(m_xin, m_z);
+  }
+  m_head.forward(m_z, logits);
+}
+
+template <class S>
+void DeltaNet<S>::forwardInference(const Eigen::Ref<const MatX<S>>& X, MatX<S>& logits) {
+  checkShape("ddl::DeltaNet::forwardInference", "X", X, m_cfg.inputDim, -1);
+  m_input.forwardInference(X, m_inferX);
+  MatX<S>* cur = &m_inferA;
+  MatX<S>* next = &m_inferB;
+  if (m_cfg.dv == 1)
+    cur = &m_inferX;
+  else
+    m_expand.forwardInference(m_inferX, m_inferA);
+  for (auto& block : m_blocks) {
+    block.forwardInference(*cur, *next);
+    std::swap(cur, next);
+    if (next == &m_inferX) next = &m_inferA;  // dv = 1: the input buffer was the first state
+  }
+  if (m_cfg.dv == 1) {
+    m_norm.forwardInference(*cur, m_inferZ);
+  } else {
+    m_readout.forwardInference(*cur, m_inferZ);
+    m_norm.forwardInference(m_inferZ, m_inferZ);
+  }
+  m_head.forwardInference(m_inferZ, logits);
+}
+
+template <class S>
+void DeltaNet<S>::backward(const Eigen::Ref<const MatX<S>>& dLogits, MatX<S>* dX) {
+  m_head.backward(dLogits, m_dz);
+  if (m_cfg.dv == 1) {
+    m_norm.backward(m_dz, m_dA);
+  } else {
+    m_norm.backward(m_dz, m_dz);
+    m_readout.backward(m_dz, m_dA);
+  }
+  for (std::size_t i = m_blocks.size(); i-- > 0;) {
+    m_blocks[i].backward(m_dA, m_dB);
+    m_dA.swap(m_dB);
+  }
+  if (m_cfg.dv > 1) m_expand.backward(m_dA, m_dx);
+  const MatX<S>& dx = m_cfg.dv == 1 ? m_dA : m_dx;  // no swap: every buffer keeps its shape
+  if (dX)
+    m_input.backward(dx, *dX);
+  else
+    m_input.backwardParamsOnly(dx);
+}
+
+#if DDL_EXTERN_TEMPLATES  // compiled once in the library ddl::compiled (docs/building.md)
+extern template class DeltaNet<float>;
+extern template class DeltaNet<double>;
+#endif
 
 }  // namespace ddl

@@ -1,0 +1,4 @@
+// ddl::compiled: DeltaLM<double> and everything it calls, compiled once (docs/building.md).
+#include "ddl/nn/models/delta_lm.hpp"
+
+template class ddl::DeltaLM<double>;

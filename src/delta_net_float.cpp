@@ -1,0 +1,4 @@
+// ddl::compiled: DeltaNet<float> and everything it calls, compiled once (docs/building.md).
+#include "ddl/nn/models/delta_net.hpp"
+
+template class ddl::DeltaNet<float>;
