@@ -6,13 +6,16 @@
 #   tools/run-text.sh --residual additive          the plain pre-norm Transformer on the same budget
 #   tools/run-text.sh --variant cc-ec               the paper's expanded state (dv 4, CC + EC)
 #   tools/run-text.sh --data book.txt --out out/book
+# Environment: DDL_CMAKE_FLAGS (extra CMake flags), DDL_BUILD_DIR (default build-main).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 "$(dirname "$0")/install-deps.sh" build-essential cmake libeigen3-dev nlohmann-json3-dev zlib1g-dev \
   fortunes gnuplot-nox
-cmake -S . -B build-main -DCMAKE_BUILD_TYPE=Release -DDDL_BUILD_TESTS=OFF -DDDL_BUILD_BENCH=OFF \
-  -DDDL_BUILD_EXAMPLES=ON >/dev/null
-cmake --build build-main --target ddl-text -j "$(nproc)"
+build=${DDL_BUILD_DIR:-build-main}
+# shellcheck disable=SC2086  # DDL_CMAKE_FLAGS: extra CMake flags, split on spaces
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DDDL_BUILD_TESTS=OFF -DDDL_BUILD_BENCH=OFF \
+  -DDDL_BUILD_EXAMPLES=ON ${DDL_CMAKE_FLAGS:-} | sed -n "/^-- ddl/p"  # what it found and skips
+cmake --build "$build" --target ddl-text -j "$(nproc)"
 # Passive OpenMP waiting: on a shared 2-core machine spinning threads steal the cores they wait for.
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
-exec build-main/examples/ddl-text "$@"
+exec "$build/examples/ddl-text" "$@"
