@@ -487,6 +487,9 @@ inline int runMain(const std::string& program, cli::CommandLine& cli, int argc, 
   } catch (const NonFiniteError& e) {
     std::cerr << program << ": " << e.what() << "\n";
     return ranks().fail(kExitNonFinite);
+  } catch (const MathError& e) {  // NaN/Inf reached an operation (--no-nan-guard lets it through)
+    std::cerr << program << ": " << e.what() << "\n";
+    return ranks().fail(kExitNonFinite);
   } catch (const IoError& e) {
     std::cerr << program << ": " << e.what() << "\n"
               << "hint: --resume and --eval-only need a checkpoint.safetensors of " << program

@@ -112,10 +112,32 @@ Sampling samplingOptions(const ddl::cli::CommandLine& cli, const char* option, d
   return s;
 }
 
-void printSample(ddl::DeltaLM<float>& lm, const ddl::cli::CommandLine& cli, const Sampling& s, std::uint64_t seed) {
-  const std::vector<int> out = lm.generate(bytesOf(s.prompt), s.tokens, s.temperature, s.topK, seed);
+// Samples in chunks of kSampleChunk bytes, printed as they come, so that Ctrl-C / SIGTERM is seen
+// between chunks (within a second) instead of after --tokens bytes. Chunk c continues the newest half
+// context of the text so far with seed + c; a sample of at most one chunk is one generate() call.
+constexpr ddl::Index kSampleChunk = 4096;
+
+// Returns 0, or 128 + signal when stopped.
+int printSample(ddl::DeltaLM<float>& lm, const ddl::cli::CommandLine& cli, const Sampling& s, std::uint64_t seed) {
   std::cout << "sample (temperature " << cli.text("temperature") << ", top-k " << cli.text("top-k") << "):\n"
-            << s.prompt << printable(out) << "\n";
+            << s.prompt << std::flush;
+  std::vector<int> text = bytesOf(s.prompt);
+  const std::size_t keep = static_cast<std::size_t>(std::max<ddl::Index>(1, lm.config().context / 2));
+  for (ddl::Index done = 0, chunk = 0; done < s.tokens; ++chunk) {
+    if (ddl::stopSignal() != 0) {
+      std::cout << "\nddl-text: stopped by " << ddl::signalName(ddl::stopSignal()) << " after " << done << " of "
+                << s.tokens << " bytes\n";
+      return 128 + ddl::stopSignal();
+    }
+    const std::vector<int> prompt = chunk == 0 ? text : std::vector<int>(text.end() - static_cast<std::ptrdiff_t>(std::min(keep, text.size())), text.end());
+    const std::vector<int> out = lm.generate(prompt, std::min(kSampleChunk, s.tokens - done), s.temperature, s.topK,
+                                             seed + static_cast<std::uint64_t>(chunk));
+    std::cout << printable(out) << std::flush;
+    text.insert(text.end(), out.begin(), out.end());
+    done += static_cast<ddl::Index>(out.size());
+  }
+  std::cout << "\n";
+  return 0;
 }
 
 // Training, validation and test each hold a window of context + 1 bytes, else no figure would mean
@@ -141,8 +163,7 @@ int run(const ddl::cli::CommandLine& cli) {
   if (cli.has("generate")) {  // sampling needs the model only
     const Sampling sampling = samplingOptions(cli, "generate", cfg.context);
     ddl::loadCheckpoint(saved.ckpt, lm);
-    printSample(lm, cli, sampling, 1);
-    return 0;
+    return printSample(lm, cli, sampling, 1);
   }
   const Sampling sampling = samplingOptions(cli, "prompt", cfg.context);
   std::optional<std::int64_t> warmup;
@@ -252,8 +273,7 @@ int run(const ddl::cli::CommandLine& cli) {
               << ddl::formatGateSummary(last.gates, ddl::gatedLabels(lm));
   }
   ddl::plot::epochCurves(saved.out, ddl::plot::EpochColumns{{4, 6}, {5, 7}});
-  printSample(lm, cli, sampling, opt.seed);
-  return 0;
+  return printSample(lm, cli, sampling, opt.seed);
 }
 
 }  // namespace

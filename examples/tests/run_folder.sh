@@ -93,4 +93,11 @@ expect 0 "final test loss" "${S[@]}" --data "$data" --out locked --overwrite --e
 check test "$(wc -l <locked/metrics.csv)" -eq 2
 check test ! -e locked/audit.csv
 
+# A 1-epoch run plots one point: gnuplot (when installed) must not warn about an empty x range.
+out=$("$exe" "${S[@]}" --data "$data" --epochs 1 --out one-epoch 2>&1)
+if command -v gnuplot >/dev/null && grep -q "empty x range" <<<"$out"; then
+  echo "FAIL: gnuplot warned on a 1-epoch run: $(grep "empty x range" <<<"$out" | head -1)"
+  failures=$((failures + 1))
+fi
+
 [ "$failures" -eq 0 ] && echo "run folder: all checks passed" || { echo "$failures failure(s)"; exit 1; }

@@ -73,6 +73,21 @@ long=$(head -c 40 /dev/zero | tr '\0' 'x')
 status=$?
 [ "$status" -eq 1 ] && grep -qF -- "--generate has 40 bytes, more than the model's context of 16" "$work/long.txt" ||
   fail "over-long prompt: exit $status, $(cat "$work/long.txt")"
+# Ctrl-C during a long --generate: the sample stops within seconds with 128 + SIGINT.
+"$exe" --out "$work/run" --generate "The " --tokens 1048576 >"$work/long-sample.txt" 2>&1 &
+pid=$!
+sleep 1
+kill -INT "$pid"
+for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$pid" 2>/dev/null; then
+  kill -9 "$pid"
+  fail "--generate ran on 5 s after SIGINT"
+else
+  wait "$pid"
+  status=$?
+  [ "$status" -eq 130 ] && grep -q "stopped by SIGINT after" "$work/long-sample.txt" ||
+    fail "--generate after SIGINT: exit $status, $(tail -c 200 "$work/long-sample.txt")"
+fi
 # Any byte is a prompt byte (UTF-8 above 0x7f too), in --generate and after training.
 out=$("$exe" --out "$work/run" --generate "é→" --tokens 5 2>&1) || fail "a non-ASCII --generate prompt failed: $out"
 echo "$out" | grep -q "^é→" || fail "the non-ASCII prompt is not printed back: $out"
