@@ -110,7 +110,9 @@ ddl::Dataset<float> loadPart(const std::string& dir, bool cifar100, ddl::DataPar
 }
 
 ddl::ConvDeltaNetConfig modelConfig(const ddl::cli::CommandLine& cli, const SavedRun& run) {
-  if (run.from()) return ddl::configFromCheckpoint<ddl::ConvDeltaNetConfig>(run.meta, run.ckpt);
+  requireSavedModelOptions(cli, run, {{"preset", "preset"}, {"residual", "residual"}, {"widths", "widths"},
+                                      {"depths", "depths"}, {"dv", "dv"}, {"stem-stride", "stem_stride"}});
+  if (run.from()) return savedModelConfig<ddl::ConvDeltaNetConfig>(run);
   ddl::ConvDeltaNetConfig cfg;
   cfg.block.residual.residual = ddl::parseResidualKind(cli.choice("residual", {"delta", "write_only", "additive"}));
   ddl::applyPreset(cfg, cli.choice("preset", {"code", "paper", "v1"}));
@@ -153,6 +155,15 @@ void readStats(const std::string& what, const std::string& text, double lo, ddl:
 }
 
 int run(const ddl::cli::CommandLine& cli) {
+  const SavedRun saved = savedRun(cli, "ddl-cifar");
+  const ddl::ConvDeltaNetConfig cfg = modelConfig(cli, saved);
+  std::optional<std::int64_t> warmup;
+  ddl::TrainerOptions opt = trainingOptions(cli, saved, [&](ddl::TrainerOptions& o) { setAugment(cli, o); }, warmup);
+  const ddl::Index nVal = cli.integer<ddl::Index>("val", 0, kMaxCount);
+  ddl::LoadOptions lo;
+  lo.limit = cli.integer<ddl::Index>("limit", 0, kMaxCount);
+  // Every option is checked before the output folder is claimed and the data is read.
+  const RunFolder folder = saved.evalOnly ? RunFolder() : claimRunFolder(cli, saved);
   std::string dir;
   if (cli.has("data")) {
     dir = cli.text("data");
@@ -163,28 +174,25 @@ int run(const ddl::cli::CommandLine& cli) {
               << ") written as CIFAR-10 binary files (28x28 padded to 32x32, 3 equal channels) in " << dir << "\n";
     fashionMnistAsCifar(dir);
   }
-  const SavedRun saved = savedRun(cli, "ddl-cifar");
-  const ddl::ConvDeltaNetConfig cfg = modelConfig(cli, saved);
-  std::optional<std::int64_t> warmup;
-  ddl::TrainerOptions opt = trainingOptions(cli, saved, [&](ddl::TrainerOptions& o) { setAugment(cli, o); }, warmup);
-  const ddl::Index nVal = cli.integer<ddl::Index>("val", 0, kMaxCount);
-  ddl::LoadOptions lo;
-  lo.limit = cli.integer<ddl::Index>("limit", 0, kMaxCount);
   ddl::setNumThreads(opt.threads);
 
   // Pixels scaled to [0, 1], then normalised per channel with the training set's statistics.
   ddl::Dataset<float> train, test = loadPart(dir, cli.has("cifar100"), ddl::DataPart::Test, lo);
+  DataIdentity identity{dir, {}};  // the images and labels as read, before normalisation
   ddl::ChannelStats<float> st{ddl::VecX<float>(3), ddl::VecX<float>(3)};
   if (saved.evalOnly) {
     readStats(saved.ckpt + ": input_mean", saved.meta.extra.at("input_mean"), -kMaxReal, st.mean);
     readStats(saved.ckpt + ": input_std", saved.meta.extra.at("input_std"), 1e-30, st.stddev);
   } else {
     train = loadPart(dir, cli.has("cifar100"), ddl::DataPart::Train, lo);
+    addDataset(identity.digest, train);
+    addDataset(identity.digest, test);
     st = ddl::channelStats(train);
     ddl::normalize(train, st);
   }
   ddl::normalize(test, st);
   opt.extraMeta = {{"input_mean", statsText(st.mean)}, {"input_std", statsText(st.stddev)}, {"data", dir}};
+  if (!saved.evalOnly) requireSameData(saved, identity, opt);
 
   Net net(cfg, opt.seed);
   std::cout << "model: ConvDeltaNet, preset " << cfg.preset << ", residual " << ddl::toString(cfg.block.residual.residual)

@@ -121,6 +121,15 @@ class CommandLine {
 
   const std::string& program() const { return m_program; }
 
+  // Every declared option with its value (given, else the default or ""; a flag: "1" or "0"), in
+  // declaration order: what MPI ranks compare to agree that they run one command.
+  std::vector<std::pair<std::string, std::string>> values() const {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const Entry& e : m_entries)
+      if (!e.isSection) out.emplace_back(e.name, e.isFlag ? (has(e.name) ? "1" : "0") : text(e.name, e.defaultValue));
+    return out;
+  }
+
   // "usage: ..." and one line per option, grouped by section, defaults shown.
   std::string help() const {
     std::string out = "usage: " + m_program + " [options]\n" + m_summary + "\n";

@@ -9,6 +9,7 @@
 // (ARG1, ARG2, ...), never inside gnuplot's own quoting, so any path is safe. A missing or failing
 // gnuplot is reported on stdout and is not an error: the plots are an extra.
 #include <cerrno>
+#include <fstream>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -74,9 +75,18 @@ inline bool epochCurves(const std::string& out, const EpochColumns& columns) {
       line += (i ? ", '' using 1:" : "ARG1 using 1:") + std::to_string(cols[i]) + " with linespoints";
     return line + "\n";
   };
+  // One row (a 1-epoch run) is a single x: gnuplot would warn "empty x range" on every run; a
+  // range of one epoch either side says nothing and keeps its output quiet.
+  std::ifstream csv(out + "/metrics.csv");
+  std::string line, firstEpoch;
+  int rows = -1;  // the header is not a row
+  while (std::getline(csv, line))
+    if (++rows == 1) firstEpoch = line.substr(0, line.find(','));
+  const bool single = rows == 1 && !firstEpoch.empty() && firstEpoch.find_first_not_of("0123456789") == std::string::npos;
   writeFileAtomically(script, [&](std::ostream& gp) {
     gp << "# gnuplot -c curves.gp metrics.csv curves.png\n"
        << "set datafile separator ','\nset terminal png size 1100,420 noenhanced\nset output ARG2\n"
+       << (single ? "set xrange [" + firstEpoch + " - 1:" + firstEpoch + " + 1]\n" : std::string())
        << "set multiplot layout 1,2\nset xlabel 'epoch'\nset grid\nset key autotitle columnhead\n"
        << "set title 'loss'\n" << plotLine(columns.loss) << "set title 'accuracy'\n" << plotLine(columns.accuracy)
        << "unset multiplot\n";

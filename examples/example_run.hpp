@@ -13,6 +13,7 @@
 #include <functional>
 #include <iostream>
 #include <limits>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -20,12 +21,14 @@
 
 #include "cli.hpp"
 #include "final_report.hpp"
+#include "run_folder.hpp"
 #include "ddl/diag/gate_audit.hpp"
 #include "ddl/train/epoch_audit.hpp"
 #include "ddl/train/progress.hpp"
 #include "ddl/train/stop_signal.hpp"
 #include "ddl/train/trainer.hpp"
 #include "ddl/core/collective.hpp"
+#include "ddl/io/content_digest.hpp"
 #if DDL_WITH_MPI
 #include "ddl/distributed/mpi_communicator.hpp"
 #endif
@@ -55,7 +58,10 @@ class Ranks {
     if (std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK")) {
       m_session = std::make_unique<MpiSession>(argc, argv);
       m_mpi = std::make_unique<MpiCommunicator>();
-      if (m_mpi->rank() != 0) std::cout.rdbuf(nullptr);
+      if (m_mpi->rank() != 0) {  // printf too (--eval-only's line): stdout itself goes nowhere
+        std::cout.rdbuf(nullptr);
+        if (!std::freopen("/dev/null", "w", stdout)) std::fclose(stdout);
+      }
     }
 #else
     (void)argc;
@@ -86,6 +92,80 @@ class Ranks {
 inline Ranks& ranks() {
   static Ranks r;
   return r;
+}
+
+// A rank that found the ranks disagreeing has said what differs on its side; it ends the job with
+// the usage status without a second message.
+struct RanksDisagree : Error {
+  using Error::Error;
+};
+
+// (name, value) pairs that every rank must hold equal: the options, a digest of the data.
+using AgreementItems = std::vector<std::pair<std::string, std::string>>;
+
+// Every rank compares items with rank 0's: one allgather of a digest when they agree (the run's first
+// collective call, so a rank that left early or runs another command ends the job here, with a
+// message, instead of leaving the others waiting). When they differ, rank 0's items reach every rank,
+// each differing rank finds its first difference ("--seed is '2' here, '1' on rank 0"), rank 0 prints
+// them all and ends the job with exit 1. what: "command-line options", "data".
+inline void requireRanksAgree(const AgreementItems& items, const std::string& what,
+                              const std::string& hereNote = "") {
+  Collective& comm = ranks().comm();
+  if (comm.size() == 1) return;
+  std::string text;
+  for (const auto& [name, value] : items) text += name + '\t' + value + '\n';
+  std::vector<std::uint64_t> digests(static_cast<std::size_t>(comm.size()));
+  comm.allgather(fnv1a64(text), digests.data());
+  std::string differing;
+  for (int r = 1; r < comm.size(); ++r)
+    if (digests[static_cast<std::size_t>(r)] != digests[0]) differing += (differing.empty() ? "" : ", ") + std::to_string(r);
+  if (differing.empty()) return;
+  std::uint64_t n = text.size();
+  comm.broadcast(&n, sizeof n, 0);
+  std::string zero = comm.rank() == 0 ? text : std::string(static_cast<std::size_t>(n), '\0');
+  comm.broadcast(zero.data(), zero.size(), 0);
+  std::string mine;  // this rank's first difference, "" when it agrees with rank 0
+  if (digests[static_cast<std::size_t>(comm.rank())] != digests[0]) {
+    std::map<std::string, std::string> theirs;
+    for (std::size_t at = 0; at < zero.size();) {
+      const std::size_t tab = zero.find('\t', at), end = zero.find('\n', at);
+      if (tab == std::string::npos || end == std::string::npos || tab > end) break;
+      theirs[zero.substr(at, tab - at)] = zero.substr(tab + 1, end - tab - 1);
+      at = end + 1;
+    }
+    mine = "the items differ in number or order";
+    for (const auto& [name, value] : items) {
+      const auto it = theirs.find(name);
+      if (it == theirs.end() || it->second != value) {
+        mine = name + " is '" + value + "' here" + hereNote + ", '" + (it == theirs.end() ? "(none)" : it->second) +
+               "' on rank 0";
+        break;
+      }
+    }
+  }
+  // Each differing rank's line reaches rank 0, which prints them all: output of a rank that MPI_Abort
+  // ends may be lost on its way through mpirun.
+  std::string lines;
+  for (int r = 1; r < comm.size(); ++r) {
+    if (digests[static_cast<std::size_t>(r)] == digests[0]) continue;
+    std::uint64_t len = comm.rank() == r ? mine.size() : 0;
+    comm.broadcast(&len, sizeof len, r);
+    std::string line = comm.rank() == r ? mine : std::string(static_cast<std::size_t>(len), '\0');
+    comm.broadcast(line.data(), line.size(), r);
+    lines += "\n  rank " + std::to_string(r) + " of " + std::to_string(comm.size()) + ": " + line;
+  }
+  if (comm.rank() != 0) throw RanksDisagree("the ranks disagree");  // rank 0 speaks and ends the job
+  throw ValueError("the ranks disagree on their " + what + ": every rank must run the same command on the same data;"
+                   " the first difference of each rank from rank 0:" + lines);
+}
+
+// The options every rank must share: all but --threads (per rank) and the data's paths (the data is
+// compared by content, see requireSameData), plus the program.
+inline AgreementItems optionItems(const std::string& program, const cli::CommandLine& cli) {
+  AgreementItems items{{"program", program}};
+  for (auto& [name, value] : cli.values())
+    if (name != "threads" && name != "data" && name != "cache") items.emplace_back("--" + name, value);
+  return items;
 }
 
 // Exit statuses besides 0 (done) and 128 + signal (stopped by SIGINT/SIGTERM, checkpoint saved).
@@ -131,6 +211,7 @@ inline void declareOutputOptions(cli::CommandLine& cli, const char* defaultOut) 
   cli.section("output")
       .option("out", "DIR", "metrics.csv, checkpoint.safetensors, curves.png", defaultOut)
       .flag("resume", "continue the run saved in --out (same options)")
+      .flag("overwrite", "start a new run in an --out that holds one, replacing it (default: refused)")
       .flag("eval-only", "evaluate the checkpoint in --out on the test set");
   cli.flag("audit", "after every epoch write audit.csv and audit.json into --out: per gated block (per Delta "
                     "sublayer in ddl-text) the gate, regimes, "
@@ -140,10 +221,10 @@ inline void declareOutputOptions(cli::CommandLine& cli, const char* defaultOut) 
 
 // The run saved in --out when resuming or evaluating (its metadata must be the program's), else none.
 struct SavedRun {
-  std::string out, ckpt;
-  bool resume = false, evalOnly = false;
+  std::string out, ckpt, program;
+  bool resume = false, evalOnly = false, generate = false;  // generate: ddl-text --generate
   CheckpointMeta meta;
-  const CheckpointMeta* from() const { return resume || evalOnly ? &meta : nullptr; }
+  const CheckpointMeta* from() const { return resume || evalOnly || generate ? &meta : nullptr; }
 };
 
 // keys: the metadata a checkpoint of the program holds (its absence means another program wrote it).
@@ -151,9 +232,14 @@ inline SavedRun savedRun(const cli::CommandLine& cli, const std::string& program
                          std::initializer_list<const char*> keys = {"train_options", "input_mean", "input_std"}) {
   SavedRun s;
   s.out = cli.text("out");
+  if (s.out.empty()) throw ValueError("--out is empty: name the folder of the run's checkpoint and metrics");
   s.ckpt = s.out + "/checkpoint.safetensors";
   s.resume = cli.has("resume");
   s.evalOnly = cli.has("eval-only");
+  s.generate = cli.declares("generate") && cli.has("generate");
+  s.program = program;
+  if (s.resume && cli.has("overwrite"))
+    throw ValueError("--resume continues the run in --out and --overwrite replaces it: give one of them");
   if (s.from()) {  // the saved run decides the model; explicit options still apply
     s.meta = readCheckpointMetadata(s.ckpt);
     for (const char* key : keys)
@@ -161,6 +247,79 @@ inline SavedRun savedRun(const cli::CommandLine& cli, const std::string& program
         throw IoError(s.ckpt + ": no \"" + key + "\" metadata: not a " + program + " checkpoint");
   }
   return s;
+}
+
+// The model configuration of the saved run. A checkpoint of another program (another model) is an
+// unusable checkpoint (exit 2), named as such, not a bad option.
+template <class Config>
+Config savedModelConfig(const SavedRun& run) {
+  try {
+    return configFromCheckpoint<Config>(run.meta, run.ckpt);
+  } catch (const ValueError& e) {
+    throw IoError(run.ckpt + ": not a " + run.program + " checkpoint (its model_config does not describe this "
+                  "program's model: " + e.what() + ")");
+  }
+}
+
+// With --resume, --eval-only or --generate the model is the checkpoint's; a model option given on the
+// command line would be ignored, so it must name the saved value or the run is refused, naming it.
+// optionKeys: the program's model options and their model_config keys.
+inline void requireSavedModelOptions(const cli::CommandLine& cli, const SavedRun& run,
+                                     std::initializer_list<std::pair<const char*, const char*>> optionKeys) {
+  if (!run.from()) return;
+  const nlohmann::json saved = nlohmann::json::parse(run.meta.modelConfig, nullptr, false);
+  for (const auto& [option, key] : optionKeys) {
+    if (!cli.has(option) || !saved.is_object() || !saved.contains(key) || !saved.at(key).is_string()) continue;
+    const std::string given = cli.text(option), was = saved.at(key).get<std::string>();
+    bool same = given == was;
+    try {  // numbers compare as numbers ("032" is 32)
+      same = same || parseNumber("--" + std::string(option), given, -kMaxReal) == parseNumber(key, was, -kMaxReal);
+    } catch (const Error&) {
+    }
+    if (!same)
+      throw ValueError("--" + std::string(option) + " " + given + " differs from the saved run's " + key + " " + was +
+                       " (" + run.ckpt + "): the model of --resume, --eval-only and --generate is the checkpoint's; "
+                       "drop --" + option + ", or start a new run with --overwrite or another --out");
+  }
+}
+
+// What identifies a run's data: the path given, its size in bytes and a content digest
+// (io/content_digest.hpp), recorded in the checkpoint and compared on --resume and across MPI ranks.
+struct DataIdentity {
+  std::string path;
+  ContentDigest digest;
+  std::string text() const { return digest.hex() + " of " + std::to_string(digest.bytes()) + " bytes"; }
+};
+
+template <class S>
+void addDataset(ContentDigest& d, const Dataset<S>& set) {
+  d.add(set.images.data(), static_cast<std::size_t>(set.images.size()) * sizeof(S));
+  d.add(set.labels.data(), set.labels.size() * sizeof(int));
+}
+
+// Records the data in the checkpoint's metadata; on --resume refuses data other than the saved run's
+// (compared by size and digest: a moved copy passes; checkpoints without a digest are not compared)
+// with exit 2; under MPI the ranks compare their data.
+inline void requireSameData(const SavedRun& run, const DataIdentity& data, TrainerOptions& opt) {
+  opt.extraMeta["data"] = data.path;
+  opt.extraMeta["data_bytes"] = std::to_string(data.digest.bytes());
+  opt.extraMeta["data_digest"] = data.digest.hex();
+  requireRanksAgree({{"data", data.text()}}, "data", " (--data " + data.path + ")");
+  if (!run.resume) return;
+  const auto digest = run.meta.extra.find("data_digest"), bytes = run.meta.extra.find("data_bytes");
+  if (digest == run.meta.extra.end() || bytes == run.meta.extra.end()) return;
+  if (digest->second == data.digest.hex() && bytes->second == std::to_string(data.digest.bytes())) return;
+  const auto path = run.meta.extra.find("data");
+  throw IoError("--data " + data.path + " (" + data.text() + ") is not the data of the saved run in " + run.ckpt + " (" +
+                (path != run.meta.extra.end() ? path->second : std::string("?")) + ", " + digest->second + " of " +
+                bytes->second + " bytes): resume with that data, or start a new run with --overwrite or another --out");
+}
+
+// The --out folder of a training run, claimed by the rank that writes (rank 0) before data or model
+// are touched: locked, and refused when it holds a run unless --resume or --overwrite (run_folder.hpp).
+inline RunFolder claimRunFolder(const cli::CommandLine& cli, const SavedRun& run) {
+  if (ranks().comm().rank() != 0) return RunFolder();
+  return RunFolder::claim(run.out, run.resume, cli.has("overwrite"));
 }
 
 // Training options: the saved ones on a resume (an option given still wins), else the declared
@@ -187,7 +346,11 @@ inline TrainerOptions trainingOptions(const cli::CommandLine& cli, const SavedRu
     warmup = opt.warmupSteps;
   if (given("weight-decay")) opt.adam.weightDecay = cli.number("weight-decay", 0, kMaxReal);
   if (cli.declares("augment") && given("augment")) setAugment(opt);
-  if (cli.declares("label-smoothing") && given("label-smoothing")) opt.labelSmoothing = cli.number("label-smoothing", 0, 1);
+  if (cli.declares("label-smoothing") && given("label-smoothing")) {
+    opt.labelSmoothing = cli.number("label-smoothing", 0, 1);
+    if (opt.labelSmoothing >= 1)  // 1 would make every target uniform: nothing left to learn
+      throw ValueError("--label-smoothing expects a number in [0, 1), got '" + cli.text("label-smoothing") + "'");
+  }
   if (given("seed")) opt.seed = cli.integer<std::uint64_t>("seed", 0, std::numeric_limits<std::uint64_t>::max());
   opt.threads = cli.integer<int>("threads", 0, 4096);
   opt.checkFinite = !cli.has("no-nan-guard");
@@ -200,6 +363,10 @@ inline std::int64_t chooseWarmup(const TrainerOptions& opt, Index trainSize) {
   const std::int64_t steps = (trainSize + opt.batchSize - 1) / opt.batchSize * opt.epochs;
   return std::min<std::int64_t>(200, steps / 10);
 }
+
+// The training options a --resume may change (docs/runs.md): more epochs extend a run, a new peak
+// rate applies from the resumed step on; any other option would make another run and is refused.
+inline const std::vector<std::string> kMayChangeOnResume{"epochs", "lr"};
 
 // Holds nVal training samples out as the validation set (seeded, so a resume holds out the same ones).
 inline Dataset<float> splitOffValidation(Dataset<float>& train, Index nVal, std::uint64_t seed) {
@@ -249,7 +416,7 @@ int trainAndReport(const std::string& program, const cli::CommandLine& cli, Net&
                               ranks().forTrainer());
   const bool rankZero = trainer.isRankZero();
   if (run.resume) {
-    trainer.resume(run.ckpt);
+    trainer.resume(run.ckpt, kMayChangeOnResume);
     std::cout << "resumed " << run.ckpt << " at epoch " << trainer.epoch() << ", batch " << trainer.batchInEpoch()
               << ", step " << trainer.step() << "\n";
   }
@@ -299,6 +466,7 @@ inline int runMain(const std::string& program, cli::CommandLine& cli, int argc, 
   try {
     ranks().start(&argc, &argv);
     cli.parse(argc, argv);
+    requireRanksAgree(optionItems(program, cli), "command-line options");
     if (cli.has("help")) {
       std::cout << cli.help();
       return 0;
@@ -308,10 +476,18 @@ inline int runMain(const std::string& program, cli::CommandLine& cli, int argc, 
     // instead of killing the program halfway through a checkpoint.
     std::signal(SIGXFSZ, SIG_IGN);
     return run(cli);
+  } catch (const RanksDisagree&) {
+    // Rank 0 reports and ends every rank with MPI_Abort; waiting for that keeps this rank's exit
+    // from ending the job before rank 0 has printed why.
+    ranks().comm().barrier();
+    return ranks().fail(kExitUsage);
   } catch (const DataError& e) {
     std::cerr << program << ": " << e.what() << "\n" << dataHint;
     return ranks().fail(kExitFile);
   } catch (const NonFiniteError& e) {
+    std::cerr << program << ": " << e.what() << "\n";
+    return ranks().fail(kExitNonFinite);
+  } catch (const MathError& e) {  // NaN/Inf reached an operation (--no-nan-guard lets it through)
     std::cerr << program << ": " << e.what() << "\n";
     return ranks().fail(kExitNonFinite);
   } catch (const IoError& e) {

@@ -47,7 +47,9 @@ void declareOptions(ddl::cli::CommandLine& cli) {
 
 // The model: from the command line, or (resume / eval-only) from the checkpoint.
 ddl::DeltaNetConfig modelConfig(const ddl::cli::CommandLine& cli, const SavedRun& run) {
-  if (run.from()) return ddl::configFromCheckpoint(run.meta, run.ckpt);
+  requireSavedModelOptions(cli, run, {{"preset", "preset"}, {"residual", "residual"}, {"width", "d"}, {"depth", "depth"},
+                                      {"dv", "dv"}, {"hidden", "hidden"}});
+  if (run.from()) return savedModelConfig<ddl::DeltaNetConfig>(run);
   ddl::DeltaNetConfig cfg;
   ddl::applyPreset(cfg, cli.choice("preset", {"code", "paper", "v1"}));
   cfg.block.residual.residual = ddl::parseResidualKind(cli.choice("residual", {"delta", "write_only", "additive"}));
@@ -118,11 +120,14 @@ int run(const ddl::cli::CommandLine& cli) {
     throw ddl::ValueError("--augment " + cli.text("augment") +
                           " transforms the images at every step, but the oriented-gradient histograms of "
                           "--input pixels+hog are computed once before training: use --input pixels with it");
+  // Every option is checked before the output folder is claimed and the data is read.
+  const RunFolder folder = saved.evalOnly ? RunFolder() : claimRunFolder(cli, saved);
 
   // Data: scaled to [0, 1], then normalised with the training set's mean and deviation; with --input
   // pixels+hog the histograms (computed from the [0, 1] pixels) follow, standardised with their own.
   const std::string dir = cli.text("data");
   ddl::Dataset<float> train, test = loadPart(dir, ddl::DataPart::Test, lo);
+  DataIdentity identity{dir, {}};  // the images and labels as read, before normalisation
   ddl::ChannelStats<float> st{ddl::VecX<float>(1), ddl::VecX<float>(1)};
   double hogMean = 0, hogStd = 1;
   if (saved.evalOnly) {
@@ -135,6 +140,8 @@ int run(const ddl::cli::CommandLine& cli) {
     }
   } else {
     train = loadPart(dir, ddl::DataPart::Train, lo);
+    addDataset(identity.digest, train);
+    addDataset(identity.digest, test);
     if (train.features() != test.features()) {
       const auto dims = [](const ddl::ImageShape& s) {
         return std::to_string(s.channels) + " x " + std::to_string(s.height) + " x " + std::to_string(s.width);
@@ -164,6 +171,7 @@ int run(const ddl::cli::CommandLine& cli) {
     opt.extraMeta["hog_mean"] = ddl::csvNumber(hogMean);
     opt.extraMeta["hog_std"] = ddl::csvNumber(hogStd);
   }
+  if (!saved.evalOnly) requireSameData(saved, identity, opt);
 
   ddl::DeltaNet<float> net(cfg, opt.seed);
   std::cout << "ddl-mnist: preset " << cfg.preset << ", residual " << ddl::toString(cfg.block.residual.residual)

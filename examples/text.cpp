@@ -59,8 +59,9 @@ void declareOptions(ddl::cli::CommandLine& cli) {
 
 // The model: from the command line, or (resume, eval-only, generate) from the checkpoint.
 ddl::DeltaLMConfig modelConfig(const ddl::cli::CommandLine& cli, const SavedRun& run) {
-  if (run.from()) return ddl::configFromCheckpoint<ddl::DeltaLMConfig>(run.meta, run.ckpt);
-  if (cli.has("generate")) return ddl::configFromCheckpoint<ddl::DeltaLMConfig>(ddl::readCheckpointMetadata(run.ckpt), run.ckpt);
+  requireSavedModelOptions(cli, run, {{"width", "d"}, {"depth", "depth"}, {"heads", "heads"}, {"context", "context"},
+                                      {"variant", "variant"}, {"preset", "preset"}, {"residual", "residual"}});
+  if (run.from()) return savedModelConfig<ddl::DeltaLMConfig>(run);
   ddl::DeltaLMConfig cfg;
   cfg.block.residual.residual = ddl::parseResidualKind(cli.choice("residual", {"delta", "write_only", "additive"}));
   ddl::applyPreset(cfg, cli.choice("preset", {"code", "paper"}));
@@ -73,7 +74,12 @@ ddl::DeltaLMConfig modelConfig(const ddl::cli::CommandLine& cli, const SavedRun&
   return cfg;
 }
 
-std::vector<int> bytesOf(const std::string& text) { return std::vector<int>(text.begin(), text.end()); }
+// Bytes as ids 0..255: through unsigned char, so that UTF-8 (any byte >= 0x80) is a valid prompt.
+std::vector<int> bytesOf(const std::string& text) {
+  std::vector<int> ids;
+  for (const char c : text) ids.push_back(static_cast<unsigned char>(c));
+  return ids;
+}
 
 std::string printable(const std::vector<int>& ids) {
   std::string s;
@@ -81,12 +87,73 @@ std::string printable(const std::vector<int>& ids) {
   return s;
 }
 
-void printSample(ddl::DeltaLM<float>& lm, const ddl::cli::CommandLine& cli, const std::string& prompt, std::uint64_t seed) {
-  const std::vector<int> out =
-      lm.generate(bytesOf(prompt), cli.integer<ddl::Index>("tokens", 0, 1 << 20), cli.number("temperature", 0, 1e6),
-                  cli.integer<ddl::Index>("top-k", 1, 1 << 20), seed);
+// The sample's settings, read and checked before training, so that a run never ends in a refused sample.
+struct Sampling {
+  std::string prompt;
+  ddl::Index tokens = 0, topK = 0;
+  double temperature = 0;
+};
+
+// option: "generate" or "prompt"; context: the model's (the checkpoint's for --generate).
+Sampling samplingOptions(const ddl::cli::CommandLine& cli, const char* option, ddl::Index context) {
+  Sampling s;
+  s.prompt = cli.text(option);
+  if (s.prompt.empty()) throw ddl::ValueError(std::string("--") + option + " is empty: the sample continues at least one byte");
+  if (static_cast<ddl::Index>(s.prompt.size()) > context)
+    throw ddl::ValueError(std::string("--") + option + " has " + std::to_string(s.prompt.size()) +
+                          " bytes, more than the model's context of " + std::to_string(context) +
+                          " (--context): give at most " + std::to_string(context) + " bytes");
+  s.tokens = cli.integer<ddl::Index>("tokens", 0, 1 << 20);
+  s.temperature = cli.number("temperature", 0, 1e6);
+  if (!(s.temperature > 0))
+    throw ddl::ValueError("--temperature expects a number > 0 (1 = the model's distribution, smaller = sharper), got '" +
+                          cli.text("temperature") + "'");
+  s.topK = cli.integer<ddl::Index>("top-k", 1, 256);
+  return s;
+}
+
+// Samples in chunks of kSampleChunk bytes, printed as they come, so that Ctrl-C / SIGTERM is seen
+// between chunks (within a second) instead of after --tokens bytes. Chunk c continues the newest half
+// context of the text so far with seed + c; a sample of at most one chunk is one generate() call.
+constexpr ddl::Index kSampleChunk = 4096;
+
+// Returns 0, or 128 + signal when stopped.
+int printSample(ddl::DeltaLM<float>& lm, const ddl::cli::CommandLine& cli, const Sampling& s, std::uint64_t seed) {
   std::cout << "sample (temperature " << cli.text("temperature") << ", top-k " << cli.text("top-k") << "):\n"
-            << prompt << printable(out) << "\n";
+            << s.prompt << std::flush;
+  std::vector<int> text = bytesOf(s.prompt);
+  const std::size_t keep = static_cast<std::size_t>(std::max<ddl::Index>(1, lm.config().context / 2));
+  for (ddl::Index done = 0, chunk = 0; done < s.tokens; ++chunk) {
+    if (ddl::stopSignal() != 0) {
+      std::cout << "\nddl-text: stopped by " << ddl::signalName(ddl::stopSignal()) << " after " << done << " of "
+                << s.tokens << " bytes\n";
+      return 128 + ddl::stopSignal();
+    }
+    const std::vector<int> prompt = chunk == 0 ? text : std::vector<int>(text.end() - static_cast<std::ptrdiff_t>(std::min(keep, text.size())), text.end());
+    const std::vector<int> out = lm.generate(prompt, std::min(kSampleChunk, s.tokens - done), s.temperature, s.topK,
+                                             seed + static_cast<std::uint64_t>(chunk));
+    std::cout << printable(out) << std::flush;
+    text.insert(text.end(), out.begin(), out.end());
+    done += static_cast<ddl::Index>(out.size());
+  }
+  std::cout << "\n";
+  return 0;
+}
+
+// Training, validation and test each hold a window of context + 1 bytes, else no figure would mean
+// anything ("val 0.0000" of an empty split): exit 2 before training, naming the sizes.
+void requireSplits(const ddl::TextCorpus& corpus, ddl::Index context) {
+  try {
+    corpus.requireWindow(context);
+  } catch (const ddl::IoError& e) {
+    throw DataError(std::string(e.what()) + " (--context " + std::to_string(context) + ")");
+  }
+  for (const auto& [name, split] : {std::pair<const char*, const std::vector<std::uint8_t>*>{"train", &corpus.train},
+                                    {"validation", &corpus.validation}, {"test", &corpus.test}})
+    if (split->empty())
+      throw DataError(corpus.path + ": " + std::to_string(corpus.bytes()) + " bytes leave the " + name +
+                      " split empty; ddl-text needs train (90%), validation (5%) and test (5%) splits of at least --context + 1 = " +
+                      std::to_string(context + 1) + " bytes each");
 }
 
 int run(const ddl::cli::CommandLine& cli) {
@@ -94,15 +161,20 @@ int run(const ddl::cli::CommandLine& cli) {
   const ddl::DeltaLMConfig cfg = modelConfig(cli, saved);
   ddl::DeltaLM<float> lm(cfg, 1);
   if (cli.has("generate")) {  // sampling needs the model only
+    const Sampling sampling = samplingOptions(cli, "generate", cfg.context);
     ddl::loadCheckpoint(saved.ckpt, lm);
-    printSample(lm, cli, cli.text("generate"), 1);
-    return 0;
+    return printSample(lm, cli, sampling, 1);
   }
+  const Sampling sampling = samplingOptions(cli, "prompt", cfg.context);
   std::optional<std::int64_t> warmup;
   ddl::TrainerOptions opt = trainingOptions(cli, saved, [](ddl::TrainerOptions&) {}, warmup);
   opt.clipNorm = cli.number("clip", 0, kMaxReal);
   opt.evalBatch = opt.batchSize;
+  const ddl::Index evalBytes = cli.integer<ddl::Index>("eval-bytes", 0, kMaxCount);
+  const ddl::Index steps = cli.integer<ddl::Index>("steps", 1, 1 << 30);
   ddl::setNumThreads(opt.threads);
+  // Every option is checked before the output folder is claimed and the data is read.
+  const RunFolder folder = saved.evalOnly ? RunFolder() : claimRunFolder(cli, saved);
 
   const std::string data = cli.text("data");
   ddl::TextCorpus corpus;
@@ -113,8 +185,13 @@ int run(const ddl::cli::CommandLine& cli) {
   }
   std::cout << "ddl-text: read " << corpus.path << ": " << corpus.bytes() << " bytes (train " << corpus.train.size()
             << ", validation " << corpus.validation.size() << ", test " << corpus.test.size() << ", in that order)\n";
-  opt.extraMeta = {{"data", data}};
-  const ddl::Index evalBytes = cli.integer<ddl::Index>("eval-bytes", 0, kMaxCount);
+  if (!saved.evalOnly) {
+    requireSplits(corpus, cfg.context);
+    DataIdentity identity{data, {}};
+    for (const std::vector<std::uint8_t>* split : {&corpus.train, &corpus.validation, &corpus.test})
+      identity.digest.add(split->data(), split->size());
+    requireSameData(saved, identity, opt);
+  }
   const std::vector<std::uint8_t> validation = evaluatedPrefix(corpus.validation, evalBytes);
   std::cout << "model: DeltaLM " << cfg.variant << ", preset " << cfg.preset << ", residual "
             << ddl::toString(cfg.block.residual.residual) << ", d " << cfg.d << ", depth " << cfg.depth << ", heads "
@@ -139,7 +216,6 @@ int run(const ddl::cli::CommandLine& cli) {
     }
     return 0;
   }
-  const ddl::Index steps = cli.integer<ddl::Index>("steps", 1, 1 << 30);
   ddl::TextWindows<float> windows(corpus.train, opt.batchSize, cfg.context, steps, opt.seed);
   opt.warmupSteps = warmup ? *warmup : std::min<std::int64_t>(200, steps * opt.epochs / 10);
   ddl::AdamW<float> adam(opt.adam);
@@ -150,7 +226,7 @@ int run(const ddl::cli::CommandLine& cli) {
   std::cout << "training: " << opt.toJson().dump() << ", " << steps << " steps per epoch, "
             << opt.batchSize * cfg.context << " tokens per step\n";
   if (saved.resume) {
-    loop.resume(saved.ckpt);
+    loop.resume(saved.ckpt, kMayChangeOnResume);
     std::cout << "resumed " << saved.ckpt << " at epoch " << loop.epoch() << ", batch " << loop.batchInEpoch() << "\n";
   }
   ddl::ProgressBar bar;
@@ -197,8 +273,7 @@ int run(const ddl::cli::CommandLine& cli) {
               << ddl::formatGateSummary(last.gates, ddl::gatedLabels(lm));
   }
   ddl::plot::epochCurves(saved.out, ddl::plot::EpochColumns{{4, 6}, {5, 7}});
-  printSample(lm, cli, cli.text("prompt"), opt.seed);
-  return 0;
+  return printSample(lm, cli, sampling, opt.seed);
 }
 
 }  // namespace

@@ -38,8 +38,23 @@ mpirun -np 1 "$exe" "$@" --batch 16 --epochs 1 --threads 1 --seed 1 --out "$work
 rc=$?
 set -e
 [ "$rc" -ne 0 ] || fail "ranks with different seeds were accepted"
-grep -q 'the ranks disagree on the model configuration, training options' "$work/differ.log" || fail "no disagreement message"
-grep -q 'rank 1 differs from rank 0' "$work/differ.log" || fail "the message does not name rank 1"
+grep -q 'the ranks disagree on their command-line options' "$work/differ.log" || fail "no disagreement message"
+grep -q "rank 1 of 2: --seed is '2' here, '1' on rank 0" "$work/differ.log" || fail "the message does not name rank 1 and --seed"
+# 3b. Rank 1's labels shifted by one (files of the same size): refused by the data digest, naming it.
+if [ "$1" = --data ]; then
+  mkdir -p "$work/shifted"
+  cp "$2"/* "$work/shifted/" 2>/dev/null || true
+  labels=$(ls "$work/shifted"/train-labels*)
+  { head -c 8 "$2/$(basename "$labels")"; tail -c +9 "$2/$(basename "$labels")" | tr '\000-\011' '\001-\011\000'; } >"$labels"
+  set +e
+  mpirun -np 1 "$exe" "$@" --batch 16 --epochs 1 --threads 1 --out "$work/shift" : -np 1 "$exe" --data "$work/shifted" \
+    "${@:3}" --batch 16 --epochs 1 --threads 1 --out "$work/shift" >"$work/shift.log" 2>&1
+  rc=$?
+  set -e
+  [ "$rc" -ne 0 ] || fail "ranks with shifted labels were accepted"
+  grep -q "rank 1 of 2: data is '.*' here (--data $work/shifted)" "$work/shift.log" || fail "the shifted labels are not named"
+  [ ! -e "$work/shift/checkpoint.safetensors" ] || fail "ranks with shifted labels trained"
+fi
 
 # 4. A rank killed (SIGKILL) after the first epoch of a long run: the job ends (the timeout would
 #    fail it), and the checkpoint rank 0 wrote last is complete: --eval-only reads it.

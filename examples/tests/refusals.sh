@@ -6,6 +6,7 @@ set -uo pipefail
 exe=$1 data=$2 work=$3
 rm -rf "$work"
 mkdir -p "$work"
+cd "$work" || exit 1  # the default --out (out/mnist) of the refused runs lands here
 small=(--data "$data" --depth 2 --hidden 32 --threads 1)  # plus --width 16 --batch 32 --lr 0.005 unless tested
 runEnv=()  # extra environment of the program under test (PATH for gnuplot)
 failures=0
@@ -39,6 +40,7 @@ expect 1 "--lr expects a finite number in [0, 1.7976931348623157e+308], got 'nan
 expect 1 "--seed expects an integer in [0, 18446744073709551615], got '-1'" "${small[@]}" --seed -1
 expect 1 "--val 400 leaves no training samples (the training set has 400)" "${small[@]}" --val 400
 expect 1 "--audit gathers the gate statistics over the validation set after every epoch, and --val 0 holds none out" "${small[@]}" --val 0 --audit
+expect 1 "--label-smoothing expects a number in [0, 1), got '1'" "${small[@]}" --label-smoothing 1
 expect 1 "option --epochs needs a value" "${small[@]}" --epochs
 expect 1 "unknown option '--epoch'" "${small[@]}" --epoch 3
 
@@ -47,13 +49,13 @@ touch "$work/a-file"
 expect 2 "cannot create output folder '$work/a-file/out'" "${small[@]}" --epochs 1 --out "$work/a-file/out"
 expect 2 "cannot write to output folder '/proc/self'" "${small[@]}" --epochs 1 --out /proc/self
 # A full disk (a 4 KiB file-size limit): the new checkpoint cannot be written, the previous one stays
-# byte-identical and no temporary file is left behind. (400 samples, 33 held out for validation by
-# default: 12 steps of 32 per epoch.)
+# byte-identical and no temporary file or lock is left behind. (400 samples, 33 held out for
+# validation by default: 12 steps of 32 per epoch; the resume extends the run by a second epoch.)
 "$exe" "${small[@]}" --width 16 --batch 32 --epochs 1 --out "$work/full" >/dev/null 2>&1
 cp "$work/full/checkpoint.safetensors" "$work/previous.safetensors"
-out=$( (ulimit -f 4 && "$exe" "${small[@]}" --width 16 --batch 32 --epochs 1 --seed 2 --out "$work/full") 2>&1)
+out=$( (ulimit -f 4 && "$exe" "${small[@]}" --width 16 --batch 32 --epochs 2 --resume --out "$work/full") 2>&1)
 rc=$?
-if [ "$rc" -ne 2 ] || ! grep -qF "cannot write the checkpoint of step 12" <<<"$out" || ! grep -qF "File too large" <<<"$out"; then
+if [ "$rc" -ne 2 ] || ! grep -qF "cannot write the checkpoint of step 24" <<<"$out" || ! grep -qF "File too large" <<<"$out"; then
   echo "FAIL: full disk -> exit $rc: $out"
   failures=$((failures + 1))
 elif ! cmp -s "$work/full/checkpoint.safetensors" "$work/previous.safetensors" ||
@@ -97,6 +99,8 @@ small+=(--width 16 --batch 32)
 
 # NaN/Inf: a learning rate of 1e30 blows the weights up; training stops with exit status 3.
 expect 3 "ddl::Trainer: training stopped in epoch 1, batch 2: step 2 failed" "${small[@]}" --epochs 2 --lr 1e30 --out "$work/nan"
+# Without the guard the NaN reaches an operation that refuses it: still exit 3, not a usage error.
+expect 3 "is not finite" "${small[@]}" --epochs 2 --lr 1e30 --no-nan-guard --out "$work/nan-unguarded"
 small+=(--lr 0.005)
 
 # gnuplot gets the paths as arguments, never through a shell: a stand-in gnuplot records its

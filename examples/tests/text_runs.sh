@@ -66,13 +66,53 @@ echo "$a" | grep -q "^The " || fail "--generate does not print the prompt: $a"
 
 "$exe" --out "$work/run" --generate "The " --temperature 0 >"$work/temp.txt" 2>&1
 status=$?
-[ "$status" -eq 1 ] && grep -q "temperature must be finite and > 0, got 0" "$work/temp.txt" ||
+[ "$status" -eq 1 ] && grep -qF -- "--temperature expects a number > 0" "$work/temp.txt" ||
   fail "temperature 0: exit $status, $(cat "$work/temp.txt")"
 long=$(head -c 40 /dev/zero | tr '\0' 'x')
 "$exe" --out "$work/run" --generate "$long" >"$work/long.txt" 2>&1
 status=$?
-[ "$status" -eq 1 ] && grep -q "the prompt has 40 ids, more than the context 16" "$work/long.txt" ||
+[ "$status" -eq 1 ] && grep -qF -- "--generate has 40 bytes, more than the model's context of 16" "$work/long.txt" ||
   fail "over-long prompt: exit $status, $(cat "$work/long.txt")"
+# Ctrl-C during a long --generate: the sample stops within seconds with 128 + SIGINT.
+"$exe" --out "$work/run" --generate "The " --tokens 1048576 >"$work/long-sample.txt" 2>&1 &
+pid=$!
+sleep 1
+kill -INT "$pid"
+for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$pid" 2>/dev/null; then
+  kill -9 "$pid"
+  fail "--generate ran on 5 s after SIGINT"
+else
+  wait "$pid"
+  status=$?
+  [ "$status" -eq 130 ] && grep -q "stopped by SIGINT after" "$work/long-sample.txt" ||
+    fail "--generate after SIGINT: exit $status, $(tail -c 200 "$work/long-sample.txt")"
+fi
+# Any byte is a prompt byte (UTF-8 above 0x7f too), in --generate and after training.
+out=$("$exe" --out "$work/run" --generate "é→" --tokens 5 2>&1) || fail "a non-ASCII --generate prompt failed: $out"
+echo "$out" | grep -q "^é→" || fail "the non-ASCII prompt is not printed back: $out"
+bare=(--width 16 --depth 1 --heads 2 --batch 4 --steps 1 --epochs 1 --eval-bytes 512 --tokens 8 --threads 1)
+out=$("$exe" "${bare[@]}" --data "$data" --context 16 --prompt "ü" --out "$work/utf8" 2>&1) || fail "--prompt ü failed: $out"
+# Sampling settings and data too short for the context are refused before training: no checkpoint.
+refusedEarly() {  # refusedEarly STATUS TEXT ARGS...
+  local status=$1 text=$2
+  shift 2
+  rm -rf "$work/early"
+  local out rc
+  out=$("$exe" "$@" --out "$work/early" 2>&1)
+  rc=$?
+  if [ "$rc" -ne "$status" ] || ! grep -qF -- "$text" <<<"$out" || [ -e "$work/early/checkpoint.safetensors" ]; then
+    fail "$* -> exit $rc (expected $status, '$text', no checkpoint): $(tail -3 <<<"$out")"
+  fi
+}
+refusedEarly 1 "--prompt is empty" "${tiny[@]}" --prompt ""
+refusedEarly 1 "--prompt has 20 bytes, more than the model's context of 16" "${tiny[@]}" --prompt "$(head -c 20 /dev/zero | tr '\0' 'y')"
+refusedEarly 1 "--prompt has 4 bytes, more than the model's context of 1" "${bare[@]}" --data "$data" --context 1
+refusedEarly 1 "--temperature expects a number > 0" "${tiny[@]}" --temperature 0
+printf 'abc' >"$work/three-bytes"
+refusedEarly 2 "3 bytes leave the validation split empty" "${bare[@]}" --context 1 --prompt a --data "$work/three-bytes"
+head -c 300 "$data" >"$work/short"
+refusedEarly 2 "a window of T = 16 needs at least 17" "${bare[@]}" --context 16 --data "$work/short"
 "$exe" --data "$work/no-such-file" --out "$work/none" >"$work/missing.txt" 2>&1
 status=$?
 [ "$status" -eq 2 ] && grep -q "hint: install the default text" "$work/missing.txt" ||

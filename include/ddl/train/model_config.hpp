@@ -90,6 +90,13 @@ inline void checkConfigShapes(const DeltaLMConfig& c, const SafetensorsHeader& h
   }
   requireNoTensor(h, "blocks." + std::to_string(c.depth) + ".attn_norm.weight",
                   ("has depth " + std::to_string(c.depth)).c_str());
+  // dv multiplies every state: a dv the tensors do not confirm would allocate d x dv per token.
+  if (c.dv > 1 && (c.stateCompressor == StateCompressorKind::OverTokens || c.block.compressor != CompressorKind::Free))
+    requireTensorShape(h, "readout.read.weight", {c.dv});
+  else if (c.dv > 1)
+    requireTensorShape(h, "readout.weight", {c.d, c.dv});
+  else
+    requireNoTensor(h, "readout.read.weight", "has dv 1");
 }
 }  // namespace detail
 

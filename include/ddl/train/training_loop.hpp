@@ -177,8 +177,11 @@ class TrainingLoop {
   // Loads model, optimizer state, epoch, step and the position inside the epoch from a checkpoint
   // written by this class. Throws IoError/ValueError when the model configuration or the training
   // options differ from the saved ones (a resumed run must follow the same trajectory) or the saved
-  // position does not fit this training set, and leaves everything untouched then.
-  void resume(const std::string& path) {
+  // position does not fit this training set, and leaves everything untouched then. mayChange: keys
+  // of train_options the caller lets differ (a program's "epochs" or "lr" given on the command line:
+  // a longer run or a new rate from here on, no longer the saved trajectory); the message of a refusal
+  // names every other key that differs.
+  void resume(const std::string& path, const std::vector<std::string>& mayChange = {}) {
     const char* fn = "ddl::Trainer::resume";
     const CheckpointMeta head = readCheckpointMetadata(path);
     const std::string mine = modelConfigJson(m_model);
@@ -197,9 +200,17 @@ class TrainingLoop {
     for (const auto& kv : m_optimizerJson.items())
       if (savedJson.contains(kv.key())) savedAll[kv.key()] = savedJson.at(kv.key());
     const nlohmann::json now = trainOptionsJson(m_opt);
-    if (savedAll != now)
-      throw ValueError(message(fn, path, ": the training options differ from the saved run\n  saved: ",
-                               savedAll.dump(), "\n  now:   ", now.dump()));
+    std::string differing;
+    for (const auto& kv : now.items()) {
+      const bool same = savedAll.contains(kv.key()) && savedAll.at(kv.key()) == kv.value();
+      if (same || std::find(mayChange.begin(), mayChange.end(), kv.key()) != mayChange.end()) continue;
+      differing += (differing.empty() ? "" : ", ") + kv.key() + " (saved " +
+                   (savedAll.contains(kv.key()) ? savedAll.at(kv.key()).dump() : std::string("none")) + ", now " +
+                   kv.value().dump() + ")";
+    }
+    if (!differing.empty())
+      throw ValueError(message(fn, path, ": the training options differ from the saved run: ", differing,
+                               "\n  saved: ", savedAll.dump(), "\n  now:   ", now.dump()));
     require(head.epoch >= 0 && head.epoch <= m_opt.epochs, fn, path, ": saved epoch ", head.epoch,
             " is outside [0, ", m_opt.epochs, "]");
     const EpochPosition pos = readPosition(head, path, head.epoch == m_opt.epochs);
