@@ -1,7 +1,8 @@
 # cmake -DMODE=<mode> -DDDL_SOURCE_DIR=... -DWORK_DIR=... -DCXX=... [-DCOMPONENTS=json,mpi] -P run_consumer.cmake
 # Builds tests/consumer against ddl and runs it; any failing step fails the test. Modes:
-#   core          installed package, no component: ddl::ddl must work with every optional package
-#                 (nlohmann-json, OpenMP, zlib, MPI) hidden from the consumer's CMake
+#   core          the README's install line with Catch2, Google Benchmark and every optional package
+#                 hidden (their parts skipped with a notice); ddl::ddl must then work with the optional
+#                 packages (nlohmann-json, OpenMP, zlib, MPI) hidden from the consumer's CMake too
 #   components    installed package, COMPONENTS given: each ddl::<c> switches its part on
 #   missing       installed package: a required component whose dependency is hidden fails find_package
 #                 with a message naming the Debian package; the same component as OPTIONAL gives no
@@ -16,6 +17,7 @@ function(step)
     message(FATAL_ERROR "step failed (${rc}): ${ARGN}\n${out}\n${err}")
   endif()
   message(STATUS "${out}")
+  set(configure_output "${out}" PARENT_SCOPE)
 endfunction()
 # failing_step(<regex> cmd...): the command must fail and say <regex>.
 function(failing_step expected)
@@ -29,8 +31,21 @@ set(src ${CMAKE_CURRENT_LIST_DIR})
 set(hide_all -DCMAKE_DISABLE_FIND_PACKAGE_nlohmann_json=ON -DCMAKE_DISABLE_FIND_PACKAGE_OpenMP=ON
              -DCMAKE_DISABLE_FIND_PACKAGE_ZLIB=ON -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON)
 set(consumer -S ${src} -B ${WORK_DIR}/build -DCMAKE_CXX_COMPILER=${CXX})
-if(MODE MATCHES "^(core|components|missing)$")
-  # Installed as the README says, on the machine as it is: what it found must not leak into the package.
+if(MODE STREQUAL "core")
+  # The README's install line as printed (tests, benchmarks and examples on, as at top level) on a
+  # machine that has Eigen but neither Catch2, Google Benchmark nor nlohmann-json: each part that needs
+  # them is skipped with one line, and the install needs no build.
+  step(${CMAKE_COMMAND} -S ${DDL_SOURCE_DIR} -B ${WORK_DIR}/ddl-build -DCMAKE_CXX_COMPILER=${CXX}
+       -DCMAKE_DISABLE_FIND_PACKAGE_Catch2=ON -DCMAKE_DISABLE_FIND_PACKAGE_benchmark=ON ${hide_all})
+  foreach(part tests benchmarks examples)
+    if(NOT configure_output MATCHES "ddl: ${part} skipped: ")
+      message(FATAL_ERROR "configuring without Catch2, Google Benchmark and nlohmann-json did not say '${part} skipped':\n${configure_output}")
+    endif()
+  endforeach()
+  step(${CMAKE_COMMAND} --install ${WORK_DIR}/ddl-build --prefix ${WORK_DIR}/prefix)
+  list(APPEND consumer -DDDL_MODE=install -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix)
+elseif(MODE MATCHES "^(components|missing)$")
+  # Installed on the machine as it is: what it found must not leak into the package.
   step(${CMAKE_COMMAND} -S ${DDL_SOURCE_DIR} -B ${WORK_DIR}/ddl-build -DCMAKE_CXX_COMPILER=${CXX}
        -DDDL_BUILD_TESTS=OFF -DDDL_BUILD_BENCH=OFF -DDDL_BUILD_EXAMPLES=OFF -DDDL_INSTALL=ON
        -DCMAKE_INSTALL_PREFIX=${WORK_DIR}/prefix)
