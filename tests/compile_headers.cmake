@@ -55,7 +55,8 @@ foreach(area IN LISTS EIGEN_ONLY_AREAS)
   file(GLOB area_headers RELATIVE ${INCLUDE_DIR} ${INCLUDE_DIR}/ddl/${area}/*.hpp)
   foreach(h IN LISTS area_headers)
     unit_of(${h} tu)
-    execute_process(COMMAND ${CXX} ${flags} -M ${tu}
+    # DDL_WITH_JSON given: clang lists the header that config.hpp's __has_include probes as a dependency.
+    execute_process(COMMAND ${CXX} ${flags} -DDDL_WITH_JSON=1 -M ${tu}
                     RESULT_VARIABLE rc OUTPUT_VARIABLE deps ERROR_VARIABLE err)
     if(NOT rc EQUAL 0 OR deps MATCHES "nlohmann|zlib\\.h|omp\\.h|mpi\\.h")
       string(REGEX MATCHALL "[^ \n\\\\]*(nlohmann|zlib\\.h|omp\\.h)[^ \n\\\\]*" reached "${deps}")
