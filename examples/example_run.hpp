@@ -69,6 +69,16 @@ class Ranks {
 #endif
   }
 
+  // Under MPI: a collective call that waits `seconds` for the other ranks ends the job with `status`.
+  void endJobAfter(double seconds, int status) {
+#if DDL_WITH_MPI
+    if (m_mpi && m_mpi->size() > 1) m_mpi->endJobAfter(seconds, status);
+#else
+    (void)seconds;
+    (void)status;
+#endif
+  }
+
   // An error on one rank while the others may wait in a collective call: report it with the rank
   // and end every rank of the job (MPI_Abort) with the exit status.
   int fail(int status) {
@@ -159,12 +169,13 @@ inline void requireRanksAgree(const AgreementItems& items, const std::string& wh
                    " the first difference of each rank from rank 0:" + lines);
 }
 
-// The options every rank must share: all but --threads (per rank) and the data's paths (the data is
-// compared by content, see requireSameData), plus the program.
+// The options every rank must share: all but --threads and --mpi-timeout (per rank) and the data's
+// paths (the data is compared by content, see requireSameData), plus the program.
 inline AgreementItems optionItems(const std::string& program, const cli::CommandLine& cli) {
   AgreementItems items{{"program", program}};
   for (auto& [name, value] : cli.values())
-    if (name != "threads" && name != "data" && name != "cache") items.emplace_back("--" + name, value);
+    if (name != "threads" && name != "mpi-timeout" && name != "data" && name != "cache")
+      items.emplace_back("--" + name, value);
   return items;
 }
 
@@ -172,6 +183,7 @@ inline AgreementItems optionItems(const std::string& program, const cli::Command
 constexpr int kExitUsage = 1;      // a bad option or another error
 constexpr int kExitFile = 2;       // data, checkpoint or output folder unusable
 constexpr int kExitNonFinite = 3;  // training produced NaN/Inf; the last checkpoint is the last good state
+constexpr int kExitRankLost = 4;   // under MPI: a collective call waited --mpi-timeout for a rank
 
 constexpr std::int64_t kMaxCount = std::numeric_limits<std::int64_t>::max();
 constexpr double kMaxReal = std::numeric_limits<double>::max();
@@ -204,6 +216,8 @@ inline void declareTrainingOptions(cli::CommandLine& cli, const TrainingDefaults
     cli.option("augment", "A", d.augmentHelp, d.augment).option("label-smoothing", "E", "label smoothing in [0, 1)", d.labelSmoothing);
   cli.option("seed", "S", "initialisation and batch order", "1")
       .option("threads", "T", "0 = all cores", "0")
+      .option("mpi-timeout", "S", "under mpirun: end the job (exit 4) when one collective call waits S seconds "
+              "for a rank that stopped or hangs; 0 = wait forever", "600")
       .flag("no-nan-guard", "keep training through a NaN/Inf loss or gradient (default: stop with an error)");
 }
 
@@ -466,6 +480,7 @@ inline int runMain(const std::string& program, cli::CommandLine& cli, int argc, 
   try {
     ranks().start(&argc, &argv);
     cli.parse(argc, argv);
+    if (cli.declares("mpi-timeout")) ranks().endJobAfter(cli.number("mpi-timeout", 0, 1e7), kExitRankLost);
     requireRanksAgree(optionItems(program, cli), "command-line options");
     if (cli.has("help")) {
       std::cout << cli.help();

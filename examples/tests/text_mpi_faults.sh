@@ -2,7 +2,9 @@
 # ddl-text under mpirun with mistakes: ranks that run other commands (one with --help, one with another
 # --seed) or read other data (same size, one byte changed) end the job at the first collective call,
 # each differing rank naming its first difference, instead of hanging or training silently; --eval-only
-# prints its result once (rank 0). Every mpirun runs under a timeout, so a hang fails the test.
+# prints its result once (rank 0); a rank that stops (SIGSTOP) ends the job after --mpi-timeout with
+# exit 4, and a rank stopped for less than its peers' timeout, then continued, finishes the run.
+# Every mpirun runs under a timeout, so a hang fails the test.
 #   text_mpi_faults.sh DDL_TEXT MPIEXEC WORK_DIR TEXT_FILE
 set -uo pipefail
 exe=$1 mpiexec=$2 work=$3 text=$4
@@ -11,7 +13,8 @@ mkdir -p "$work"
 cd "$work" || exit 1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 failures=0
-S=(--width 32 --depth 1 --heads 2 --context 32 --batch 8 --threads 1 --steps 4 --epochs 1 --eval-bytes 256 --tokens 8)
+B=(--width 32 --depth 1 --heads 2 --context 32 --batch 8 --threads 1 --epochs 1 --eval-bytes 256 --tokens 8)
+S=("${B[@]}" --steps 4)
 
 # expect 'TEXT' ARGS...: mpirun ARGS ends within 60 s, with a non-zero status and TEXT in its output.
 expect() {
@@ -49,5 +52,42 @@ timeout 60 "$mpiexec" --oversubscribe -np 2 "$exe" --data "$text" --out f --eval
   { echo "FAIL: the 2-rank --eval-only failed: $(tail -3 g.log)"; failures=$((failures + 1)); }
 n=$(grep -c "bits per byte" g.log)
 [ "$n" -eq 1 ] || { echo "FAIL: --eval-only printed its result $n times: $(cat g.log)"; failures=$((failures + 1)); }
+
+# stopRank1 SECONDS OUT RANK0_ARGS -- RANK1_ARGS: a 2-rank training run whose rank 1 is stopped
+# (SIGSTOP) 1.5 s after the start and continued after SECONDS (never when SECONDS is 0); the
+# mpirun status is printed last in OUT/log.
+stopRank1() {
+  local seconds=$1 out=$2 r0=() r1=()
+  shift 2
+  while [ "$1" != "--" ]; do r0+=("$1"); shift; done
+  shift
+  r1=("$@")
+  mkdir -p "$out"
+  (timeout 60 "$mpiexec" --oversubscribe -np 1 "$exe" "${r0[@]}" : \
+     -np 1 bash -c 'echo $$ >"$0/rank1.pid"; shift; exec "$@"' "$out" x "$exe" "${r1[@]}" >"$out/log" 2>&1
+   echo "status $?" >>"$out/log") &
+  local job=$!
+  sleep 1.5
+  kill -STOP "$(cat "$out/rank1.pid")"
+  if [ "$seconds" != 0 ]; then sleep "$seconds"; kill -CONT "$(cat "$out/rank1.pid")"; fi
+  wait "$job"
+}
+L=("${B[@]}" --steps 100000 --data "$text" --out h)
+stopRank1 0 h "${L[@]}" --mpi-timeout 3 -- "${L[@]}"
+if grep -q "status 4" h/log && grep -qF "rank 0 of 2: MPI_" h/log && grep -qF "has waited 3 s for the other ranks" h/log; then
+  echo "ok: a stopped rank ends the job: $(grep -F "has waited" h/log | sed 's/.*ddl::Mpi/ddl::Mpi/')"
+else
+  echo "FAIL: a stopped rank did not end the job with status 4 after --mpi-timeout 3: $(tail -c 600 h/log)"
+  failures=$((failures + 1))
+fi
+# Rank 1 waits only 2 s itself, but its own stop (4 s) is not a wait; rank 0 tolerates 30 s.
+L=("${B[@]}" --steps 1500 --data "$text" --out i)
+stopRank1 4 i "${L[@]}" --mpi-timeout 30 -- "${L[@]}" --mpi-timeout 2
+if grep -q "status 0" i/log && [ -e i/checkpoint.safetensors ]; then
+  echo "ok: a rank stopped for 4 s and continued: the run finished"
+else
+  echo "FAIL: a rank stopped for 4 s and continued did not finish: $(tail -c 600 i/log)"
+  failures=$((failures + 1))
+fi
 
 [ "$failures" -eq 0 ] && echo "text mpi faults: all checks passed" || { echo "$failures failure(s)"; exit 1; }

@@ -18,7 +18,8 @@
 // (MPI_Alltoallv), adds them in rank order and the sums are gathered back (MPI_Allgatherv). That sends
 // 2 (P - 1) / P of the buffer per rank, as a ring allreduce does. The native mode is MPI_Allreduce.
 // Errors: the communicator returns MPI errors instead of aborting (MPI_ERRORS_RETURN) and every
-// failed call throws ddl::Error naming the call and MPI's text.
+// failed call throws ddl::Error naming the call and MPI's text. A rank that stops or hangs would leave
+// the others in a call forever: endJobAfter(seconds, status) ends the job instead (collective_watchdog.hpp).
 #include "ddl/core/config.hpp"
 
 #if !DDL_WITH_MPI
@@ -29,6 +30,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <iostream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -36,6 +39,7 @@
 
 #include "ddl/core/collective.hpp"
 #include "ddl/core/error.hpp"
+#include "ddl/distributed/collective_watchdog.hpp"
 
 namespace ddl {
 
@@ -91,6 +95,9 @@ class MpiCommunicator final : public Collective {
     detail::checkMpi(MPI_Comm_rank(m_comm, &m_rank), "MPI_Comm_rank");
     detail::checkMpi(MPI_Comm_size(m_comm, &m_size), "MPI_Comm_size");
   }
+  // Not copied or moved: the watchdog's action refers to this object.
+  MpiCommunicator(const MpiCommunicator&) = delete;
+  MpiCommunicator& operator=(const MpiCommunicator&) = delete;
 
   int rank() const override { return m_rank; }
   int size() const override { return m_size; }
@@ -106,16 +113,36 @@ class MpiCommunicator final : public Collective {
     auto* p = static_cast<char*>(data);
     for (std::size_t done = 0; done < bytes;) {  // MPI counts are int: large buffers go in pieces
       const int count = static_cast<int>(std::min<std::size_t>(bytes - done, INT_MAX));
+      const CollectiveWatchdog::Scope watched(m_watchdog.get(), "MPI_Bcast");
       detail::checkMpi(MPI_Bcast(p + done, count, MPI_BYTE, root, m_comm), "MPI_Bcast");
       done += static_cast<std::size_t>(count);
     }
   }
 
   void allgather(std::uint64_t value, std::uint64_t* out) override {
+    const CollectiveWatchdog::Scope watched(m_watchdog.get(), "MPI_Allgather");
     detail::checkMpi(MPI_Allgather(&value, 1, MPI_UINT64_T, out, 1, MPI_UINT64_T, m_comm), "MPI_Allgather");
   }
 
-  void barrier() override { detail::checkMpi(MPI_Barrier(m_comm), "MPI_Barrier"); }
+  void barrier() override {
+    const CollectiveWatchdog::Scope watched(m_watchdog.get(), "MPI_Barrier");
+    detail::checkMpi(MPI_Barrier(m_comm), "MPI_Barrier");
+  }
+
+  // When one collective call has waited `seconds` (a rank stopped, hung or gone), says so on stderr
+  // and ends every rank with MPI_Abort(status); seconds = 0 turns the watchdog off (the default).
+  void endJobAfter(double seconds, int status) {
+    require(seconds >= 0, "ddl::MpiCommunicator::endJobAfter", "seconds ", seconds, " must be >= 0");
+    m_watchdog.reset();
+    if (seconds == 0) return;
+    m_watchdog = std::make_unique<CollectiveWatchdog>(seconds, [this, status](const char* call, double waited) {
+      std::cerr << "ddl::MpiCommunicator: rank " << m_rank << " of " << m_size << ": " << call << " has waited "
+                << static_cast<long long>(waited) << " s for the other ranks (a rank is stopped, hung or gone); "
+                << "ending the job with status " << status << "\n"
+                << std::flush;
+      MPI_Abort(m_comm, status);
+    });
+  }
 
   std::string describe() const override {
     return std::to_string(m_size) + (m_size == 1 ? " rank" : " ranks") + " (MPI, " +
@@ -137,6 +164,8 @@ class MpiCommunicator final : public Collective {
     const std::size_t piece = static_cast<std::size_t>(INT_MAX / 2);
     for (std::size_t done = 0; done < n; done += piece) {
       const std::size_t len = std::min(piece, n - done);
+      const CollectiveWatchdog::Scope watched(
+          m_watchdog.get(), m_mode == ReduceMode::Native ? "MPI_Allreduce" : "MPI_Alltoallv + MPI_Allgatherv");
       if (m_mode == ReduceMode::Native)
         detail::checkMpi(MPI_Allreduce(MPI_IN_PLACE, data + done, static_cast<int>(len), detail::mpiType<S>(),
                                        MPI_SUM, m_comm),
@@ -189,6 +218,7 @@ class MpiCommunicator final : public Collective {
   std::vector<int> m_counts, m_offsets, m_recvCounts, m_recvOffsets;
   std::vector<float> m_scratchFloat;  // the P received copies of this rank's segment
   std::vector<double> m_scratchDouble;
+  std::unique_ptr<CollectiveWatchdog> m_watchdog;  // null: no timeout
 };
 
 }  // namespace ddl
