@@ -30,10 +30,10 @@ struct Expiries {
 
 TEST_CASE("watchdog: a call waiting past the timeout expires once, naming the call", "[watchdog]") {
   Expiries seen;
-  ddl::CollectiveWatchdog dog(0.2, seen.action(), 0.02);
+  ddl::CollectiveWatchdog dog(0.3, seen.action(), 0.02);
   {
     const ddl::CollectiveWatchdog::Scope scope(&dog, "MPI_Alltoallv");
-    std::this_thread::sleep_for(600ms);
+    std::this_thread::sleep_for(1000ms);
   }
   CHECK(seen.count == 1);
   REQUIRE(seen.call.load() != nullptr);
@@ -42,12 +42,12 @@ TEST_CASE("watchdog: a call waiting past the timeout expires once, naming the ca
 
 TEST_CASE("watchdog: many short calls and idle time never expire", "[watchdog]") {
   Expiries seen;
-  ddl::CollectiveWatchdog dog(0.2, seen.action(), 0.02);
-  for (int i = 0; i < 40; ++i) {  // 40 calls of 10 ms: 400 ms inside calls, none of them long
+  ddl::CollectiveWatchdog dog(0.5, seen.action(), 0.02);
+  for (int i = 0; i < 80; ++i) {  // 80 calls of 10 ms: 800 ms inside calls, none of them long
     const ddl::CollectiveWatchdog::Scope scope(&dog, "MPI_Allgather");
     std::this_thread::sleep_for(10ms);
   }
-  std::this_thread::sleep_for(400ms);  // idle: outside any call
+  std::this_thread::sleep_for(800ms);  // idle: outside any call
   const ddl::CollectiveWatchdog::Scope none(nullptr, "no watchdog");  // a null watchdog is a no-op
   CHECK(seen.count == 0);
 }
@@ -91,5 +91,5 @@ static int stoppedChild(bool stop, std::chrono::milliseconds stopped, std::chron
 
 TEST_CASE("watchdog: the time this process stood still (SIGSTOP, SIGCONT) is not a wait", "[watchdog]") {
   CHECK(stoppedChild(true, 2500ms, 300ms) == 0);  // stopped 2.5 s inside a call, 1 s timeout: no expiry
-  CHECK(stoppedChild(false, 0ms, 1500ms) == 7);   // a child that waits 1.5 s in the call does expire
+  CHECK(stoppedChild(false, 0ms, 2000ms) == 7);   // a child that waits 2 s in the call does expire
 }

@@ -6,9 +6,10 @@
 // that sees which call this process is in and for how long, and calls `expired(call, seconds)` once a
 // single call has waited `timeout` seconds (MpiCommunicator ends the job there, docs/runs.md).
 //
-// A stop of this process itself does not count: the waited time grows by at most two polls between
-// two looks of the thread, so a rank that was stopped and continued (SIGCONT) does not expire on
-// waking. A peer stopped for less than the timeout is waited for; the timeout is the tolerance.
+// A stop of this process itself does not count: a gap of more than a second between two looks of
+// the thread (a load-induced delay is far shorter) is a stop and counts as one poll, so a rank that
+// was stopped and continued (SIGCONT) does not expire on waking. A peer stopped for less than the
+// timeout is waited for; the timeout is the tolerance.
 // Entering and leaving a call are two relaxed atomic stores: no cost a training step can measure.
 #include <algorithm>
 #include <atomic>
@@ -79,8 +80,9 @@ class CollectiveWatchdog {
     std::unique_lock<std::mutex> lock(m_mutex);
     while (!m_wake.wait_for(lock, poll, [this] { return m_stop; })) {
       const auto now = Clock::now();
-      // At most two polls per look: the time this process itself stood still is not a wait.
-      const double step = std::min(std::chrono::duration<double>(now - last).count(), 2 * m_poll);
+      // The time this process itself stood still is not a wait.
+      const double gap = std::chrono::duration<double>(now - last).count();
+      const double step = gap > std::max(1.0, 4 * m_poll) ? m_poll : gap;
       last = now;
       const char* call = m_call.load(std::memory_order_acquire);
       const std::uint64_t entered = m_entered.load(std::memory_order_relaxed);
