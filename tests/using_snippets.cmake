@@ -4,6 +4,9 @@
 # The text is scanned with string(FIND) rather than a regex list: C++ code is full of ';'.
 set(DDL_USING_DOC ${PROJECT_SOURCE_DIR}/docs/using.md)
 file(READ ${DDL_USING_DOC} _rest)
+string(REGEX MATCHALL "```cpp\n" _fences "${_rest}")  # every C++ block must be marked: counted below
+list(LENGTH _fences _cppBlocks)
+set(_markedBlocks 0)
 set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${DDL_USING_DOC})
 set(_marker "<!-- snippet:")
 string(LENGTH "${_marker}" _markerLength)
@@ -35,7 +38,12 @@ while(TRUE)
   string(SUBSTRING "${_rest}" 0 ${_close} _block)
   string(APPEND DDL_USING_SNIPPET_${_name} "${_block}\n")
   list(APPEND _programs ${_name})
+  math(EXPR _markedBlocks "${_markedBlocks} + 1")
 endwhile()
+if(NOT _markedBlocks EQUAL _cppBlocks)
+  message(FATAL_ERROR "docs/using.md has ${_cppBlocks} ```cpp blocks but ${_markedBlocks} marked <!-- snippet:NAME -->: "
+                      "mark every C++ block so that it is compiled")
+endif()
 list(REMOVE_DUPLICATES _programs)
 if(NOT _programs)
   message(FATAL_ERROR "docs/using.md has no ```cpp block marked <!-- snippet:NAME -->")
