@@ -6,6 +6,7 @@
 #include "catch_compat.hpp"
 #include "ddl/core/token_batch.hpp"
 #include "ddl/io/checkpoint.hpp"
+#include "ddl/nn/models/conv_delta_net.hpp"
 #include "ddl/nn/models/delta_lm.hpp"
 #include "ddl/nn/models/delta_net.hpp"
 #include "ddl/train/adamw.hpp"
@@ -56,6 +57,39 @@ TEST_CASE("saveModel / loadModel: a DeltaLM comes back from the file alone, same
   CHECK(a == b);
   CHECK(lm.generate({1, 2, 3}, 10, 0.9, 8, 4) == loaded.generate({1, 2, 3}, 10, 0.9, 8, 4));
   CHECK(ddl::readCheckpointMetadata(path).preset == "code");
+}
+
+TEST_CASE("saveModel / loadModel: DeltaNet and ConvDeltaNet come back from the file alone", "[using][checkpoint]") {
+  ddl::DeltaNetConfig mlp;
+  mlp.inputDim = 7;
+  mlp.classes = 3;
+  mlp.d = 5;
+  mlp.depth = 2;
+  mlp.dv = 2;
+  ddl::DeltaNet<double> net(mlp, 4);
+  ddl::saveModel(tmpPath("net.safetensors"), net);
+  ddl::DeltaNet<double> net2 = ddl::loadModel<ddl::DeltaNet<double>>(tmpPath("net.safetensors"));
+  const MatX<double> X = MatX<double>::Random(7, 3);
+  MatX<double> a, b;
+  net.forward(X, a);
+  net2.forward(X, b);
+  CHECK(a == b);
+
+  ddl::ConvDeltaNetConfig conv;
+  conv.channels = 2;
+  conv.height = conv.width = 4;
+  conv.classes = 3;
+  conv.widths = {3, 4};
+  conv.depths = {1, 1};
+  ddl::ConvDeltaNet<float> cnn(conv, 6);
+  ddl::saveModel(tmpPath("conv.safetensors"), cnn);
+  ddl::ConvDeltaNet<float> cnn2 = ddl::loadModel<ddl::ConvDeltaNet<float>>(tmpPath("conv.safetensors"));
+  const MatX<float> images = MatX<float>::Random(2 * 4 * 4, 2);
+  MatX<float> c, d;
+  cnn.forward(images, c);
+  cnn2.forward(images, d);
+  CHECK(c == d);
+  CHECK(ddl::modelConfigJson(cnn2) == ddl::modelConfigJson(cnn));
 }
 
 TEST_CASE("saveModel with the optimizer: loadModel takes the model, loadCheckpoint the optimizer too",
