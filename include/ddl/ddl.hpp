@@ -88,6 +88,7 @@
 #include "ddl/train/optimizer.hpp"
 #include "ddl/train/optimizer_state.hpp"
 #include "ddl/train/progress.hpp"
+#include "ddl/train/saved_model.hpp"
 #include "ddl/train/sgd.hpp"
 #include "ddl/train/sharded_batches.hpp"
 #include "ddl/train/step_hooks.hpp"

@@ -41,6 +41,13 @@
 
 namespace ddl {
 
+// How DeltaLM::generate draws each token, as named fields (C++17: set them one by one).
+struct SampleOptions {
+  double temperature = 1.0;  // softmax(logits / temperature); finite and > 0
+  Index topK = 0;            // draw among the topK largest logits; 0 means all (the vocabulary)
+  std::uint64_t seed = 0;    // Rng(seed): the same options give the same tokens
+};
+
 template <class S>
 class DeltaLM {
  public:
@@ -68,6 +75,10 @@ class DeltaLM {
   // for an empty prompt or one longer than the context, an id outside [0, vocab), n < 0, a temperature
   // that is not finite and > 0, or topK outside [1, vocab], before anything is computed.
   std::vector<int> generate(const std::vector<int>& prompt, Index n, double temperature, Index topK, std::uint64_t seed);
+  // The same with named options: generate(prompt, n, options.temperature, options.topK or vocab, options.seed).
+  std::vector<int> generate(const std::vector<int>& prompt, Index n, const SampleOptions& options = SampleOptions()) {
+    return generate(prompt, n, options.temperature, options.topK == 0 ? m_cfg.vocab : options.topK, options.seed);
+  }
 
   // Incremental decoding of one sequence (docs/spec.md §8, "Generation"): per block the attention's
   // keys and values of the positions so far, so a new position costs O(t d) attention and the

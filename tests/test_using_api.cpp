@@ -1,0 +1,143 @@
+// The calls docs/using.md teaches: a model saved with its configuration and built again from the file
+// alone (train/saved_model.hpp), and DeltaLM::generate with named sampling options.
+#include <string>
+#include <vector>
+
+#include "catch_compat.hpp"
+#include "ddl/core/token_batch.hpp"
+#include "ddl/io/checkpoint.hpp"
+#include "ddl/nn/models/conv_delta_net.hpp"
+#include "ddl/nn/models/delta_lm.hpp"
+#include "ddl/nn/models/delta_net.hpp"
+#include "ddl/train/adamw.hpp"
+#include "ddl/train/saved_model.hpp"
+
+using ddl::MatX;
+using ddl_test::contains;
+using ddl_test::thrownMessage;
+
+namespace {
+
+std::string tmpPath(const std::string& name) { return std::string(DDL_TEST_TMPDIR) + "/using_" + name; }
+
+// Not the defaults in any size, so a reload that fell back to defaults cannot pass.
+ddl::DeltaLMConfig smallLm() {
+  ddl::DeltaLMConfig c;
+  c.vocab = 32;
+  c.d = 16;
+  c.heads = 2;
+  c.depth = 2;
+  c.context = 12;
+  c.hidden = 24;
+  ddl::applyVariant(c, "cc");
+  return c;
+}
+
+ddl::TokenBatch someTokens() {
+  ddl::TokenBatch b;
+  b.layout = ddl::TokenLayout::sequence(2, 6);
+  for (int i = 0; i < 12; ++i) b.ids.push_back((7 * i + 3) % 32);
+  return b;
+}
+
+}  // namespace
+
+TEST_CASE("saveModel / loadModel: a DeltaLM comes back from the file alone, same configuration and bits",
+          "[using][checkpoint]") {
+  ddl::DeltaLM<float> lm(smallLm(), /*seed=*/5);
+  const std::string path = tmpPath("lm.safetensors");
+  ddl::saveModel(path, lm);
+
+  ddl::DeltaLM<float> loaded = ddl::loadModel<ddl::DeltaLM<float>>(path);
+  CHECK(ddl::modelConfigJson(loaded) == ddl::modelConfigJson(lm));
+  CHECK(loaded.config().dv == 4);
+  MatX<float> a, b;
+  lm.forward(someTokens(), a);
+  loaded.forward(someTokens(), b);
+  CHECK(a == b);
+  CHECK(lm.generate({1, 2, 3}, 10, 0.9, 8, 4) == loaded.generate({1, 2, 3}, 10, 0.9, 8, 4));
+  CHECK(ddl::readCheckpointMetadata(path).preset == "code");
+}
+
+TEST_CASE("saveModel / loadModel: DeltaNet and ConvDeltaNet come back from the file alone", "[using][checkpoint]") {
+  ddl::DeltaNetConfig mlp;
+  mlp.inputDim = 7;
+  mlp.classes = 3;
+  mlp.d = 5;
+  mlp.depth = 2;
+  mlp.dv = 2;
+  ddl::DeltaNet<double> net(mlp, 4);
+  ddl::saveModel(tmpPath("net.safetensors"), net);
+  ddl::DeltaNet<double> net2 = ddl::loadModel<ddl::DeltaNet<double>>(tmpPath("net.safetensors"));
+  const MatX<double> X = MatX<double>::Random(7, 3);
+  MatX<double> a, b;
+  net.forward(X, a);
+  net2.forward(X, b);
+  CHECK(a == b);
+
+  ddl::ConvDeltaNetConfig conv;
+  conv.channels = 2;
+  conv.height = conv.width = 4;
+  conv.classes = 3;
+  conv.widths = {3, 4};
+  conv.depths = {1, 1};
+  ddl::ConvDeltaNet<float> cnn(conv, 6);
+  ddl::saveModel(tmpPath("conv.safetensors"), cnn);
+  ddl::ConvDeltaNet<float> cnn2 = ddl::loadModel<ddl::ConvDeltaNet<float>>(tmpPath("conv.safetensors"));
+  const MatX<float> images = MatX<float>::Random(2 * 4 * 4, 2);
+  MatX<float> c, d;
+  cnn.forward(images, c);
+  cnn2.forward(images, d);
+  CHECK(c == d);
+  CHECK(ddl::modelConfigJson(cnn2) == ddl::modelConfigJson(cnn));
+}
+
+TEST_CASE("saveModel with the optimizer: loadModel takes the model, loadCheckpoint the optimizer too",
+          "[using][checkpoint]") {
+  ddl::DeltaLM<float> lm(smallLm(), 2);
+  ddl::AdamW<float> opt(ddl::AdamWOptions{});
+  opt.initState(lm);
+  opt.setStepCount(3);
+  const std::string path = tmpPath("lm_opt.safetensors");
+  ddl::CheckpointMeta meta;
+  meta.step = 3;
+  ddl::saveModel(path, lm, opt, meta);
+  CHECK(ddl::readCheckpointMetadata(path).step == 3);
+
+  ddl::DeltaLM<float> loaded = ddl::loadModel<ddl::DeltaLM<float>>(path);
+  MatX<float> a, b;
+  lm.forward(someTokens(), a);
+  loaded.forward(someTokens(), b);
+  CHECK(a == b);
+  ddl::AdamW<float> resumed(ddl::AdamWOptions{});
+  ddl::loadCheckpoint(path, loaded, resumed);
+  CHECK(resumed.stepCount() == 3);
+}
+
+TEST_CASE("loadModel refuses a file without model_config and one of another model type, naming itself",
+          "[using][checkpoint]") {
+  ddl::DeltaLM<float> lm(smallLm(), 1);
+  const std::string bare = tmpPath("bare.safetensors"), withConfig = tmpPath("typed.safetensors");
+  ddl::saveCheckpoint(bare, lm);
+  ddl::saveModel(withConfig, lm);
+
+  const std::string noConfig = thrownMessage<ddl::IoError>([&] { ddl::loadModel<ddl::DeltaLM<float>>(bare); });
+  CHECK(contains(noConfig, "ddl::loadModel"));
+  CHECK(contains(noConfig, "no model_config"));
+  const std::string otherType = thrownMessage<ddl::IoError>([&] { ddl::loadModel<ddl::DeltaNet<float>>(withConfig); });
+  CHECK(contains(otherType, "ddl::loadModel"));
+  CHECK(contains(otherType, "does not describe this model type"));
+}
+
+TEST_CASE("generate with SampleOptions draws the same tokens as the positional call", "[using][generate]") {
+  ddl::DeltaLM<float> lm(smallLm(), 9);
+  const std::vector<int> prompt = {4, 5, 6};
+  ddl::SampleOptions opt;
+  opt.temperature = 0.7;
+  opt.topK = 5;
+  opt.seed = 11;
+  CHECK(lm.generate(prompt, 20, opt) == lm.generate(prompt, 20, 0.7, 5, 11));
+  CHECK(lm.generate(prompt, 20) == lm.generate(prompt, 20, 1.0, 32, 0));  // defaults: T 1, every token, seed 0
+  opt.topK = -1;
+  CHECK(contains(thrownMessage<ddl::ValueError>([&] { lm.generate(prompt, 5, opt); }), "ddl::DeltaLM::generate"));
+}
