@@ -5,12 +5,32 @@
 # without MPI, and a JSON header with DDL_WITH_JSON=0 (nlohmann-json absent).
 # With EIGEN_ONLY_AREAS set (e.g. "core;ops"), the headers of those areas must also not reach any
 # header beyond Eigen and the standard library: no nlohmann-json, zlib or OpenMP (checked with -M).
-#   cmake -DCXX=... -DINCLUDE_DIR=... -DEIGEN_DIR=... -DWORK_DIR=... [-DEIGEN_ONLY_AREAS="core;ops"] -P compile_headers.cmake
+# PART and PARTS (default 0 and 1) split the work round-robin, so that PARTS ctest entries run it in
+# parallel; part 0 also checks the #errors of the optional parts.
+#   cmake -DCXX=... -DINCLUDE_DIR=... -DEIGEN_DIR=... -DWORK_DIR=... [-DEIGEN_ONLY_AREAS="core;ops"]
+#         [-DPART=i -DPARTS=n] -P compile_headers.cmake
 foreach(var CXX INCLUDE_DIR EIGEN_DIR WORK_DIR)
   if(NOT DEFINED ${var})
     message(FATAL_ERROR "compile_headers.cmake: -D${var}=... is required")
   endif()
 endforeach()
+if(NOT DEFINED PARTS)
+  set(PARTS 1)
+  set(PART 0)
+endif()
+# mine(list_var): keeps the entries i with i % PARTS == PART.
+function(mine list_var)
+  set(kept "")
+  set(i 0)
+  foreach(item IN LISTS ${list_var})
+    math(EXPR owner "${i} % ${PARTS}")
+    if(owner EQUAL PART)
+      list(APPEND kept ${item})
+    endif()
+    math(EXPR i "${i} + 1")
+  endforeach()
+  set(${list_var} "${kept}" PARENT_SCOPE)
+endfunction()
 file(GLOB_RECURSE headers RELATIVE ${INCLUDE_DIR} ${INCLUDE_DIR}/ddl/*.hpp)
 list(SORT headers)
 set(flags -std=c++17 -Wall -Wextra -Wpedantic -Werror -DDDL_WITH_OPENMP=0 -DDDL_WITH_ZLIB=0 -DDDL_WITH_MPI=0
@@ -27,6 +47,9 @@ endfunction()
 # Optional parts: the header, the flag that takes its dependency away, the target the #error must name.
 set(optional_parts "ddl/distributed/mpi_communicator.hpp|-DDDL_WITH_MPI=0|ddl::mpi"
                    "ddl/io/checkpoint.hpp|-DDDL_WITH_JSON=0|ddl::json")
+if(NOT PART EQUAL 0)
+  set(optional_parts "")
+endif()
 foreach(part IN LISTS optional_parts)
   string(REPLACE "|" ";" part "${part}")
   list(GET part 0 h)
@@ -41,6 +64,7 @@ foreach(part IN LISTS optional_parts)
   endif()
 endforeach()
 list(REMOVE_ITEM headers ddl/distributed/mpi_communicator.hpp)  # needs MPI: its #error is checked above
+mine(headers)
 
 foreach(h IN LISTS headers)
   unit_of(${h} tu)
@@ -53,6 +77,8 @@ foreach(h IN LISTS headers)
 endforeach()
 foreach(area IN LISTS EIGEN_ONLY_AREAS)
   file(GLOB area_headers RELATIVE ${INCLUDE_DIR} ${INCLUDE_DIR}/ddl/${area}/*.hpp)
+  list(SORT area_headers)
+  mine(area_headers)
   foreach(h IN LISTS area_headers)
     unit_of(${h} tu)
     # DDL_WITH_JSON given: clang lists the header that config.hpp's __has_include probes as a dependency.
@@ -69,5 +95,9 @@ list(LENGTH headers count)
 if(failed)
   message(FATAL_ERROR "${CXX}: these headers failed: ${failed}")
 endif()
-message(STATUS "${CXX}: ${count} headers compile alone without OpenMP, zlib and MPI under -Wall -Wextra -Wpedantic -Werror; "
-               "the MPI and JSON headers stop with #error naming ddl::mpi and ddl::json")
+string(CONCAT summary "${CXX}: ${count} headers (part ${PART} of ${PARTS}) compile alone without OpenMP, zlib and MPI under "
+            "-Wall -Wextra -Wpedantic -Werror")
+if(PART EQUAL 0)
+  string(APPEND summary "; the MPI and JSON headers stop with #error naming ddl::mpi and ddl::json")
+endif()
+message(STATUS "${summary}")
