@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -227,4 +228,49 @@ TEST_CASE("1 and 2 threads train a DeltaLM bit-identically above every parallel 
   const std::vector<float> one = run(1), two = run(2);
   REQUIRE(one.size() == two.size());
   CHECK(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)) == 0);
+}
+
+namespace {
+// Two ranks, seen from rank 0, where no collective call may happen: the source check comes first.
+class TwoRanksNoCalls final : public ddl::Collective {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  void allreduceSum(float*, std::size_t) override { called(); }
+  void allreduceSum(double*, std::size_t) override { called(); }
+  void broadcast(void*, std::size_t, int) override { called(); }
+  void allgather(std::uint64_t, std::uint64_t*) override { called(); }
+  void barrier() override { called(); }
+  std::string describe() const override { return "2 ranks (test)"; }
+
+ private:
+  [[noreturn]] static void called() { throw std::logic_error("a collective call"); }
+};
+}  // namespace
+
+TEST_CASE("A data-parallel loop refuses a batch source that is not this rank's shard", "[lm][train][distributed]") {
+  const std::vector<std::uint8_t> train = textOf(kSentence, 40);
+  ddl::DeltaLM<float> model(tinyConfig("dv1"), 1);
+  ddl::NextTokenTask<float> task;
+  ddl::AdamW<float> adam(ddl::AdamWOptions{});
+  TwoRanksNoCalls comm;
+  const ddl::TrainerOptions opt = options("", 1);
+
+  ddl::TextWindows<float> whole(train, 4, 12, 10, opt.seed);  // not sharded: every rank would draw the same
+  Loop unsharded(model, task, whole, adam, opt);
+  unsharded.distribute(comm);
+  CHECK(contains(thrownMessage<ddl::ValueError>([&] { unsharded.run(); }),
+                 "ddl::TrainingLoop::run: data-parallel on rank 0 of 2, but the batch source yields rank 0 of 1's part"));
+
+  ddl::TextWindows<float> other(train, 4, 12, 10, opt.seed);
+  other.shard(1, 2);  // rank 1's part on rank 0
+  Loop wrongShard(model, task, other, adam, opt);
+  wrongShard.distribute(comm);
+  CHECK(contains(thrownMessage<ddl::ValueError>([&] { wrongShard.run(); }), "yields rank 1 of 2's part"));
+
+  ddl::TextWindows<float> mine(train, 4, 12, 10, opt.seed);
+  mine.shard(0, 2);  // the right part: the loop goes on to its first collective call
+  Loop sharded(model, task, mine, adam, opt);
+  sharded.distribute(comm);
+  CHECK(thrownMessage<std::logic_error>([&] { sharded.run(); }) == "a collective call");
 }

@@ -78,6 +78,15 @@
 
 namespace ddl {
 
+namespace detail {
+// A batch source that says which rank's part of each global batch it yields.
+template <class Source, class = void>
+struct IsShardedSource : std::false_type {};
+template <class Source>
+struct IsShardedSource<Source, std::void_t<decltype(int(std::declval<const Source&>().rank())),
+                                           decltype(int(std::declval<const Source&>().ranks()))>> : std::true_type {};
+}  // namespace detail
+
 // Reported after every training batch (running means over the epoch so far).
 struct BatchProgress {
   int epoch = 0;        // 0-based
@@ -355,9 +364,29 @@ class TrainingLoop {
   // Only rank 0 writes the checkpoint and metrics.csv.
   bool writes() const { return !m_opt.outDir.empty() && isRankZero(); }
 
+  // A source that yields the whole global batch on every rank would train every rank on the same
+  // samples: P times the compute for one process's result. The source must say which part it yields
+  // (rank(), ranks(): ShardedBatches, TextWindows::shard) and that part must be this rank's.
+  void requireShardedSource() const {
+    const char* fn = "ddl::TrainingLoop::run";
+    if constexpr (detail::IsShardedSource<Source>::value) {
+      if (m_source.ranks() != m_dp->size() || m_source.rank() != m_dp->rank())
+        throw ValueError(message(fn, "data-parallel on rank ", m_dp->rank(), " of ", m_dp->size(),
+                                 ", but the batch source yields rank ", m_source.rank(), " of ", m_source.ranks(),
+                                 "'s part of each batch (shard the source for this communicator: ShardedBatches, "
+                                 "TextWindows::shard)"));
+    } else {
+      throw ValueError(message(fn, "data-parallel over ", m_dp->size(),
+                               " ranks needs a batch source that yields this rank's part of each global batch "
+                               "(rank() and ranks(): ShardedBatches, TextWindows::shard); this one would give "
+                               "every rank the same samples"));
+    }
+  }
+
   // Every rank runs the same configuration from the same state: compared by digest, then rank 0's
   // parameters and optimizer state are broadcast.
   void synchronizeRanks() {
+    requireShardedSource();
     nlohmann::json j{{"model_config", modelConfigJson(m_model)},
                      {"train_options", trainOptionsJson(m_opt)},
                      {"batches_per_epoch", m_source.batchesPerEpoch()},
