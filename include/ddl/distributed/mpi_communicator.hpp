@@ -10,7 +10,8 @@
 // Needs MPI: link the CMake target ddl::mpi (find_package(ddl COMPONENTS mpi), or DDL_USE_MPI in a
 // source build), which defines DDL_WITH_MPI=1 and adds MPI's flags; without it this header stops with
 // #error. Only the thread that created the session calls MPI
-// (MPI_THREAD_FUNNELED): ddl's OpenMP threads never do.
+// (MPI_THREAD_FUNNELED): ddl's OpenMP threads never do; the one exception is the watchdog's
+// MPI_Abort, which ends the job (Open MPI allows it from any thread).
 //
 // Sums: in the deterministic mode (the default) every rank adds the ranks' buffers in rank order,
 // r = 0, 1, ..., P - 1, so a sum does not depend on the algorithm MPI picks, on the process placement
