@@ -104,8 +104,8 @@ inline Ranks& ranks() {
   return r;
 }
 
-// A rank that found the ranks disagreeing has said what differs on its side; it ends the job with
-// the usage status without a second message.
+// Thrown on every rank when the ranks disagree: on rank 0 with the message naming each differing rank's
+// first difference, empty on the others. Every rank then exits with the usage status.
 struct RanksDisagree : Error {
   using Error::Error;
 };
@@ -164,9 +164,9 @@ inline void requireRanksAgree(const AgreementItems& items, const std::string& wh
     comm.broadcast(line.data(), line.size(), r);
     lines += "\n  rank " + std::to_string(r) + " of " + std::to_string(comm.size()) + ": " + line;
   }
-  if (comm.rank() != 0) throw RanksDisagree("the ranks disagree");  // rank 0 speaks and ends the job
-  throw ValueError("the ranks disagree on their " + what + ": every rank must run the same command on the same data;"
-                   " the first difference of each rank from rank 0:" + lines);
+  if (comm.rank() != 0) throw RanksDisagree("");  // rank 0 speaks for every rank
+  throw RanksDisagree("the ranks disagree on their " + what + ": every rank must run the same command on the same "
+                      "data; the first difference of each rank from rank 0:" + lines);
 }
 
 // The options every rank must share: all but --threads and --mpi-timeout (per rank) and the data's
@@ -491,11 +491,13 @@ inline int runMain(const std::string& program, cli::CommandLine& cli, int argc, 
     // instead of killing the program halfway through a checkpoint.
     std::signal(SIGXFSZ, SIG_IGN);
     return run(cli);
-  } catch (const RanksDisagree&) {
-    // Rank 0 reports and ends every rank with MPI_Abort; waiting for that keeps this rank's exit
-    // from ending the job before rank 0 has printed why.
+  } catch (const RanksDisagree& e) {
+    // Every rank knows (the digests were gathered by all), so every rank ends normally with the usage
+    // status: no MPI_Abort, whose ending of the job can lose rank 0's message on its way through
+    // mpirun. The barrier keeps the other ranks until rank 0 has printed.
+    if (ranks().comm().rank() == 0) std::cerr << program << ": " << e.what() << "\n" << std::flush;
     ranks().comm().barrier();
-    return ranks().fail(kExitUsage);
+    return kExitUsage;
   } catch (const DataError& e) {
     std::cerr << program << ": " << e.what() << "\n" << dataHint;
     return ranks().fail(kExitFile);
