@@ -404,7 +404,9 @@ int evaluateCheckpoint(const cli::CommandLine& cli, Net& net, const SavedRun& ru
   SoftmaxCrossEntropy<float> loss;
   NetGateAccumulator gates;
   MatX<float> logits;
-  const EvalResult r = evaluate(net, loss, test, evalBatch, logits, [&] { gates.add(net); });
+  const EvalResult r =
+      evaluate(net, loss, test, evalBatch, logits, [&] { gates.add(net); }, EvalStop{[] { return stopSignal() != 0; }});
+  if (r.stopped) return report::evaluationStopped(cli.program(), "the test set", r, test.size(), "samples", "nothing was written");
   std::printf("%s (epoch %lld): test loss %.4f, test accuracy %.2f%%\n", run.ckpt.c_str(),
               static_cast<long long>(run.meta.epoch), r.loss, 100.0 * r.accuracy);
   std::cout << formatGateSummary(gates.stats());
@@ -457,7 +459,9 @@ int trainAndReport(const std::string& program, const cli::CommandLine& cli, Net&
     bar.finish("interrupted");
     std::cout << program << ": stopped by " << signalName(sig) << " at epoch " << trainer.epoch() + 1 << "/"
               << opt.epochs << ", batch " << trainer.batchInEpoch() << "/" << trainer.batchesPerEpoch() << " (step "
-              << trainer.step() << ")\n";
+              << trainer.step() << ")"
+              << (trainer.batchInEpoch() == trainer.batchesPerEpoch() ? ", in the epoch's validation (a resume repeats it)" : "")
+              << "\n";
     if (trainer.step() > 0)
       std::cout << "checkpoint: " << trainer.checkpointPath() << "\ncontinue with the same options and --resume\n";
     return 128 + sig;
@@ -466,7 +470,10 @@ int trainAndReport(const std::string& program, const cli::CommandLine& cli, Net&
     std::cout << "nothing to do: the checkpoint already holds " << trainer.epoch() << " epochs\n";
     return 0;
   }
-  if (rankZero) report::finalTest(trainer, last, test, validation.size(), cfg, opt.epochs, run.out);
+  if (rankZero) {
+    const int status = report::finalTest(program, trainer, last, test, validation.size(), cfg, opt.epochs, run.out);
+    if (status != 0) return status;
+  }
   if (const auto* dp = trainer.dataParallel())
     std::cout << "communication: " << dp->messages() << " collective calls, " << dp->communicationSeconds()
               << " s on rank 0\n";

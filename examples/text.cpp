@@ -205,8 +205,12 @@ int run(const ddl::cli::CommandLine& cli) {
     ddl::NetGateAccumulator gates;
     const bool audit = cli.has("audit");
     // With --audit the caching forward runs and every window's sublayers are audited (same logits).
-    const ddl::EvalResult r = audit ? task.evaluate(lm, corpus.test, opt.evalBatch, scratch, [&] { gates.add(lm); })
-                                    : task.evaluate(lm, corpus.test, opt.evalBatch, scratch);
+    const ddl::EvalStop stop{[] { return ddl::stopSignal() != 0; }};
+    const ddl::EvalResult r = audit ? task.evaluate(lm, corpus.test, opt.evalBatch, scratch, [&] { gates.add(lm); }, stop)
+                                    : task.evaluate(lm, corpus.test, opt.evalBatch, scratch, stop);
+    if (r.stopped)
+      return ddl::report::evaluationStopped("ddl-text", "the test text", r, static_cast<ddl::Index>(corpus.test.size() - 1),
+                                            "predicted bytes", "nothing was written");
     std::printf("%s (epoch %lld): test loss %.4f nats, %.4f bits per byte (%lld bytes)\n", saved.ckpt.c_str(),
                 static_cast<long long>(saved.meta.epoch), r.loss, ddl::bitsPerByte(r.loss), static_cast<long long>(r.count));
     if (audit) {
@@ -252,7 +256,9 @@ int run(const ddl::cli::CommandLine& cli) {
   if (loop.stopped()) {
     const int sig = ddl::stopSignal() != 0 ? ddl::stopSignal() : SIGTERM;
     bar.finish("interrupted");
-    std::cout << "ddl-text: stopped by " << ddl::signalName(sig) << " at step " << loop.step() << "\ncheckpoint: "
+    std::cout << "ddl-text: stopped by " << ddl::signalName(sig) << " at step " << loop.step()
+              << (loop.batchInEpoch() == loop.batchesPerEpoch() ? ", in the epoch's validation (a resume repeats it)" : "")
+              << "\ncheckpoint: "
               << loop.checkpointPath() << "\ncontinue with the same options and --resume\n";
     return 128 + sig;
   }
@@ -262,6 +268,11 @@ int run(const ddl::cli::CommandLine& cli) {
   }
   if (!loop.isRankZero()) return 0;  // rank 0 speaks and writes for the run
   const ddl::EvalResult tested = loop.evaluate(corpus.test);
+  if (tested.stopped)
+    return ddl::report::evaluationStopped("ddl-text", "the test text", tested,
+                                          static_cast<ddl::Index>(corpus.test.size() - 1), "predicted bytes",
+                                          "the training is complete (checkpoint: " + loop.checkpointPath() +
+                                              "); --eval-only evaluates the test text");
   std::printf("final validation loss %.4f (%.3f bits per byte); final test loss %.4f nats, %.3f bits per byte "
               "(%s, %s, %s residual, %lld steps)\n",
               last.validation.loss, ddl::bitsPerByte(last.validation.loss), tested.loss, ddl::bitsPerByte(tested.loss),

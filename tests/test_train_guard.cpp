@@ -1,7 +1,7 @@
 // Tests for the Trainer's guards (include/ddl/train/{finite_guard,trainer,stop_signal}.hpp): a NaN/Inf
 // loss or gradient stops training before the update and names the step and the parameter; a stop
-// request mid-epoch writes a checkpoint from which a resume is bit-identical (parameters, checkpoint
-// bytes, metrics rows); an output folder that cannot be written, and a full disk (RLIMIT_FSIZE), give
+// request mid-epoch or in an epoch's evaluation writes a checkpoint from which a resume is bit-identical
+// (parameters, checkpoint bytes, metrics rows); an EvalStop ends an evaluation after its batch; an output folder that cannot be written, and a full disk (RLIMIT_FSIZE), give
 // clear errors and leave the previous checkpoint byte-identical with no temporary files.
 #include <atomic>
 #include <cerrno>
@@ -258,6 +258,89 @@ TEST_CASE("Trainer: a stop request mid-epoch checkpoints, resume is bit-identica
     ddl::Trainer<float> t(net, imgTrain, split, nullptr, &imgTest);
     t.resume(t.checkpointPath());
     CHECK(t.step() == stopAt);
+    t.run();
+    CHECK_FALSE(t.stopped());
+    CHECK(bitIdentical(paramValues(full), paramValues(net)));
+    CHECK(readFile(t.checkpointPath()) == readFile(fullTrainer.checkpointPath()));
+    const auto a = lines(fullTrainer.metricsPath()), b = lines(t.metricsPath());
+    REQUIRE(a.size() == 4);
+    REQUIRE(b.size() == 4);
+    for (std::size_t i = 0; i < a.size(); ++i) CHECK(withoutTimes(a[i]) == withoutTimes(b[i]));
+  }
+}
+
+TEST_CASE("evaluate: an EvalStop ends after the batch it answers, over exactly the samples seen", "[train][stop][eval]") {
+  const ddl::Dataset<float> test = blobs(16, 3, 60, 52);  // batches of 16: 16, 16, 16, 12
+  ddl::DeltaNet<float> net(smallConfig(16, 3), 2);
+  ddl::SoftmaxCrossEntropy<float> loss;
+  MatX<float> logits;
+  ddl::Dataset<float> first32 = test;
+  first32.images = test.images.leftCols(32);
+  first32.labels.resize(32);
+  const ddl::EvalResult whole = ddl::evaluate(net, loss, test, 16, logits);
+  const ddl::EvalResult prefix = ddl::evaluate(net, loss, first32, 16, logits);
+  for (const bool observed : {false, true}) {
+    CAPTURE(observed);
+    int asked = 0, batches = 0;
+    auto run = [&](const ddl::EvalStop& stop) {
+      asked = batches = 0;
+      return observed ? ddl::evaluate(net, loss, test, 16, logits, [&] { ++batches; }, stop)
+                      : ddl::evaluate(net, loss, test, 16, logits, stop);
+    };
+    const ddl::EvalResult cut = run(ddl::EvalStop{[&] { return ++asked == 2; }});
+    CHECK(cut.stopped);
+    CHECK(cut.count == 32);
+    CHECK(asked == 2);
+    if (observed) CHECK(batches == 2);
+    CHECK(cut.loss == prefix.loss);  // the same sums in the same order
+    CHECK(cut.accuracy == prefix.accuracy);
+    const ddl::EvalResult never = run(ddl::EvalStop{[&] { ++asked; return false; }});
+    CHECK_FALSE(never.stopped);
+    CHECK(asked == 3);  // not after the last batch: a finished evaluation is never reported stopped
+    CHECK(never.count == 60);
+    CHECK(never.loss == whole.loss);
+    CHECK(never.accuracy == whole.accuracy);
+    const ddl::EvalResult always = run(ddl::EvalStop{[] { return true; }});
+    CHECK(always.stopped);
+    CHECK(always.count == 16);
+  }
+}
+
+TEST_CASE("Trainer: a stop during an epoch's evaluation leaves the epoch open, and resume is bit-identical", "[train][stop][trainer]") {
+  const ddl::Dataset<float> train = blobs(16, 3, 120, 51), validation = blobs(16, 3, 60, 53), test = blobs(16, 3, 60, 52);
+  const ddl::DeltaNetConfig cfg = smallConfig(16, 3);
+  ddl::TrainerOptions opt = smallOptions(freshDir("evalstop_full"));
+  opt.evalBatch = 16;  // 4 evaluation batches per set
+  ddl::DeltaNet<float> full(cfg, 2);
+  ddl::Trainer<float> fullTrainer(full, train, opt, &validation, &test);
+  fullTrainer.run();
+
+  for (const bool inTest : {false, true}) {  // stopped in the validation or in the test evaluation of epoch 2
+    CAPTURE(inTest);
+    ddl::TrainerOptions split = opt;
+    split.outDir = freshDir("evalstop_split");
+    {
+      ddl::DeltaNet<float> net(cfg, 2);
+      ddl::Trainer<float> t(net, train, split, &validation, &test);
+      int askedInEpoch2Evaluation = 0;
+      // After step 8 (the last of epoch 2) the loop asks once at the end of the epoch (1), then after
+      // every evaluation batch but a set's last: validation 2-4, test 5-7.
+      t.shouldStop = [&] { return t.step() == 8 && ++askedInEpoch2Evaluation == (inTest ? 6 : 3); };
+      const ddl::EpochMetrics last = t.run();
+      CHECK(t.stopped());
+      CHECK(t.epoch() == 1);
+      CHECK(last.epoch == 1);
+      CHECK(t.batchInEpoch() == t.batchesPerEpoch());
+      const ddl::CheckpointMeta meta = ddl::readCheckpointMetadata(t.checkpointPath());
+      CHECK(meta.epoch == 1);
+      CHECK(meta.step == 8);
+      CHECK(nlohmann::json::parse(meta.extra.at("train_position")).at("batch").get<Index>() == 4);
+      CHECK(lines(t.metricsPath()).size() == 2);  // the header and epoch 1: no row for the open epoch
+      CHECK(strayFiles(split.outDir).empty());
+    }
+    ddl::DeltaNet<float> net(cfg, 77);
+    ddl::Trainer<float> t(net, train, split, &validation, &test);
+    t.resume(t.checkpointPath());
     t.run();
     CHECK_FALSE(t.stopped());
     CHECK(bitIdentical(paramValues(full), paramValues(net)));

@@ -302,6 +302,25 @@ TEST_CASE("a stop on one rank stops every rank after the same step", "[mpi][stop
   for (std::uint64_t s : all) CHECK(s == all[0]);
 }
 
+TEST_CASE("a stop in rank 0's validation stops every rank with the epoch left open", "[mpi][stop]") {
+  const ddl::Dataset<float> train = blobs<float>(10, 4, 100, 13), validation = blobs<float>(10, 4, 40, 14);
+  ddl::DeltaNet<float> net(mlpConfig(ddl::ResidualKind::Delta, 1), 7);
+  ddl::TrainerOptions opt = options(3);
+  opt.evalBatch = 10;  // 4 validation batches, evaluated by rank 0 alone
+  ddl::Trainer<float> t(net, train, opt, &validation, nullptr, &world());
+  const std::int64_t epochEnd = 2 * t.batchesPerEpoch();
+  int asked = 0;  // after the epoch's last step (1), then after validation batch 1 (2)
+  t.shouldStop = [&] { return world().rank() == 0 && t.step() == epochEnd && ++asked == 2; };
+  t.run();
+  CHECK(t.stopped());
+  CHECK(t.step() == epochEnd);
+  CHECK(t.epoch() == 1);  // epoch 2 stays open on every rank
+  CHECK(t.batchInEpoch() == t.batchesPerEpoch());
+  std::vector<std::uint64_t> all(static_cast<std::size_t>(world().size()));
+  world().allgather(static_cast<std::uint64_t>(t.epoch()), all.data());
+  for (std::uint64_t e : all) CHECK(e == 1);
+}
+
 TEST_CASE("a NaN on one rank stops every rank at the same step, with nothing applied", "[mpi][nan]") {
   ddl::Dataset<float> train = blobs<float>(10, 4, 96, 15);
   ddl::DeltaNet<float> net(mlpConfig(ddl::ResidualKind::Delta, 1), 7);

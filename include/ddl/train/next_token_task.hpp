@@ -38,12 +38,14 @@ class NextTokenTask {
   }
 
   template <class Model>
-  EvalResult evaluate(Model& model, const EvalData& text, Index batchSize, MatX<S>& logits) {
-    return evaluateWindows<false>(model, text, batchSize, logits, [] {});
+  EvalResult evaluate(Model& model, const EvalData& text, Index batchSize, MatX<S>& logits,
+                      const EvalStop& stop = {}) {
+    return evaluateWindows<false>(model, text, batchSize, logits, [] {}, stop);
   }
-  template <class Model, class OnBatch>
-  EvalResult evaluate(Model& model, const EvalData& text, Index batchSize, MatX<S>& logits, OnBatch&& onBatch) {
-    return evaluateWindows<true>(model, text, batchSize, logits, onBatch);
+  template <class Model, class OnBatch, class = detail::NotEvalStop<OnBatch>>
+  EvalResult evaluate(Model& model, const EvalData& text, Index batchSize, MatX<S>& logits, OnBatch&& onBatch,
+                      const EvalStop& stop = {}) {
+    return evaluateWindows<true>(model, text, batchSize, logits, onBatch, stop);
   }
 
   template <class Model>
@@ -55,7 +57,8 @@ class NextTokenTask {
 
  private:
   template <bool Observed, class Model, class OnBatch>
-  EvalResult evaluateWindows(Model& model, const EvalData& text, Index batchSize, MatX<S>& logits, OnBatch&& onBatch) {
+  EvalResult evaluateWindows(Model& model, const EvalData& text, Index batchSize, MatX<S>& logits, OnBatch&& onBatch,
+                             const EvalStop& stop) {
     const char* fn = "ddl::NextTokenTask::evaluate";
     require(batchSize > 0, fn, "batchSize must be > 0, got ", batchSize);
     require(text.size() >= 2, fn, "held-out text needs at least 2 bytes, got ", text.size());
@@ -64,6 +67,7 @@ class NextTokenTask {
     const std::size_t fullWindows = predicted / T;
     double lossSum = 0.0;
     Index correct = 0;
+    std::size_t evaluated = 0;  // positions
     auto runBatch = [&](std::size_t firstWindow, std::size_t windows, std::size_t len) {
       m_batch.layout = TokenLayout::sequence(static_cast<Index>(windows), static_cast<Index>(len));
       m_batch.ids.resize(windows * len);
@@ -82,15 +86,19 @@ class NextTokenTask {
       }
       lossSum += static_cast<double>(m_loss.forward(logits, m_next)) * static_cast<double>(m_next.size());
       correct += countCorrect(logits, m_next);
+      evaluated += m_next.size();
       if constexpr (Observed) onBatch();
+      return evaluated == predicted || !stop.now();  // false: stop here
     };
     const auto B = static_cast<std::size_t>(batchSize);
-    for (std::size_t w = 0; w < fullWindows; w += B) runBatch(w, std::min(B, fullWindows - w), T);
-    if (predicted % T != 0) runBatch(fullWindows, 1, predicted % T);
+    bool going = true;
+    for (std::size_t w = 0; w < fullWindows && going; w += B) going = runBatch(w, std::min(B, fullWindows - w), T);
+    if (going && predicted % T != 0) going = runBatch(fullWindows, 1, predicted % T);
     EvalResult r;
-    r.count = static_cast<Index>(predicted);
-    r.loss = lossSum / static_cast<double>(predicted);
-    r.accuracy = static_cast<double>(correct) / static_cast<double>(predicted);
+    r.stopped = !going;
+    r.count = static_cast<Index>(evaluated);
+    r.loss = lossSum / static_cast<double>(evaluated);
+    r.accuracy = static_cast<double>(correct) / static_cast<double>(evaluated);
     return r;
   }
 

@@ -11,6 +11,9 @@
 //   EvalResult evaluate(Model&, const EvalData&, Index batchSize, MatX<S>& scratch[, onBatch]);
 //       mean loss and accuracy over the data, without changing a parameter; with onBatch, the
 //       caching forward runs and onBatch() follows every batch (the gate audit reads the caches).
+//       Optionally also with a last argument const EvalStop& (train/train_step.hpp), in both forms:
+//       asked after every batch, true ends the evaluation early (EvalResult::stopped); the loop
+//       then lets Ctrl-C stop a long evaluation. A task without it evaluates to the end.
 //   void checkEvalData(const Model&, const EvalData&, const char* fn) const;
 //       throws ddl::Error, naming fn, when the data cannot be evaluated by the model (may do nothing).
 // The loop owns nothing of a task: it calls lossAndGradient once per step, evaluate after every epoch.
@@ -42,12 +45,14 @@ class ClassificationTask {
   }
 
   template <class Model>
-  EvalResult evaluate(Model& model, const EvalData& data, Index batchSize, MatX<S>& logits) {
-    return ddl::evaluate(model, m_loss, data, batchSize, logits);
+  EvalResult evaluate(Model& model, const EvalData& data, Index batchSize, MatX<S>& logits,
+                      const EvalStop& stop = {}) {
+    return ddl::evaluate(model, m_loss, data, batchSize, logits, stop);
   }
-  template <class Model, class OnBatch>
-  EvalResult evaluate(Model& model, const EvalData& data, Index batchSize, MatX<S>& logits, OnBatch&& onBatch) {
-    return ddl::evaluate(model, m_loss, data, batchSize, logits, onBatch);
+  template <class Model, class OnBatch, class = detail::NotEvalStop<OnBatch>>
+  EvalResult evaluate(Model& model, const EvalData& data, Index batchSize, MatX<S>& logits, OnBatch&& onBatch,
+                      const EvalStop& stop = {}) {
+    return ddl::evaluate(model, m_loss, data, batchSize, logits, onBatch, stop);
   }
 
   template <class Model>

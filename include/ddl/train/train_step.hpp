@@ -23,6 +23,7 @@
 // classification loss given as a layer.
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -149,16 +150,24 @@ StepStats trainStep(Model& model, SoftmaxCrossEntropy<S>& loss, Opt& optimizer,
 }
 
 struct EvalResult {
-  double loss = 0.0;      // mean loss over the data set
+  double loss = 0.0;      // mean loss over the samples evaluated
   double accuracy = 0.0;  // fraction correct in [0, 1]
-  Index count = 0;        // samples evaluated
+  Index count = 0;        // samples (positions) evaluated
+  bool stopped = false;   // an EvalStop ended it early: loss and accuracy cover the first count samples
+};
+
+// Asked after every evaluation batch: true ends the evaluation there (EvalResult::stopped), so a long
+// evaluation answers Ctrl-C within one batch. Empty = never.
+struct EvalStop {
+  std::function<bool()> requested;
+  bool now() const { return requested && requested(); }
 };
 
 namespace detail {
 // The batches of evaluate(); Observed runs the training forward and calls onBatch() after each batch.
 template <bool Observed, class S, class Model, class OnBatch>
 EvalResult evaluateBatches(Model& model, SoftmaxCrossEntropy<S>& loss, const Dataset<S>& data, Index batchSize,
-                           MatX<S>& logits, OnBatch&& onBatch) {
+                           MatX<S>& logits, OnBatch&& onBatch, const EvalStop& stop) {
   const char* fn = "ddl::evaluate";
   require(batchSize > 0, fn, "batchSize must be > 0, got ", batchSize);
   require(data.size() > 0, fn, "the data set is empty");
@@ -175,13 +184,20 @@ EvalResult evaluateBatches(Model& model, SoftmaxCrossEntropy<S>& loss, const Dat
       model.forward(data.images.middleCols(start, b), logits);
     lossSum += static_cast<double>(loss.forward(logits, y)) * static_cast<double>(b);
     correct += countCorrect(logits, y);
+    r.count += b;
     if constexpr (Observed) onBatch();
+    if (r.count < data.size() && stop.now()) {
+      r.stopped = true;
+      break;
+    }
   }
-  r.count = data.size();
   r.loss = lossSum / static_cast<double>(r.count);
   r.accuracy = static_cast<double>(correct) / static_cast<double>(r.count);
   return r;
 }
+
+template <class F>
+using NotEvalStop = std::enable_if_t<!std::is_same_v<std::decay_t<F>, EvalStop>>;
 }  // namespace detail
 
 // Mean loss and accuracy of model on data, in batches of batchSize columns (no parameter change).
@@ -189,17 +205,17 @@ EvalResult evaluateBatches(Model& model, SoftmaxCrossEntropy<S>& loss, const Dat
 // forward. logits is reused scratch: pass the same matrix to avoid reallocating it.
 template <class S, class Model>
 EvalResult evaluate(Model& model, SoftmaxCrossEntropy<S>& loss, const Dataset<S>& data, Index batchSize,
-                    MatX<S>& logits) {
-  return detail::evaluateBatches<false>(model, loss, data, batchSize, logits, [] {});
+                    MatX<S>& logits, const EvalStop& stop = {}) {
+  return detail::evaluateBatches<false>(model, loss, data, batchSize, logits, [] {}, stop);
 }
 
 // The same through the model's training forward, with onBatch() called after each batch: the layers
 // then hold what they computed for that batch, which is what an observer reads (the gate audit reads
 // the residuals' caches and the net's block inputs and outputs). The training caches are overwritten.
-template <class S, class Model, class OnBatch>
+template <class S, class Model, class OnBatch, class = detail::NotEvalStop<OnBatch>>
 EvalResult evaluate(Model& model, SoftmaxCrossEntropy<S>& loss, const Dataset<S>& data, Index batchSize,
-                    MatX<S>& logits, OnBatch&& onBatch) {
-  return detail::evaluateBatches<true>(model, loss, data, batchSize, logits, onBatch);
+                    MatX<S>& logits, OnBatch&& onBatch, const EvalStop& stop = {}) {
+  return detail::evaluateBatches<true>(model, loss, data, batchSize, logits, onBatch, stop);
 }
 
 template <class S, class Model>

@@ -27,8 +27,9 @@
 // Guards: with options.checkFinite (default on) a NaN/Inf loss or gradient stops training with a
 // NonFiniteError naming the step and the first bad parameter, before the update (finite_guard.hpp);
 // nothing is written then, so the last checkpoint stays the last good state; a hook that throws
-// ends run() the same way. shouldStop, polled after every step, ends run() early with a mid-epoch
-// checkpoint (stopped() tells; stop_signal.hpp turns SIGINT/SIGTERM into it). A failed write throws
+// ends run() the same way. shouldStop, polled after every step and every evaluation batch, ends run()
+// early with a mid-epoch checkpoint (stopped() tells; stop_signal.hpp turns SIGINT/SIGTERM into it); a
+// stop in the epoch's evaluation leaves the epoch at its last batch, evaluated again on resume. A failed write throws
 // IoError; the previous checkpoint stays intact. Error messages name ddl::Trainer, as they always did.
 //
 // Data-parallel (distribute(comm), train/data_parallel.hpp): the source yields this rank's part of
@@ -85,6 +86,16 @@ struct IsShardedSource : std::false_type {};
 template <class Source>
 struct IsShardedSource<Source, std::void_t<decltype(int(std::declval<const Source&>().rank())),
                                            decltype(int(std::declval<const Source&>().ranks()))>> : std::true_type {};
+
+// A task whose evaluate takes an EvalStop (train/task.hpp): the loop's evaluations then answer shouldStop.
+template <class Task, class Model, class = void>
+struct HasStoppableEvaluate : std::false_type {};
+template <class Task, class Model>
+struct HasStoppableEvaluate<Task, Model,
+                            std::void_t<decltype(std::declval<Task&>().evaluate(
+                                std::declval<Model&>(), std::declval<const typename Task::EvalData&>(), Index{},
+                                std::declval<MatX<typename Task::Scalar>&>(), std::declval<void (*)()>(),
+                                std::declval<const EvalStop&>()))>> : std::true_type {};
 }  // namespace detail
 
 // Reported after every training batch (running means over the epoch so far).
@@ -149,7 +160,7 @@ class TrainingLoop {
   std::function<void(const BatchProgress&)> onBatch;  // after every training batch
   std::function<void(int epoch)> onEpochStart;        // 0-based epoch about to run (or continue)
   std::function<void(const EpochMetrics&)> onEpoch;   // after evaluation, checkpoint and CSV row
-  std::function<bool()> shouldStop;                   // polled after every step: true = stop now
+  std::function<bool()> shouldStop;                   // polled after every step and evaluation batch: true = stop now
 
   // Trains data-parallel over comm's ranks (see the header comment); the source must yield this
   // rank's part of each global batch. With one rank nothing changes.
@@ -176,8 +187,8 @@ class TrainingLoop {
     if (writes()) openOutputs();
     while (m_epoch < m_opt.epochs) {
       if (stopRequested()) break;
-      if (!trainEpoch()) break;  // stopped mid-epoch
-      last = finishEpoch();
+      if (!trainEpoch()) break;      // stopped mid-epoch
+      if (!finishEpoch(last)) break;  // stopped in the epoch's evaluation
     }
     if (m_stopped && writes() && m_step != m_savedStep) saveCheckpoint(checkpointPath());
     return last;
@@ -260,12 +271,22 @@ class TrainingLoop {
   // The task's mean loss and accuracy on data; gates, when given and the model has gated blocks
   // (train/model.hpp), accumulates the gate statistics of every block over the whole set (it stays
   // empty for an additive net) through the caching forward, which the audit reads; otherwise the
-  // evaluation is the forward that caches nothing.
+  // evaluation is the forward that caches nothing. When the task takes an EvalStop (train/task.hpp),
+  // shouldStop is asked after every batch: true ends the evaluation there with result.stopped.
   EvalResult evaluate(const EvalData& data, NetGateAccumulator* gates = nullptr) {
-    if constexpr (detail::HasGateBlocks<Model>::value) {
-      if (gates) return m_task.evaluate(m_model, data, m_opt.evalBatch, m_logits, [&] { gates->add(m_model); });
+    if constexpr (detail::HasStoppableEvaluate<Task, Model>::value) {
+      const EvalStop stop{shouldStop};
+      if constexpr (detail::HasGateBlocks<Model>::value) {
+        if (gates)
+          return m_task.evaluate(m_model, data, m_opt.evalBatch, m_logits, [&] { gates->add(m_model); }, stop);
+      }
+      return m_task.evaluate(m_model, data, m_opt.evalBatch, m_logits, stop);
+    } else {
+      if constexpr (detail::HasGateBlocks<Model>::value) {
+        if (gates) return m_task.evaluate(m_model, data, m_opt.evalBatch, m_logits, [&] { gates->add(m_model); });
+      }
+      return m_task.evaluate(m_model, data, m_opt.evalBatch, m_logits);
     }
-    return m_task.evaluate(m_model, data, m_opt.evalBatch, m_logits);
   }
 
   std::string checkpointPath() const { return m_opt.outDir + "/checkpoint.safetensors"; }
@@ -485,8 +506,10 @@ class TrainingLoop {
     return "; the last checkpoint (" + checkpointPath() + ", step " + std::to_string(m_savedStep) + ") is unchanged";
   }
 
-  // Evaluation, checkpoint and metrics row of the epoch trainEpoch() completed.
-  EpochMetrics finishEpoch() {
+  // Evaluation, checkpoint and metrics row of the epoch trainEpoch() completed; false when shouldStop
+  // ended the evaluation: the epoch then stays open at its last batch (a resume evaluates it and
+  // writes its row), and run() writes that position's checkpoint.
+  bool finishEpoch(EpochMetrics& done) {
     EpochMetrics m;
     m.epoch = m_epoch + 1;
     m.step = m_step;
@@ -497,7 +520,13 @@ class TrainingLoop {
     m.samplesPerSec = m_trainSecs > 0 ? static_cast<double>(m_seenNow) / m_trainSecs : 0.0;
     NetGateAccumulator gates;
     if (m_val && isRankZero()) m.validation = evaluate(*m_val, m_test ? nullptr : &gates);
-    if (m_test && isRankZero()) m.test = evaluate(*m_test, &gates);
+    if (m_test && isRankZero() && !m.validation.stopped) m.test = evaluate(*m_test, &gates);
+    bool cut = m.validation.stopped || m.test.stopped;
+    if (m_dp) cut = m_dp->anyRank(cut);  // rank 0 alone evaluates: every rank learns its answer
+    if (cut) {
+      m_stopped = true;
+      return false;
+    }
     m.gates = gates.stats();
     GateAccumulator all;
     for (const GateAccumulator& b : gates.blocks()) all.merge(b);
@@ -509,7 +538,8 @@ class TrainingLoop {
     if (writes()) saveCheckpoint(checkpointPath());
     if (m_csv) writeRow(m);
     if (onEpoch) onEpoch(m);
-    return m;
+    done = m;
+    return true;
   }
 
   void writeRow(const EpochMetrics& m) {
@@ -521,8 +551,8 @@ class TrainingLoop {
     m_csv->writeRow({std::to_string(m.epoch), std::to_string(m.step), num(m.lr), num(m.trainLoss),
                      num(m.trainAccuracy), opt(m.validation, m.validation.loss),
                      opt(m.validation, m.validation.accuracy), opt(m.test, m.test.loss), opt(m.test, m.test.accuracy),
-                     num(m.seconds), num(m.samplesPerSec), gate(g.betaMean), gate(g.betaMin), gate(g.betaMax),
-                     gate(g.saturatedFraction())});
+                     num(m.seconds), m.samplesPerSec > 0 ? num(m.samplesPerSec) : std::string(),  // none: resumed at the end
+                     gate(g.betaMean), gate(g.betaMin), gate(g.betaMax), gate(g.saturatedFraction())});
   }
 
   Model& m_model;
