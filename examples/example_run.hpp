@@ -406,7 +406,8 @@ int evaluateCheckpoint(const cli::CommandLine& cli, Net& net, const SavedRun& ru
   MatX<float> logits;
   const EvalResult r =
       evaluate(net, loss, test, evalBatch, logits, [&] { gates.add(net); }, EvalStop{[] { return stopSignal() != 0; }});
-  if (r.stopped) return report::evaluationStopped(cli.program(), "the test set", r, test.size(), "samples", "nothing was written");
+  if (r.stopped)
+    return report::evaluationStopped(cli.program(), "the test set", r, test.size(), "samples", "nothing was written");
   std::printf("%s (epoch %lld): test loss %.4f, test accuracy %.2f%%\n", run.ckpt.c_str(),
               static_cast<long long>(run.meta.epoch), r.loss, 100.0 * r.accuracy);
   std::cout << formatGateSummary(gates.stats());
@@ -460,7 +461,8 @@ int trainAndReport(const std::string& program, const cli::CommandLine& cli, Net&
     std::cout << program << ": stopped by " << signalName(sig) << " at epoch " << trainer.epoch() + 1 << "/"
               << opt.epochs << ", batch " << trainer.batchInEpoch() << "/" << trainer.batchesPerEpoch() << " (step "
               << trainer.step() << ")"
-              << (trainer.batchInEpoch() == trainer.batchesPerEpoch() ? ", in the epoch's validation (a resume repeats it)" : "")
+              << (trainer.batchInEpoch() == trainer.batchesPerEpoch() ? ", in the epoch's validation (a resume repeats it)"
+                                                                      : "")
               << "\n";
     if (trainer.step() > 0)
       std::cout << "checkpoint: " << trainer.checkpointPath() << "\ncontinue with the same options and --resume\n";

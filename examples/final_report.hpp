@@ -28,8 +28,8 @@ inline int evaluationStopped(const std::string& program, const std::string& what
 // cfg: the net's config (preset and residual kind are printed). Returns the exit status: 0, or 128 +
 // signal when a stop signal ended the test evaluation (the trained checkpoint is complete then).
 template <class TrainerT, class Config>
-int finalTest(const std::string& program, TrainerT& trainer, const EpochMetrics& last, const Dataset<float>& test, Index validationSize,
-               const Config& cfg, int epochs, const std::string& outDir) {
+int finalTest(const std::string& program, TrainerT& trainer, const EpochMetrics& last, const Dataset<float>& test,
+              Index validationSize, const Config& cfg, int epochs, const std::string& outDir) {
   NetGateAccumulator gates;
   const EvalResult tested = trainer.evaluate(test, &gates);
   if (tested.stopped)

@@ -206,11 +206,13 @@ int run(const ddl::cli::CommandLine& cli) {
     const bool audit = cli.has("audit");
     // With --audit the caching forward runs and every window's sublayers are audited (same logits).
     const ddl::EvalStop stop{[] { return ddl::stopSignal() != 0; }};
-    const ddl::EvalResult r = audit ? task.evaluate(lm, corpus.test, opt.evalBatch, scratch, [&] { gates.add(lm); }, stop)
-                                    : task.evaluate(lm, corpus.test, opt.evalBatch, scratch, stop);
+    const ddl::EvalResult r =
+        audit ? task.evaluate(lm, corpus.test, opt.evalBatch, scratch, [&] { gates.add(lm); }, stop)
+              : task.evaluate(lm, corpus.test, opt.evalBatch, scratch, stop);
     if (r.stopped)
-      return ddl::report::evaluationStopped("ddl-text", "the test text", r, static_cast<ddl::Index>(corpus.test.size() - 1),
-                                            "predicted bytes", "nothing was written");
+      return ddl::report::evaluationStopped("ddl-text", "the test text", r,
+                                            static_cast<ddl::Index>(corpus.test.size() - 1), "predicted bytes",
+                                            "nothing was written");
     std::printf("%s (epoch %lld): test loss %.4f nats, %.4f bits per byte (%lld bytes)\n", saved.ckpt.c_str(),
                 static_cast<long long>(saved.meta.epoch), r.loss, ddl::bitsPerByte(r.loss), static_cast<long long>(r.count));
     if (audit) {
@@ -257,7 +259,8 @@ int run(const ddl::cli::CommandLine& cli) {
     const int sig = ddl::stopSignal() != 0 ? ddl::stopSignal() : SIGTERM;
     bar.finish("interrupted");
     std::cout << "ddl-text: stopped by " << ddl::signalName(sig) << " at step " << loop.step()
-              << (loop.batchInEpoch() == loop.batchesPerEpoch() ? ", in the epoch's validation (a resume repeats it)" : "")
+              << (loop.batchInEpoch() == loop.batchesPerEpoch() ? ", in the epoch's validation (a resume repeats it)"
+                                                                : "")
               << "\ncheckpoint: "
               << loop.checkpointPath() << "\ncontinue with the same options and --resume\n";
     return 128 + sig;

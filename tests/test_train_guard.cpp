@@ -1,7 +1,8 @@
 // Tests for the Trainer's guards (include/ddl/train/{finite_guard,trainer,stop_signal}.hpp): a NaN/Inf
 // loss or gradient stops training before the update and names the step and the parameter; a stop
 // request mid-epoch or in an epoch's evaluation writes a checkpoint from which a resume is bit-identical
-// (parameters, checkpoint bytes, metrics rows); an EvalStop ends an evaluation after its batch; an output folder that cannot be written, and a full disk (RLIMIT_FSIZE), give
+// (parameters, checkpoint bytes, metrics rows); an EvalStop ends an evaluation after its batch; an
+// output folder that cannot be written, and a full disk (RLIMIT_FSIZE), give
 // clear errors and leave the previous checkpoint byte-identical with no temporary files.
 #include <atomic>
 #include <cerrno>
@@ -307,7 +308,8 @@ TEST_CASE("evaluate: an EvalStop ends after the batch it answers, over exactly t
 }
 
 TEST_CASE("Trainer: a stop during an epoch's evaluation leaves the epoch open, and resume is bit-identical", "[train][stop][trainer]") {
-  const ddl::Dataset<float> train = blobs(16, 3, 120, 51), validation = blobs(16, 3, 60, 53), test = blobs(16, 3, 60, 52);
+  const ddl::Dataset<float> train = blobs(16, 3, 120, 51), validation = blobs(16, 3, 60, 53),
+                            test = blobs(16, 3, 60, 52);
   const ddl::DeltaNetConfig cfg = smallConfig(16, 3);
   ddl::TrainerOptions opt = smallOptions(freshDir("evalstop_full"));
   opt.evalBatch = 16;  // 4 evaluation batches per set

@@ -551,7 +551,8 @@ class TrainingLoop {
     m_csv->writeRow({std::to_string(m.epoch), std::to_string(m.step), num(m.lr), num(m.trainLoss),
                      num(m.trainAccuracy), opt(m.validation, m.validation.loss),
                      opt(m.validation, m.validation.accuracy), opt(m.test, m.test.loss), opt(m.test, m.test.accuracy),
-                     num(m.seconds), m.samplesPerSec > 0 ? num(m.samplesPerSec) : std::string(),  // none: resumed at the end
+                     num(m.seconds),
+                     m.samplesPerSec > 0 ? num(m.samplesPerSec) : std::string(),  // none: resumed at the epoch's end
                      gate(g.betaMean), gate(g.betaMin), gate(g.betaMax), gate(g.saturatedFraction())});
   }
 
