@@ -18,7 +18,7 @@ function(ddl_program_options target)
     endif()
     if(DDL_SANITIZE)
       target_compile_options(${target} PRIVATE -fsanitize=${DDL_SANITIZE} -fno-omit-frame-pointer
-                                               -fno-sanitize-recover=all)
+                                               -fno-sanitize-recover=all ${DDL_SANITIZE_OPTIONS})
       target_link_options(${target} PRIVATE -fsanitize=${DDL_SANITIZE})
     endif()
   endif()
