@@ -10,6 +10,7 @@
 #include "ddl/nn/models/delta_lm.hpp"
 #include "ddl/nn/models/delta_net.hpp"
 #include "ddl/train/adamw.hpp"
+#include "ddl/train/next_token_task.hpp"
 #include "ddl/train/saved_model.hpp"
 
 using ddl::MatX;
@@ -140,4 +141,26 @@ TEST_CASE("generate with SampleOptions draws the same tokens as the positional c
   CHECK(lm.generate(prompt, 20) == lm.generate(prompt, 20, 1.0, 32, 0));  // defaults: T 1, every token, seed 0
   opt.topK = -1;
   CHECK(contains(thrownMessage<ddl::ValueError>([&] { lm.generate(prompt, 5, opt); }), "ddl::DeltaLM::generate"));
+}
+
+TEST_CASE("taskStep without a hook is the step with an empty one, bit for bit", "[using][train]") {
+  ddl::DeltaLM<float> plain(smallLm(), 5), hooked(smallLm(), 5);
+  ddl::NextTokenTask<float> task;
+  ddl::AdamW<float> optPlain, optHooked;
+  ddl::StepBuffers<float> bufPlain, bufHooked;
+  const ddl::TokenBatch batch = someTokens();
+  std::vector<int> next(batch.ids.size());
+  for (std::size_t i = 0; i < next.size(); ++i) next[i] = (batch.ids[i] + 1) % 32;
+  int hookCalls = 0;
+  for (int step = 0; step < 3; ++step) {
+    const ddl::StepStats a = ddl::taskStep(plain, task, optPlain, batch, next, bufPlain);
+    const ddl::StepStats b =
+        ddl::taskStep(hooked, task, optHooked, batch, next, bufHooked, {}, [&](ddl::StepStats&) { ++hookCalls; });
+    CHECK(a.loss == b.loss);
+  }
+  CHECK(hookCalls == 3);
+  MatX<float> x, y;
+  plain.forward(batch, x);
+  hooked.forward(batch, y);
+  CHECK(x == y);
 }

@@ -124,6 +124,13 @@ StepStats taskStep(Model& model, Task& task, Opt& optimizer, const Input& X, con
   return s;
 }
 
+// The same step with nothing between backward and the update.
+template <class Model, class Task, class Opt, class Input>
+StepStats taskStep(Model& model, Task& task, Opt& optimizer, const Input& X, const typename Task::Target& target,
+                   StepBuffers<typename Task::Scalar>& buf, const TrainStepOptions& options = {}) {
+  return taskStep(model, task, optimizer, X, target, buf, options, [](StepStats&) {});
+}
+
 // X: (inputDim, B) one column per sample, labels: B classes in [0, classes).
 // One optimizer step on the mean loss of the batch. Throws ShapeError when labels.size() != B or
 // the model rejects X's width, ValueError for a label out of range; parameters are unchanged then.
