@@ -290,7 +290,7 @@ TEST_CASE("DeltaLMConfig round-trips through its key-values and names every vari
     c.tiedHead = false;
     const ddl::DeltaLMConfig r = ddl::DeltaLMConfig::fromKeyValues(c.toKeyValues());
     CHECK(r.toKeyValues() == c.toKeyValues());
-    CHECK(r.variant == v);
+    CHECK(r.variant() == v);
   }
   ddl::DeltaLMConfig c;
   CHECK(contains(thrownMessage<ddl::ValueError>([&] { ddl::applyVariant(c, "dv2"); }), "dv1, cc, cc-ec, tc, tc-ec"));
@@ -302,6 +302,22 @@ TEST_CASE("DeltaLMConfig round-trips through its key-values and names every vari
   ddl::KeyValues kv = ddl::DeltaLMConfig().toKeyValues();
   kv["model"] = "delta_net";
   CHECK(contains(thrownMessage<ddl::ValueError>([&] { ddl::DeltaLMConfig::fromKeyValues(kv); }), "expected 'delta_lm'"));
+  // The variant is read from dv, the compressor and the expansion: a saved label that contradicts them
+  // (cc-ec with dv 1) is refused, and so is a preset no applyPreset knows.
+  kv = ddl::DeltaLMConfig().toKeyValues();
+  kv["variant"] = "cc-ec";
+  CHECK(contains(thrownMessage<ddl::ValueError>([&] { ddl::DeltaLMConfig::fromKeyValues(kv); }),
+                 "variant 'cc-ec' contradicts dv 1"));
+  ddl::DeltaLMConfig custom;
+  ddl::applyVariant(custom, "tc-ec");
+  custom.dv = 8;  // another dv keeps the variant's name
+  CHECK(custom.variant() == "tc-ec");
+  custom.learnedExpansion = false;
+  CHECK(custom.variant() == "tc");
+  custom.dv = 1;
+  CHECK(custom.variant() == "dv1");
+  custom.preset = "mine";
+  CHECK(contains(thrownMessage<ddl::ValueError>([&] { custom.validate(); }), "preset must be code or paper"));
 }
 
 TEST_CASE("DeltaLM refuses bad input with clear errors and keeps its state", "[delta_lm][errors]") {

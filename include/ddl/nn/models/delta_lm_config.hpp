@@ -2,7 +2,8 @@
 // ddl/nn/models/delta_lm_config.hpp: the configuration of DeltaLM, the causal language model of Delta
 // Transformer blocks (docs/spec.md §8), its paper variants and its checkpoint key-values.
 //
-// Variants (the paper's names; applyVariant sets dv, the state compressor and the expansion):
+// Variants (the paper's names; applyVariant sets dv, the state compressor and the expansion, and
+// variant() reads the name back from them):
 //   dv1    dv = 1, no compressor                      the paper's "DDL (dv = 1)"
 //   cc     dv = 4, CC per token, expansion by repeat  "DDL-CC w/o EC"
 //   cc-ec  dv = 4, CC per token, EC expansion         "DDL-CC", the paper's headline
@@ -44,8 +45,7 @@ struct DeltaLMConfig {
   double ropeBase = 10000;
   bool qkNorm = true;
   double finalNormEps = 1e-5;
-  std::string preset = "code";
-  std::string variant = "dv1";
+  std::string preset = "code";  // the residual preset applied (applyPreset): code | paper
   DeltaBlockOptions block = defaultBlock();  // residual options, norm eps, CC form; activation SiLU
 
   static DeltaBlockOptions defaultBlock() {
@@ -73,6 +73,14 @@ struct DeltaLMConfig {
   }
   Index headDim() const { return heads > 0 ? d / heads : 0; }
 
+  // The paper's name of this configuration (dv1 | cc | cc-ec | tc | tc-ec), read from dv, the state
+  // compressor and the expansion, so that the label can never contradict the model it names.
+  std::string variant() const {
+    if (dv == 1) return "dv1";
+    std::string v = stateCompressor == StateCompressorKind::PerToken ? "cc" : "tc";
+    return learnedExpansion ? v + "-ec" : v;
+  }
+
   void validate() const {
     const char* fn = "ddl::DeltaLMConfig";
     require(vocab >= 2, fn, "vocab must be >= 2, got ", vocab);
@@ -83,6 +91,8 @@ struct DeltaLMConfig {
     require(context >= 1, fn, "context must be >= 1, got ", context);
     require(hidden >= 0, fn, "hidden must be >= 0 (0 means floor(8 d / 3)), got ", hidden);
     require(dv >= 1, fn, "dv must be >= 1, got ", dv);
+    require(preset == "code" || preset == "paper", fn, "preset must be code or paper (applyPreset), got '", preset,
+            "'");
     require(convKernel >= 1, fn, "conv_kernel must be >= 1, got ", convKernel);
     require(ropeBase > 0 && std::isfinite(ropeBase), fn, "rope_base must be finite and > 0, got ", ropeBase);
     require(block.normEps >= 0 && finalNormEps >= 0, fn, "RMSNorm eps must be >= 0");
@@ -104,7 +114,7 @@ struct DeltaLMConfig {
     w.put("heads", heads);
     w.put("context", context);
     w.put("hidden", resolvedHidden());
-    w.put("variant", variant);
+    w.put("variant", variant());
     w.put("state_compressor", std::string(toString(stateCompressor)));
     w.put("conv_kernel", convKernel);
     w.put("tied_head", tiedHead);
@@ -126,7 +136,7 @@ struct DeltaLMConfig {
     c.heads = in.size("heads", 1);
     c.context = in.size("context", 1);
     c.hidden = in.size("hidden", 0);
-    c.variant = in.text("variant");
+    const std::string variant = in.text("variant");
     c.stateCompressor = parseStateCompressorKind(in.text("state_compressor"));
     c.convKernel = in.size("conv_kernel", 1);
     c.tiedHead = in.flag("tied_head");
@@ -134,6 +144,10 @@ struct DeltaLMConfig {
     c.qkNorm = in.flag("qk_norm");
     readSharedOptions(in, c);
     c.validate();
+    if (variant != c.variant())
+      throw ValueError(message("ddl::DeltaLMConfig::fromKeyValues", "variant '", variant, "' contradicts dv ", c.dv,
+                               ", state_compressor ", toString(c.stateCompressor), " and learned_expansion ",
+                               c.learnedExpansion ? "true" : "false", ", which make '", c.variant(), "'"));
     return c;
   }
 };
@@ -153,7 +167,6 @@ inline void applyVariant(DeltaLMConfig& c, const std::string& variant) {
     throw ValueError(message("ddl::applyVariant", "unknown variant '", variant,
                              "', expected one of dv1, cc, cc-ec, tc, tc-ec"));
   }
-  c.variant = variant;
 }
 
 // The residual presets of docs/spec.md §7 that apply to a language model: code (default) and paper.
