@@ -62,11 +62,15 @@ mkdir other-model
 LC_ALL=C sed 's/delta_lm/delta_nx/' run/checkpoint.safetensors >other-model/checkpoint.safetensors
 expect 2 "other-model/checkpoint.safetensors: not a ddl-text checkpoint" --data "$data" --out other-model --eval-only
 
-# A size in model_config that the tensors do not confirm (dv 9 in a dv 1 checkpoint) is refused before
-# anything is built (a large dv would otherwise allocate d x dv per token first).
-mkdir big-dv
-LC_ALL=C sed 's/\(\\"dv\\":\\"\)1\\"/\19\\"/' run/checkpoint.safetensors >big-dv/checkpoint.safetensors
+# A size in model_config that the tensors do not confirm (dv 9 in a dv 1 checkpoint, its variant renamed
+# to match, a space keeping the header's length) is refused before anything is built (a large dv would
+# otherwise allocate d x dv per token first); with the variant left as it was, the label contradicts dv.
+mkdir big-dv bad-variant
+LC_ALL=C sed 's/\(\\"dv\\":\\"\)1\\"/\19\\"/' run/checkpoint.safetensors >bad-variant/checkpoint.safetensors
+LC_ALL=C sed 's/\\"variant\\":\\"dv1\\"/\\"variant\\":\\"cc\\" /' bad-variant/checkpoint.safetensors \
+  >big-dv/checkpoint.safetensors
 expect 2 "model_config implies tensor \"readout.read.weight\" [9], the file has none" --out big-dv --generate "a"
+expect 2 "variant 'dv1' contradicts dv 9" --out bad-variant --generate "a"
 
 # An empty --out is a usage error and writes nothing; an --out that cannot be a folder is exit 2.
 mkdir empty-cwd
