@@ -395,7 +395,7 @@ TEST_CASE("TrainingLoop: hooks run before the NaN/Inf guard, which names the par
     c.params.begin()->param->grad(2, 1) = std::nanf("");
   });
   const std::string msg = thrownMessage<ddl::NonFiniteError>([&] { loop.run(); });
-  CHECK(contains(msg, "ddl::Trainer: training stopped in epoch 1, batch 1"));
+  CHECK(contains(msg, "ddl::TrainingLoop: training stopped in epoch 1, batch 1"));
   CHECK(contains(msg, "the gradient of parameter 'table' is not finite at step 1: entry (2, 1)"));
   CHECK(order == std::vector<std::string>{"first", "second"});
   CHECK(sameBits(model.table(), before));

@@ -213,7 +213,7 @@ TEST_CASE("Trainer stops at a NaN before the update, the last checkpoint stays b
   };
   const std::string msg = thrownMessage<ddl::NonFiniteError>([&] { t.run(); });
   CAPTURE(msg);
-  CHECK(contains(msg, "ddl::Trainer: training stopped in epoch 2, batch 1: "));
+  CHECK(contains(msg, "ddl::TrainingLoop: training stopped in epoch 2, batch 1: "));
   CHECK(contains(msg, "the loss is nan at step 5"));
   CHECK(contains(msg, "the last checkpoint (" + t.checkpointPath() + ", step 4) is unchanged"));
   REQUIRE_FALSE(afterEpoch1.empty());
@@ -393,7 +393,7 @@ TEST_CASE("Trainer::resume refuses a train_position that does not fit and change
     const auto before = paramValues(other);
     ddl::Trainer<float> r(other, train, opt);
     const std::string msg = thrownMessage<ddl::IoError>([&] { r.resume(path); });
-    CHECK(contains(msg, "ddl::Trainer::resume"));
+    CHECK(contains(msg, "ddl::TrainingLoop::resume"));
     CHECK(contains(msg, "bad train_position metadata"));
     CHECK(r.step() == 0);
     CHECK(bitIdentical(before, paramValues(other)));
@@ -423,7 +423,7 @@ TEST_CASE("Trainer: an output folder that cannot be written fails before the fir
     int batches = 0;
     t.onBatch = [&](const ddl::BatchProgress&) { ++batches; };
     const std::string msg = thrownMessage<ddl::IoError>([&] { t.run(); });
-    CHECK(contains(msg, "ddl::Trainer: " + c.expect));
+    CHECK(contains(msg, "ddl::TrainingLoop: " + c.expect));
     CHECK(batches == 0);
   }
   chmod(readOnly.c_str(), 0755);
@@ -451,7 +451,7 @@ TEST_CASE("Trainer: a full disk fails the checkpoint write, the previous one sta
   }
   limit.reset();
   CAPTURE(msg);
-  CHECK(contains(msg, "ddl::Trainer: cannot write the checkpoint of step 8"));
+  CHECK(contains(msg, "ddl::TrainingLoop: cannot write the checkpoint of step 8"));
   CHECK(contains(msg, std::strerror(EFBIG)));
   CHECK(contains(msg, "the previous checkpoint, if any, is unchanged"));
   CHECK(readFile(t.checkpointPath()) == afterEpoch1);

@@ -357,7 +357,7 @@ TEST_CASE("Trainer: resume from the epoch checkpoint continues bit-identically",
   other.adam.lr = 5e-3;
   ddl::Trainer<float> t2(net, train, other, nullptr, &test);
   const std::string msg = thrownMessage<ddl::ValueError>([&] { t2.resume(t.checkpointPath()); });
-  CHECK(contains(msg, "ddl::Trainer::resume"));
+  CHECK(contains(msg, "ddl::TrainingLoop::resume"));
   CHECK(contains(msg, "training options differ"));
   ddl::DeltaNetConfig wider = cfg;
   wider.d = 24;

@@ -98,7 +98,7 @@ expect 1 "--input expects one of pixels, pixels+hog" "${small[@]}" --input hog
 small+=(--width 16 --batch 32)
 
 # NaN/Inf: a learning rate of 1e30 blows the weights up; training stops with exit status 3.
-expect 3 "ddl::Trainer: training stopped in epoch 1, batch 2: step 2 failed" "${small[@]}" --epochs 2 --lr 1e30 --out "$work/nan"
+expect 3 "ddl::TrainingLoop: training stopped in epoch 1, batch 2: step 2 failed" "${small[@]}" --epochs 2 --lr 1e30 --out "$work/nan"
 # Without the guard the NaN reaches an operation that refuses it: still exit 3, not a usage error.
 expect 3 "is not finite" "${small[@]}" --epochs 2 --lr 1e30 --no-nan-guard --out "$work/nan-unguarded"
 small+=(--lr 0.005)

@@ -30,7 +30,7 @@
 // ends run() the same way. shouldStop, polled after every step and every evaluation batch, ends run()
 // early with a mid-epoch checkpoint (stopped() tells; stop_signal.hpp turns SIGINT/SIGTERM into it); a
 // stop in the epoch's evaluation leaves the epoch at its last batch, evaluated again on resume. A failed write throws
-// IoError; the previous checkpoint stays intact. Error messages name ddl::Trainer, as they always did.
+// IoError; the previous checkpoint stays intact. Error messages name ddl::TrainingLoop.
 //
 // Data-parallel (distribute(comm), train/data_parallel.hpp): the source yields this rank's part of
 // every global batch (train/sharded_batches.hpp). run() first checks that every rank has the same
@@ -141,7 +141,7 @@ class TrainingLoop {
                const EvalData* validation = nullptr, const EvalData* test = nullptr)
       : m_model(model), m_task(task), m_source(source), m_optimizer(optimizer), m_val(validation), m_test(test),
         m_opt(checked(options)), m_optimizerJson(optimizerOptionsJson(optimizer)), m_guard(model) {
-    const char* fn = "ddl::Trainer";
+    const char* fn = "ddl::TrainingLoop";
     source.checkModel(model, fn);
     for (const EvalData* d : {validation, test})
       if (d) task.checkEvalData(model, *d, fn);
@@ -202,7 +202,7 @@ class TrainingLoop {
   // a longer run or a new rate from here on, no longer the saved trajectory); the message of a refusal
   // names every other key that differs.
   void resume(const std::string& path, const std::vector<std::string>& mayChange = {}) {
-    const char* fn = "ddl::Trainer::resume";
+    const char* fn = "ddl::TrainingLoop::resume";
     const CheckpointMeta head = readCheckpointMetadata(path);
     const std::string mine = modelConfigJson(m_model);
     if (head.modelConfig != mine)
@@ -262,7 +262,7 @@ class TrainingLoop {
     try {
       ddl::saveCheckpoint(path, m_model, m_optimizer, meta);
     } catch (const IoError& e) {
-      throw IoError(message("ddl::Trainer", "cannot write the checkpoint of step ", m_step, ": ", e.what(),
+      throw IoError(message("ddl::TrainingLoop", "cannot write the checkpoint of step ", m_step, ": ", e.what(),
                             " (the previous checkpoint, if any, is unchanged)"));
     }
     m_savedStep = m_step;
@@ -317,7 +317,7 @@ class TrainingLoop {
     return o;
   }
   // The train_options metadata: the options' JSON with the optimizer's settings in place of adam's
-  // (the same text as before for AdamW, train/optimizer.hpp).
+  // (for AdamW the options' own text, train/optimizer.hpp).
   nlohmann::json trainOptionsJson(const TrainerOptions& o) const {
     nlohmann::json j = o.toJson();
     for (const char* key : {"lr", "beta1", "beta2", "adam_eps", "weight_decay"}) j.erase(key);
@@ -331,7 +331,7 @@ class TrainingLoop {
     switch (m_opt.schedule) {
       case LrScheduleKind::Constant: return LrSchedule::constant(lr, m_opt.warmupSteps);
       case LrScheduleKind::Cosine:
-        require(total > m_opt.warmupSteps, "ddl::Trainer", "warmup of ", m_opt.warmupSteps,
+        require(total > m_opt.warmupSteps, "ddl::TrainingLoop", "warmup of ", m_opt.warmupSteps,
                 " steps does not fit in the ", total, " training steps");
         return LrSchedule::cosine(lr, m_opt.warmupSteps, total, m_opt.minLrFactor * lr);
       case LrScheduleKind::Step: {
@@ -351,7 +351,7 @@ class TrainingLoop {
 
   // The train_position metadata, checked against this training set (absent = start of the epoch).
   EpochPosition readPosition(const CheckpointMeta& head, const std::string& path, bool finished) const {
-    const char* fn = "ddl::Trainer::resume";
+    const char* fn = "ddl::TrainingLoop::resume";
     EpochPosition pos;
     const auto it = head.extra.find("train_position");
     if (it == head.extra.end()) return pos;
@@ -423,7 +423,7 @@ class TrainingLoop {
   }
 
   void openOutputs() {
-    const char* fn = "ddl::Trainer";
+    const char* fn = "ddl::TrainingLoop";
     std::error_code ec;
     std::filesystem::create_directories(m_opt.outDir, ec);
     if (ec) throw IoError(message(fn, "cannot create output folder '", m_opt.outDir, "': ", ec.message()));
@@ -465,16 +465,16 @@ class TrainingLoop {
           throw;
         }
       } catch (const RankFailedError& e) {
-        throw RankFailedError(message("ddl::Trainer", "training stopped in epoch ", m_epoch + 1, ", batch ",
+        throw RankFailedError(message("ddl::TrainingLoop", "training stopped in epoch ", m_epoch + 1, ", batch ",
                                       m_pos.batch + 1, " (step ", stepNo, "): ", e.what(), lastCheckpointNote()));
       } catch (const NonFiniteError& e) {
-        throw NonFiniteError(message("ddl::Trainer", "training stopped in epoch ", m_epoch + 1, ", batch ",
+        throw NonFiniteError(message("ddl::TrainingLoop", "training stopped in epoch ", m_epoch + 1, ", batch ",
                                      m_pos.batch + 1, ": ", e.what(), lastCheckpointNote()),
                              e.step());
       } catch (const MathError& e) {
         // A layer met a NaN/Inf itself (e.g. a direction of norm NaN after the weights blew up).
         if (!m_opt.checkFinite) throw;
-        throw NonFiniteError(message("ddl::Trainer", "training stopped in epoch ", m_epoch + 1, ", batch ",
+        throw NonFiniteError(message("ddl::TrainingLoop", "training stopped in epoch ", m_epoch + 1, ", batch ",
                                      m_pos.batch + 1, ": step ", stepNo, " failed: ", e.what(), "; ",
                                      m_guard.parameterReport(), " (check the learning rate and the input data)",
                                      lastCheckpointNote()),
