@@ -29,8 +29,8 @@
 // nothing is written then, so the last checkpoint stays the last good state; a hook that throws
 // ends run() the same way. shouldStop, polled after every step and every evaluation batch, ends run()
 // early with a mid-epoch checkpoint (stopped() tells; stop_signal.hpp turns SIGINT/SIGTERM into it); a
-// stop in the epoch's evaluation leaves the epoch at its last batch, evaluated again on resume. A failed write throws
-// IoError; the previous checkpoint stays intact. Error messages name ddl::TrainingLoop.
+// stop in the epoch's evaluation leaves the epoch at its last batch, evaluated again on resume. A
+// failed write throws IoError; the previous checkpoint stays intact. Errors name ddl::TrainingLoop.
 //
 // Data-parallel (distribute(comm), train/data_parallel.hpp): the source yields this rank's part of
 // every global batch (train/sharded_batches.hpp). run() first checks that every rank has the same
@@ -160,7 +160,7 @@ class TrainingLoop {
   std::function<void(const BatchProgress&)> onBatch;  // after every training batch
   std::function<void(int epoch)> onEpochStart;        // 0-based epoch about to run (or continue)
   std::function<void(const EpochMetrics&)> onEpoch;   // after evaluation, checkpoint and CSV row
-  std::function<bool()> shouldStop;                   // polled after every step and evaluation batch: true = stop now
+  std::function<bool()> shouldStop;                   // after every step and evaluation batch: true = stop
 
   // Trains data-parallel over comm's ranks (see the header comment); the source must yield this
   // rank's part of each global batch. With one rank nothing changes.
