@@ -283,6 +283,27 @@ TEST_CASE("DeltaLM initialises as docs/spec.md section 8 says", "[delta_lm]") {
   CHECK(a == b);
 }
 
+TEST_CASE("DeltaLM's parameters declare the roles its initialisation reads, in every variant", "[delta_lm]") {
+  using R = ddl::ParamRole;
+  for (const char* variant : {"dv1", "cc", "cc-ec", "tc", "tc-ec"}) {
+    CAPTURE(variant);
+    const ddl::DeltaLMConfig cfg = smallConfig(Case{variant});
+    ddl::DeltaLM<double> lm(cfg, 1);
+    int outputs = 0;
+    lm.visitParams("", [&](const std::string& name, ddl::Param<double>& p) {
+      CAPTURE(name);
+      const bool output = contains(name, "attn.o.weight") || contains(name, "mlp.fc2.weight");
+      outputs += output;
+      const R expected = name == "embed.weight"    ? R::Embedding
+                         : name == "expand.weight" ? R::KeepsStart
+                         : output                  ? R::ResidualOutput
+                                                   : R::Default;
+      CHECK(p.role == expected);
+    });
+    CHECK(outputs == 2 * cfg.depth);
+  }
+}
+
 TEST_CASE("DeltaLMConfig round-trips through its key-values and names every variant", "[delta_lm]") {
   for (const char* v : {"dv1", "cc", "cc-ec", "tc", "tc-ec"}) {
     ddl::DeltaLMConfig c;

@@ -3,7 +3,8 @@
 # tools/run-{main,text,cifar}.sh is run with the optional packages it does not install itself hidden
 # from CMake (MPI, Catch2, Google Benchmark, nlohmann-json, zlib: whichever its install-deps line
 # lacks), so that a build that needs a package the script forgets fails here and not on a fresh machine.
-# Each builds its program and trains it briefly (one short epoch) into WORK_DIR; exit != 0 on any failure.
+# Each builds its program (native, as the script does, with warnings as errors: the one -march=native
+# build of CI) and trains it briefly (one short epoch) into WORK_DIR; exit != 0 on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=${1:?usage: tools/check-run-scripts.sh WORK_DIR}
@@ -29,7 +30,7 @@ check() {
   shift
   flags=$(hidden_flags "$script")
   echo "check-run-scripts: $script (hidden:${flags:- nothing})"
-  if DDL_BUILD_DIR="$work/build-$name" DDL_CMAKE_FLAGS="$flags" "$script" "$@" --out "$work/out-$name" \
+  if DDL_BUILD_DIR="$work/build-$name" DDL_CMAKE_FLAGS="-DDDL_WARNINGS_AS_ERRORS=ON$flags" "$script" "$@" --out "$work/out-$name" \
        >"$work/$name.log" 2>&1; then
     grep -E "final test|^test|bits/byte|accuracy" "$work/$name.log" | tail -n 2 || true
   else

@@ -18,11 +18,21 @@ namespace ddl {
 // the one checkpoints store: {rows, cols} by default, {n} for a vector held as (n, 1), {out, in, kh, kw}
 // for a conv weight held as (out, in*kh*kw). shape[0] == rows and the product of the remaining extents
 // == cols, so the row-major order of `value` is the row-major order of `shape`.
+// What a parameter is for, declared by the module that creates it: a model's initialisation reads
+// roles, never names, so renaming a parameter (for a checkpoint format) cannot change how it starts.
+enum class ParamRole {
+  Default,         // a hidden matrix (rank >= 2) or a gain / bias vector: the model's generic rule
+  Embedding,       // a token embedding table
+  ResidualOutput,  // a branch's last projection (attention's o, the MLP's fc2): GPT-2 scales its start by depth
+  KeepsStart,      // keeps the structural start its module gave it (EC's expansion: a copy of the token)
+};
+
 template <class S>
 struct Param {
   MatX<S> value;      // (rows, cols)
   MatX<S> grad;       // same shape; backward accumulates into it with +=
   bool decay = true;  // AdamW applies weight decay only to params with decay == true
+  ParamRole role = ParamRole::Default;
   std::vector<Index> shape;  // logical shape, see above
 
   Param() = default;

@@ -88,7 +88,9 @@ class CausalSelfAttention {
   explicit CausalSelfAttention(const CausalSelfAttentionConfig& cfg)
       : m_cfg(checked(cfg)), m_dh(cfg.d / cfg.heads), m_q(cfg.d, cfg.d, false), m_k(cfg.d, cfg.d, false),
         m_v(cfg.d, cfg.d, false), m_o(cfg.d, cfg.d, false), m_qNorm(m_dh, cfg.normEps), m_kNorm(m_dh, cfg.normEps),
-        m_rope(m_dh, cfg.ropeBase) {}
+        m_rope(m_dh, cfg.ropeBase) {
+    m_o.weight().role = ParamRole::ResidualOutput;
+  }
 
   // Draw order: q, k, v, o (torch.nn.Linear default); the norm gains are reset to 1.
   void init(Rng& rng) {

@@ -32,7 +32,9 @@ class MlpBranch {
  public:
   MlpBranch(Index d, const DeltaBlockBranchOptions& opt)
       : m_d(d), m_hidden(opt.hidden > 0 ? opt.hidden : 4 * d), m_fc1(d, m_hidden), m_act(opt.activation),
-        m_fc2(m_hidden, d) {}
+        m_fc2(m_hidden, d) {
+    m_fc2.weight().role = ParamRole::ResidualOutput;
+  }
 
   static const char* name() { return "mlp"; }
 

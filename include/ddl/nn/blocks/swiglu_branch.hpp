@@ -36,7 +36,9 @@ class SwiGluBranch {
   // (refused otherwise, so a configuration never names an activation the branch does not apply).
   SwiGluBranch(Index d, const DeltaBlockBranchOptions& opt)
       : m_d(d), m_hidden(checkedHidden(d, opt)), m_fc1(d, m_hidden, false), m_fc2(m_hidden, d, false),
-        m_fc3(d, m_hidden, false) {}
+        m_fc3(d, m_hidden, false) {
+    m_fc2.weight().role = ParamRole::ResidualOutput;
+  }
 
   static const char* name() { return "mlp"; }
 

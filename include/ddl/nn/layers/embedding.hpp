@@ -37,6 +37,7 @@ class Embedding {
   Embedding(Index vocab, Index d, Rng& rng, double stddev = 0.02) : m_vocab(vocab), m_d(d) {
     require(vocab >= 1 && d >= 1, "ddl::Embedding", "vocab and d must be >= 1, got vocab = ", vocab, ", d = ", d);
     m_W = Param<S>(vocab, d, /*withDecay=*/true);
+    m_W.role = ParamRole::Embedding;
     fillNormal(m_W.value, rng, 0.0, stddev);
   }
 

@@ -357,7 +357,9 @@ class ConvExpansion : public StateKernel<S> {
   using typename Base::StepCache;
 
   // d, dv, kernel >= 1. Starts as the repetition X = x 1ᵀ (initIdentity).
-  ConvExpansion(Index d, Index dv, Index kernel = 4) : Base("ddl::ConvExpansion", d, dv, kernel) {}
+  ConvExpansion(Index d, Index dv, Index kernel = 4) : Base("ddl::ConvExpansion", d, dv, kernel) {
+    this->m_w.role = ParamRole::KeepsStart;
+  }
 
   // x: (d, N) under layout sequence(B, T) -> X: (d, dv*N). Keeps a view of x for backward: x must stay
   // alive and unchanged until then. X must not alias x.

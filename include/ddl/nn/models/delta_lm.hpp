@@ -9,7 +9,8 @@
 // dimensions ~ N(0, (0.5/sqrt(d))²), the two output projections of each block (attn.o, mlp.fc2)
 // ~ N(0, (0.5/sqrt(d)/sqrt(L))²), the embedding ~ N(0, 0.02²); one-dimensional parameters keep their
 // module's start (gate bias logit(beta0/2), value bias 0, read vectors 1/dv, gains 1, the CC kernel a
-// centred delta) and EC starts as the copy of the current token. Draws in visitParams order.
+// centred delta) and EC starts as the copy of the current token. Draws in visitParams order; the
+// rule reads each parameter's declared role (core/param.hpp ParamRole), not its name.
 //
 // Tied head: the head's matrix is refreshed from E before every forward and its gradient is folded into
 // E's after backward (a V x d copy per step), so the head is one Linear for both choices.
@@ -192,17 +193,15 @@ class DeltaLM {
     Rng rng(seed);
     const double std2d = 0.5 / std::sqrt(static_cast<double>(m_cfg.d));
     const double stdOut = m_cfg.depth > 0 ? std2d / std::sqrt(static_cast<double>(m_cfg.depth)) : std2d;
-    const auto endsWith = [](const std::string& s, const char* tail) {
-      const std::string t(tail);
-      return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;
-    };
-    visitParams("", [&](const std::string& name, Param<S>& p) {
-      if (name == "embed.weight")
-        fillNormal(p.value, rng, 0.0, 0.02);
-      else if (name == "expand.weight")
-        return;  // EC keeps its copy of the current token
-      else if (p.shape.size() >= 2)
-        fillNormal(p.value, rng, 0.0, endsWith(name, "attn.o.weight") || endsWith(name, "mlp.fc2.weight") ? stdOut : std2d);
+    visitParams("", [&](const std::string&, Param<S>& p) {
+      switch (p.role) {
+        case ParamRole::Embedding: fillNormal(p.value, rng, 0.0, 0.02); break;
+        case ParamRole::KeepsStart: break;  // EC keeps its copy of the current token
+        case ParamRole::ResidualOutput: fillNormal(p.value, rng, 0.0, stdOut); break;
+        case ParamRole::Default:
+          if (p.shape.size() >= 2) fillNormal(p.value, rng, 0.0, std2d);  // gains and biases keep their start
+          break;
+      }
     });
     refreshTiedHead();
   }
