@@ -8,6 +8,9 @@
 #error "tests/eigen_guard.hpp must be included before any Eigen header"
 #endif
 #define EIGEN_RUNTIME_NO_MALLOC
+// The layers and blocks compile here, under these checks, not as the library's extern copies
+// (ddl::compiled is built without them); the models stay extern (include/ddl/core/config.hpp).
+#define DDL_EXTERN_LAYERS 0
 #include <stdexcept>
 #include <string>
 

@@ -93,45 +93,14 @@ class CausalSelfAttention {
   }
 
   // Draw order: q, k, v, o (torch.nn.Linear default); the norm gains are reset to 1.
-  void init(Rng& rng) {
-    m_q.init(rng);
-    m_k.init(rng);
-    m_v.init(rng);
-    m_o.init(rng);
-    m_qNorm.weight().value.setOnes();
-    m_kNorm.weight().value.setOnes();
-  }
+  void init(Rng& rng);
 
   // c: (d, B*T) -> out: (d, B*T), layout = sequence(B, T). Keeps views of c and its own activations
   // for backward. out must not alias c.
-  void forward(const Eigen::Ref<const MatX<S>>& c, const TokenLayout& layout, MatX<S>& out) {
-    const char* fn = "ddl::CausalSelfAttention::forward";
-    checkInput(fn, c, layout);
-    requireNoAlias(fn, "c", c, "out", out);
-    m_q.forward(c, m_Q);
-    m_k.forward(c, m_K);
-    m_v.forward(c, m_V);
-    project(layout, m_Q, m_K, m_Qn, m_Kn, true);
-    const bool norm = m_cfg.qkNorm;
-    attend(layout, tokens(norm ? m_Qn : m_Q), tokens(norm ? m_Kn : m_K), m_V, m_A, true);
-    m_o.forward(m_A, out);
-    m_layout = layout;
-    m_hasForward = true;
-  }
+  void forward(const Eigen::Ref<const MatX<S>>& c, const TokenLayout& layout, MatX<S>& out);
 
   // Same out as forward, bit for bit; keeps nothing backward reads (scratch of its own).
-  void forwardInference(const Eigen::Ref<const MatX<S>>& c, const TokenLayout& layout, MatX<S>& out) {
-    const char* fn = "ddl::CausalSelfAttention::forwardInference";
-    checkInput(fn, c, layout);
-    requireNoAlias(fn, "c", c, "out", out);
-    m_q.forwardInference(c, m_iQ);
-    m_k.forwardInference(c, m_iK);
-    m_v.forwardInference(c, m_iV);
-    project(layout, m_iQ, m_iK, m_iQn, m_iKn, false);
-    const bool norm = m_cfg.qkNorm;
-    attend(layout, tokens(norm ? m_iQn : m_iQ), tokens(norm ? m_iKn : m_iK), m_iV, m_iA, false);
-    m_o.forwardInference(m_iA, out);
-  }
+  void forwardInference(const Eigen::Ref<const MatX<S>>& c, const TokenLayout& layout, MatX<S>& out);
 
   // The keys (after RoPE and the QK norm) and values of the positions decoded so far, one sequence.
   struct DecodeCache {
@@ -148,125 +117,18 @@ class CausalSelfAttention {
   };
 
   // Sizes the cache for up to `capacity` positions and empties it (allocates; later steps do not).
-  void startDecode(DecodeCache& cache, Index capacity) const {
-    require(capacity >= 1, "ddl::CausalSelfAttention::startDecode", "capacity must be >= 1, got ", capacity);
-    const Index d = m_cfg.d, half = m_dh / 2;
-    cache.K.resize(d, capacity);
-    cache.V.resize(d, capacity);
-    if (cache.ropeCos.rows() != half || cache.ropeCos.cols() != capacity || cache.ropeBase != m_cfg.ropeBase) {
-      RotaryTable<S> table(m_dh, m_cfg.ropeBase);  // forward's angles, rounded the same way
-      table.reserve(capacity);
-      cache.ropeCos = table.cosines();
-      cache.ropeSin = table.sines();
-      cache.ropeBase = m_cfg.ropeBase;
-    }
-    for (MatX<S>* M : {&cache.q, &cache.k, &cache.v, &cache.a}) M->resize(d, 1);
-    if (m_cfg.qkNorm) {
-      cache.qn.resize(m_dh, m_cfg.heads);
-      cache.kn.resize(m_dh, m_cfg.heads);
-    }
-    cache.p.resize(capacity);
-    cache.length = 0;
-  }
+  void startDecode(DecodeCache& cache, Index capacity) const;
 
   // One new position t = cache.length of one sequence: c (d, 1) the normalised input of that token
   // -> out (d, 1), equal (to rounding) to column t of forwardInference over positions 0..t.
   // Appends its key and value. Throws ddl::Error naming the capacity when the cache is full, and
   // ShapeError for a c of the wrong shape. c (d, n) with n > 1 takes positions length .. length+n-1
   // at once (a prompt's prefill): out (d, n). out must not alias c or the cache.
-  void forwardStep(const Eigen::Ref<const MatX<S>>& c, DecodeCache& cache, MatX<S>& out) {
-    const char* fn = "ddl::CausalSelfAttention::forwardStep";
-    const Index d = m_cfg.d, H = m_cfg.heads, half = m_dh / 2;
-    checkShape(fn, "c", c, d, -1);
-    const Index n = c.cols();
-    if (n < 1) throw ShapeError(message(fn, "c has shape ", shapeOf(c), ", expected (", d, ", n) with n >= 1"));
-    const Index cap = cache.K.cols(), L = cache.length;
-    if (cache.K.rows() != d || cache.V.rows() != d || cache.V.cols() != cap || cache.ropeCos.rows() != half ||
-        cache.ropeCos.cols() != cap || cache.p.size() != cap || L < 0 || L > cap)
-      throw Error(message(fn, "the cache was not started for this layer (K has shape ", shapeOf(cache.K),
-                          ", expected (", d, ", capacity)); call startDecode first"));
-    if (n > cap - L)
-      throw Error(message(fn, "the cache holds ", L, " of its capacity of ", cap, " positions; c brings ", n,
-                          " more, which do not fit (startDecode with a larger capacity)"));
-    requireNoAlias(fn, "c", c, "out", out);
-    requireNoAlias(fn, "cache.K", cache.K, "out", out);
-    requireNoAlias(fn, "cache.V", cache.V, "out", out);
-
-    stepProduct(m_q.weight().value, c, cache.q);
-    stepProduct(m_k.weight().value, c, cache.k);
-    stepProduct(m_v.weight().value, c, cache.v);
-    // RoPE at positions L .. L+n-1: applyRotary's operations with the cache's copy of its table.
-    for (Index j = 0; j < n; ++j) {
-      const Index t = L + j;
-      for (MatX<S>* X : {&cache.q, &cache.k})
-        for (Index h = 0; h < H; ++h) {
-          const Index r = h * m_dh;
-          for (Index i = 0; i < half; ++i) {
-            const S cs = cache.ropeCos(i, t), sn = cache.ropeSin(i, t);
-            const S x1 = (*X)(r + i, j), x2 = (*X)(r + half + i, j);
-            (*X)(r + i, j) = x1 * cs - x2 * sn;
-            (*X)(r + half + i, j) = x2 * cs + x1 * sn;
-          }
-        }
-    }
-    const bool norm = m_cfg.qkNorm;
-    if (norm) {
-      m_qNorm.forwardInference(heads(cache.q), cache.qn);
-      m_kNorm.forwardInference(heads(cache.k), cache.kn);
-    }
-    const TokenMap Q = tokens(norm ? cache.qn : cache.q);
-    cache.K.middleCols(L, n) = tokens(norm ? cache.kn : cache.k);
-    cache.V.middleCols(L, n) = cache.v;
-
-    // Per new query and head: the scores against keys 0 .. t, their softmax as forward takes it
-    // (maximum subtracted, 1 / Σ exp multiplied), and the weighted sum of the values.
-    const S scale = static_cast<S>(1.0 / std::sqrt(static_cast<double>(m_dh)));
-    cache.a.resize(d, n);
-    for (Index j = 0; j < n; ++j) {
-      const Index t = L + j;
-      auto p = cache.p.head(t + 1);
-      for (Index h = 0; h < H; ++h) {
-        const Index r = h * m_dh;
-        p.noalias() = scale * (cache.K.block(r, 0, m_dh, t + 1).transpose() * Q.col(j).segment(r, m_dh));
-        const S m = p.maxCoeff();
-        p = (p.array() - m).exp().matrix();
-        const S inv = S(1) / p.sum();
-        p *= inv;
-        cache.a.col(j).segment(r, m_dh).noalias() = cache.V.block(r, 0, m_dh, t + 1) * p;
-      }
-    }
-    stepProduct(m_o.weight().value, cache.a, out);
-    cache.length = L + n;
-  }
+  void forwardStep(const Eigen::Ref<const MatX<S>>& c, DecodeCache& cache, MatX<S>& out);
 
   // dOut: (d, B*T) of the last forward -> dc: (d, B*T) overwritten; every parameter gradient
   // accumulates (+=). dc must not alias dOut.
-  void backward(const Eigen::Ref<const MatX<S>>& dOut, MatX<S>& dc) {
-    const char* fn = "ddl::CausalSelfAttention::backward";
-    if (!m_hasForward) throw Error(message(fn, "called before forward"));
-    checkShape(fn, "dOut", dOut, m_cfg.d, m_layout.tokens());
-    requireNoAlias(fn, "dOut", dOut, "dc", dc);
-    const Index N = m_layout.tokens();
-    m_o.backward(dOut, m_dA);
-    const bool norm = m_cfg.qkNorm;
-    // dQ, dK are held as (d_h, H*N), one column per (token, head), the shape the norms work on.
-    m_dQ.resize(m_dh, m_cfg.heads * N);
-    m_dK.resize(m_dh, m_cfg.heads * N);
-    m_dV.resize(m_cfg.d, N);
-    attendBackward(tokens(norm ? m_Qn : m_Q), tokens(norm ? m_Kn : m_K));
-    if (norm) {
-      m_qNorm.backward(m_dQ, m_dQ);
-      m_kNorm.backward(m_dK, m_dK);
-    }
-    auto dQ = tokensMut(m_dQ), dK = tokensMut(m_dK);
-    applyRotary(dQ, m_layout.length, m_rope, true);  // the transposed rotation
-    applyRotary(dK, m_layout.length, m_rope, true);
-    m_q.backward(dQ, dc);
-    m_k.backward(dK, m_tmp);
-    dc += m_tmp;
-    m_v.backward(m_dV, m_tmp);
-    dc += m_tmp;
-  }
+  void backward(const Eigen::Ref<const MatX<S>>& dOut, MatX<S>& dc);
 
   // Parameters in a fixed order: q, k, v, o weights [d, d], then q_norm, k_norm gains [d_h] (qkNorm only).
   template <class F>
@@ -288,27 +150,9 @@ class CausalSelfAttention {
   using TokenMap = Eigen::Map<const MatX<S>>;
   using TokenMapMut = Eigen::Map<MatX<S>>;
 
-  static CausalSelfAttentionConfig checked(const CausalSelfAttentionConfig& cfg) {
-    const char* fn = "ddl::CausalSelfAttention";
-    require(cfg.d >= 1 && cfg.heads >= 1, fn, "d and heads must be >= 1, got d = ", cfg.d, ", heads = ", cfg.heads);
-    require(cfg.d % cfg.heads == 0, fn, "d = ", cfg.d, " is not divisible by heads = ", cfg.heads);
-    require((cfg.d / cfg.heads) % 2 == 0, fn, "RoPE rotates pairs of features, so the head size d / heads = ",
-            cfg.d, " / ", cfg.heads, " = ", cfg.d / cfg.heads, " must be even");
-    require(std::isfinite(cfg.ropeBase) && cfg.ropeBase > 0, fn, "ropeBase must be finite and > 0, got ",
-            cfg.ropeBase);
-    require(std::isfinite(cfg.normEps) && cfg.normEps >= 0, fn, "normEps must be finite and >= 0, got ",
-            cfg.normEps);
-    return cfg;
-  }
+  static CausalSelfAttentionConfig checked(const CausalSelfAttentionConfig& cfg);
 
-  void checkInput(const char* fn, const Eigen::Ref<const MatX<S>>& c, const TokenLayout& layout) const {
-    if (layout.height != 1 || layout.width != 1)
-      throw ShapeError(message(fn, "expects a sequence layout (TokenLayout::sequence(B, T)), got ", toString(layout)));
-    checkShape(fn, "c", c, m_cfg.d, -1);
-    if (c.cols() != layout.tokens())
-      throw ShapeError(message(fn, "c has ", c.cols(), " columns but the layout ", toString(layout), " has ",
-                               layout.tokens(), " tokens"));
-  }
+  void checkInput(const char* fn, const Eigen::Ref<const MatX<S>>& c, const TokenLayout& layout) const;
 
   // A (d_h, H*N) per-head matrix read as (d, N) tokens, and back: the same memory.
   TokenMap tokens(const MatX<S>& M) const { return TokenMap(M.data(), m_cfg.d, M.size() / m_cfg.d); }
@@ -317,29 +161,10 @@ class CausalSelfAttention {
 
   // Y (d, n) = W X for the decode step: one column is a matrix-vector product (no workspace, no
   // allocation); a block goes through the step's own product workspace (forward's stay as they are).
-  void stepProduct(const MatX<S>& W, const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) {
-    Y.resize(W.rows(), X.cols());
-    if (X.cols() == 1)
-      Y.col(0).noalias() = W * X.col(0);
-    else
-      m_stepGemm.product(W, false, X, false, Y, S(1), false);
-  }
+  void stepProduct(const MatX<S>& W, const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y);
 
   // RoPE in place on Q and K, then (qkNorm) the per-head norms into Qn, Kn (training: with caches).
-  void project(const TokenLayout& layout, MatX<S>& Q, MatX<S>& K, MatX<S>& Qn, MatX<S>& Kn, bool training) {
-    m_rope.reserve(layout.length);
-    auto q = tokensMut(Q), k = tokensMut(K);
-    applyRotary(q, layout.length, m_rope);
-    applyRotary(k, layout.length, m_rope);
-    if (!m_cfg.qkNorm) return;
-    if (training) {
-      m_qNorm.forward(heads(Q), Qn);
-      m_kNorm.forward(heads(K), Kn);
-    } else {
-      m_qNorm.forwardInference(heads(Q), Qn);
-      m_kNorm.forwardInference(heads(K), Kn);
-    }
-  }
+  void project(const TokenLayout& layout, MatX<S>& Q, MatX<S>& K, MatX<S>& Qn, MatX<S>& Kn, bool training);
 
   // Query (and key) blocks of the causal products; see the header comment.
   static constexpr Index kCausalBlock = 64;
@@ -356,41 +181,9 @@ class CausalSelfAttention {
   };
 
   // Threads for the pair loop; scratch sized (and product buffers made) before any parallel region.
-  int prepareScratch(Index T, Index pairs, bool withGradient) {
-    int threads = 1;
-#if DDL_WITH_OPENMP
-    if (pairs > 1 && pairs * T * T * m_dh >= detail::kLinearParallelMin && !omp_in_parallel())
-      threads = omp_get_max_threads();
-#else
-    (void)pairs;
-#endif
-    if (static_cast<int>(m_scratch.size()) < threads) m_scratch.resize(static_cast<std::size_t>(threads));
-    for (int i = 0; i < threads; ++i) {
-      Scratch& s = m_scratch[static_cast<std::size_t>(i)];
-      s.P.resize(T, T);
-      if (withGradient) s.dP.resize(T, T);
-      const Index nb = causalBlocks(T);
-      s.scores.resize(static_cast<std::size_t>(nb));
-      s.values.resize(static_cast<std::size_t>(nb));
-      s.keys.resize(static_cast<std::size_t>(nb));
-      for (Index i = 0; i < nb; ++i) {
-        const auto u = static_cast<std::size_t>(i);
-        const Index b0 = blockBegin(i), b1 = blockEnd(i, T);
-        s.scores[u].reserve(b1, b1 - b0, m_dh);
-        s.values[u].reserve(m_dh, b1 - b0, b1);
-        if (withGradient) s.keys[u].reserve(m_dh, b1 - b0, T - b0);
-      }
-    }
-    return threads;
-  }
+  int prepareScratch(Index T, Index pairs, bool withGradient);
 
-  static int threadIndex() {
-#if DDL_WITH_OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
-  }
+  static int threadIndex();
 
   // The probabilities of pair (b, h) into P (T, T): per query block [t0, t1) the scaled scores against
   // keys 0 .. t1-1, then per query column t the softmax over keys s <= t; entries s > t inside the
@@ -398,109 +191,15 @@ class CausalSelfAttention {
   // column maximum and 1 / Σ exp; backward (recompute) reuses them, so it repeats forward's operations
   // on the same values.
   void probabilities(Scratch& s, const TokenMap& Q, const TokenMap& K, Index b, Index h, Index T, S* colMax,
-                     S* colInv, bool recompute) {
-    const auto Qb = Q.block(h * m_dh, b * T, m_dh, T);
-    const auto Kb = K.block(h * m_dh, b * T, m_dh, T);
-    const S scale = static_cast<S>(1.0 / std::sqrt(static_cast<double>(m_dh)));
-    for (Index i = 0, nb = causalBlocks(T); i < nb; ++i) {
-      const Index t0 = blockBegin(i), t1 = blockEnd(i, T);
-      s.scores[static_cast<std::size_t>(i)].product(Kb.leftCols(t1), true, Qb.middleCols(t0, t1 - t0), false,
-                                                    s.P.block(0, t0, t1, t1 - t0), scale, false);
-      for (Index t = t0; t < t1; ++t) {
-        auto p = s.P.col(t).head(t + 1).array();
-        if (recompute) {
-          p = (p - colMax[t]).exp();
-          p *= colInv[t];
-        } else {
-          const S m = p.maxCoeff();
-          p = (p - m).exp();
-          const S inv = S(1) / p.sum();
-          p *= inv;
-          if (colMax != nullptr) {
-            colMax[t] = m;
-            colInv[t] = inv;
-          }
-        }
-        s.P.col(t).segment(t + 1, t1 - t - 1).setZero();
-      }
-    }
-  }
+                     S* colInv, bool recompute);
 
   // A: (d, N) = heads concatenated; record keeps the softmax statistics for backward.
   void attend(const TokenLayout& layout, const TokenMap& Q, const TokenMap& K, const MatX<S>& V, MatX<S>& A,
-              bool record) {
-    const Index B = layout.batch, T = layout.length, H = m_cfg.heads, pairs = B * H;
-    A.resize(m_cfg.d, B * T);
-    if (record) {
-      m_colMax.resize(T, pairs);
-      m_colInv.resize(T, pairs);
-    }
-    [[maybe_unused]] const int threads = prepareScratch(T, pairs, false);  // read by the pragma
-    ParallelErrors errors;  // nothing here should throw; an escaping exception would end the process
-    DDL_OMP(parallel for schedule(static) num_threads(threads) if (threads > 1))
-    for (Index pair = 0; pair < pairs; ++pair) {
-      errors.guard([&] {
-        const Index b = pair / H, h = pair % H;
-        Scratch& s = m_scratch[static_cast<std::size_t>(threadIndex())];
-        probabilities(s, Q, K, b, h, T, record ? m_colMax.col(pair).data() : nullptr,
-                      record ? m_colInv.col(pair).data() : nullptr, false);
-        for (Index i = 0, nb = causalBlocks(T); i < nb; ++i) {  // o[:, t0:t1] = V[:, 0:t1] P[0:t1, t0:t1]
-          const Index t0 = blockBegin(i), t1 = blockEnd(i, T);
-          s.values[static_cast<std::size_t>(i)].product(V.block(h * m_dh, b * T, m_dh, t1), false,
-                                                        s.P.block(0, t0, t1, t1 - t0), false,
-                                                        A.block(h * m_dh, b * T + t0, m_dh, t1 - t0), S(1), false);
-        }
-      });
-    }
-    errors.rethrow();
-  }
+              bool record);
 
   // From m_dA: the gradients of the attention's q, k (as used: after the norms when qkNorm) into
   // m_dQ, m_dK and of v into m_dV.
-  void attendBackward(const TokenMap& Q, const TokenMap& K) {
-    const Index B = m_layout.batch, T = m_layout.length, H = m_cfg.heads, pairs = B * H;
-    const S scale = static_cast<S>(1.0 / std::sqrt(static_cast<double>(m_dh)));
-    auto dQ = tokensMut(m_dQ), dK = tokensMut(m_dK);
-    [[maybe_unused]] const int threads = prepareScratch(T, pairs, true);
-    ParallelErrors errors;
-    DDL_OMP(parallel for schedule(static) num_threads(threads) if (threads > 1))
-    for (Index pair = 0; pair < pairs; ++pair) {
-      errors.guard([&] {
-        const Index b = pair / H, h = pair % H, r = h * m_dh, c0 = b * T;
-        Scratch& s = m_scratch[static_cast<std::size_t>(threadIndex())];
-        probabilities(s, Q, K, b, h, T, m_colMax.col(pair).data(), m_colInv.col(pair).data(), true);
-        const auto dO = m_dA.block(r, c0, m_dh, T);
-        const auto Vb = m_V.block(r, c0, m_dh, T);
-        const auto Kb = K.block(r, c0, m_dh, T);
-        const auto Qb = Q.block(r, c0, m_dh, T);
-        const Index nb = causalBlocks(T);
-        for (Index i = 0; i < nb; ++i) {  // per query block [t0, t1): dP, dS, dQ over keys 0 .. t1-1
-          const auto u = static_cast<std::size_t>(i);
-          const Index t0 = blockBegin(i), t1 = blockEnd(i, T), n = t1 - t0;
-          s.scores[u].product(Vb.leftCols(t1), true, dO.middleCols(t0, n), false, s.dP.block(0, t0, t1, n), S(1),
-                              false);  // dP = Vᵀ dO
-          for (Index t = t0; t < t1; ++t) {
-            const auto p = s.P.col(t).head(t + 1).array();
-            auto g = s.dP.col(t).head(t + 1).array();
-            const S D = (p * g).sum();
-            g = p * (g - D);  // dS, the softmax's backward
-            s.dP.col(t).segment(t + 1, t1 - t - 1).setZero();
-          }
-          s.values[u].product(Kb.leftCols(t1), false, s.dP.block(0, t0, t1, n), false, dQ.block(r, c0 + t0, m_dh, n),
-                              scale, false);  // dQ = K dS
-        }
-        for (Index i = 0; i < nb; ++i) {  // per key block [s0, s1): the queries t >= s0
-          const auto u = static_cast<std::size_t>(i);
-          const Index s0 = blockBegin(i), s1 = blockEnd(i, T), n = s1 - s0, m = T - s0;
-          s.keys[u].product(dO.middleCols(s0, m), false, s.P.block(s0, s0, n, m), true,
-                            m_dV.block(r, c0 + s0, m_dh, n), S(1), false);  // dV = dO Pᵀ
-          s.keys[u].product(Qb.middleCols(s0, m), false, s.dP.block(s0, s0, n, m), true, dK.block(r, c0 + s0, m_dh, n),
-                            scale, false);  // dK = Q dSᵀ
-        }
-      });
-    }
-    errors.rethrow();
-  }
+  void attendBackward(const TokenMap& Q, const TokenMap& K);
 
   CausalSelfAttentionConfig m_cfg;
   Index m_dh;
@@ -519,5 +218,361 @@ class CausalSelfAttention {
   std::vector<Scratch> m_scratch;  // per thread
   GemmWorkspace<S> m_stepGemm;    // forwardStep's products over a block of n > 1 positions
 };
+
+template <class S>
+void CausalSelfAttention<S>::init(Rng& rng) {
+  m_q.init(rng);
+  m_k.init(rng);
+  m_v.init(rng);
+  m_o.init(rng);
+  m_qNorm.weight().value.setOnes();
+  m_kNorm.weight().value.setOnes();
+}
+
+template <class S>
+void CausalSelfAttention<S>::forward(const Eigen::Ref<const MatX<S>>& c, const TokenLayout& layout, MatX<S>& out) {
+  const char* fn = "ddl::CausalSelfAttention::forward";
+  checkInput(fn, c, layout);
+  requireNoAlias(fn, "c", c, "out", out);
+  m_q.forward(c, m_Q);
+  m_k.forward(c, m_K);
+  m_v.forward(c, m_V);
+  project(layout, m_Q, m_K, m_Qn, m_Kn, true);
+  const bool norm = m_cfg.qkNorm;
+  attend(layout, tokens(norm ? m_Qn : m_Q), tokens(norm ? m_Kn : m_K), m_V, m_A, true);
+  m_o.forward(m_A, out);
+  m_layout = layout;
+  m_hasForward = true;
+}
+
+template <class S>
+void CausalSelfAttention<S>::forwardInference(const Eigen::Ref<const MatX<S>>& c, const TokenLayout& layout,
+                                              MatX<S>& out) {
+  const char* fn = "ddl::CausalSelfAttention::forwardInference";
+  checkInput(fn, c, layout);
+  requireNoAlias(fn, "c", c, "out", out);
+  m_q.forwardInference(c, m_iQ);
+  m_k.forwardInference(c, m_iK);
+  m_v.forwardInference(c, m_iV);
+  project(layout, m_iQ, m_iK, m_iQn, m_iKn, false);
+  const bool norm = m_cfg.qkNorm;
+  attend(layout, tokens(norm ? m_iQn : m_iQ), tokens(norm ? m_iKn : m_iK), m_iV, m_iA, false);
+  m_o.forwardInference(m_iA, out);
+}
+
+template <class S>
+void CausalSelfAttention<S>::startDecode(DecodeCache& cache, Index capacity) const {
+  require(capacity >= 1, "ddl::CausalSelfAttention::startDecode", "capacity must be >= 1, got ", capacity);
+  const Index d = m_cfg.d, half = m_dh / 2;
+  cache.K.resize(d, capacity);
+  cache.V.resize(d, capacity);
+  if (cache.ropeCos.rows() != half || cache.ropeCos.cols() != capacity || cache.ropeBase != m_cfg.ropeBase) {
+    RotaryTable<S> table(m_dh, m_cfg.ropeBase);  // forward's angles, rounded the same way
+    table.reserve(capacity);
+    cache.ropeCos = table.cosines();
+    cache.ropeSin = table.sines();
+    cache.ropeBase = m_cfg.ropeBase;
+  }
+  for (MatX<S>* M : {&cache.q, &cache.k, &cache.v, &cache.a}) M->resize(d, 1);
+  if (m_cfg.qkNorm) {
+    cache.qn.resize(m_dh, m_cfg.heads);
+    cache.kn.resize(m_dh, m_cfg.heads);
+  }
+  cache.p.resize(capacity);
+  cache.length = 0;
+}
+
+template <class S>
+void CausalSelfAttention<S>::forwardStep(const Eigen::Ref<const MatX<S>>& c, DecodeCache& cache, MatX<S>& out) {
+  const char* fn = "ddl::CausalSelfAttention::forwardStep";
+  const Index d = m_cfg.d, H = m_cfg.heads, half = m_dh / 2;
+  checkShape(fn, "c", c, d, -1);
+  const Index n = c.cols();
+  if (n < 1) throw ShapeError(message(fn, "c has shape ", shapeOf(c), ", expected (", d, ", n) with n >= 1"));
+  const Index cap = cache.K.cols(), L = cache.length;
+  if (cache.K.rows() != d || cache.V.rows() != d || cache.V.cols() != cap || cache.ropeCos.rows() != half ||
+      cache.ropeCos.cols() != cap || cache.p.size() != cap || L < 0 || L > cap)
+    throw Error(message(fn, "the cache was not started for this layer (K has shape ", shapeOf(cache.K),
+                        ", expected (", d, ", capacity)); call startDecode first"));
+  if (n > cap - L)
+    throw Error(message(fn, "the cache holds ", L, " of its capacity of ", cap, " positions; c brings ", n,
+                        " more, which do not fit (startDecode with a larger capacity)"));
+  requireNoAlias(fn, "c", c, "out", out);
+  requireNoAlias(fn, "cache.K", cache.K, "out", out);
+  requireNoAlias(fn, "cache.V", cache.V, "out", out);
+
+  stepProduct(m_q.weight().value, c, cache.q);
+  stepProduct(m_k.weight().value, c, cache.k);
+  stepProduct(m_v.weight().value, c, cache.v);
+  // RoPE at positions L .. L+n-1: applyRotary's operations with the cache's copy of its table.
+  for (Index j = 0; j < n; ++j) {
+    const Index t = L + j;
+    for (MatX<S>* X : {&cache.q, &cache.k})
+      for (Index h = 0; h < H; ++h) {
+        const Index r = h * m_dh;
+        for (Index i = 0; i < half; ++i) {
+          const S cs = cache.ropeCos(i, t), sn = cache.ropeSin(i, t);
+          const S x1 = (*X)(r + i, j), x2 = (*X)(r + half + i, j);
+          (*X)(r + i, j) = x1 * cs - x2 * sn;
+          (*X)(r + half + i, j) = x2 * cs + x1 * sn;
+        }
+      }
+  }
+  const bool norm = m_cfg.qkNorm;
+  if (norm) {
+    m_qNorm.forwardInference(heads(cache.q), cache.qn);
+    m_kNorm.forwardInference(heads(cache.k), cache.kn);
+  }
+  const TokenMap Q = tokens(norm ? cache.qn : cache.q);
+  cache.K.middleCols(L, n) = tokens(norm ? cache.kn : cache.k);
+  cache.V.middleCols(L, n) = cache.v;
+
+  // Per new query and head: the scores against keys 0 .. t, their softmax as forward takes it
+  // (maximum subtracted, 1 / Σ exp multiplied), and the weighted sum of the values.
+  const S scale = static_cast<S>(1.0 / std::sqrt(static_cast<double>(m_dh)));
+  cache.a.resize(d, n);
+  for (Index j = 0; j < n; ++j) {
+    const Index t = L + j;
+    auto p = cache.p.head(t + 1);
+    for (Index h = 0; h < H; ++h) {
+      const Index r = h * m_dh;
+      p.noalias() = scale * (cache.K.block(r, 0, m_dh, t + 1).transpose() * Q.col(j).segment(r, m_dh));
+      const S m = p.maxCoeff();
+      p = (p.array() - m).exp().matrix();
+      const S inv = S(1) / p.sum();
+      p *= inv;
+      cache.a.col(j).segment(r, m_dh).noalias() = cache.V.block(r, 0, m_dh, t + 1) * p;
+    }
+  }
+  stepProduct(m_o.weight().value, cache.a, out);
+  cache.length = L + n;
+}
+
+template <class S>
+void CausalSelfAttention<S>::backward(const Eigen::Ref<const MatX<S>>& dOut, MatX<S>& dc) {
+  const char* fn = "ddl::CausalSelfAttention::backward";
+  if (!m_hasForward) throw Error(message(fn, "called before forward"));
+  checkShape(fn, "dOut", dOut, m_cfg.d, m_layout.tokens());
+  requireNoAlias(fn, "dOut", dOut, "dc", dc);
+  const Index N = m_layout.tokens();
+  m_o.backward(dOut, m_dA);
+  const bool norm = m_cfg.qkNorm;
+  // dQ, dK are held as (d_h, H*N), one column per (token, head), the shape the norms work on.
+  m_dQ.resize(m_dh, m_cfg.heads * N);
+  m_dK.resize(m_dh, m_cfg.heads * N);
+  m_dV.resize(m_cfg.d, N);
+  attendBackward(tokens(norm ? m_Qn : m_Q), tokens(norm ? m_Kn : m_K));
+  if (norm) {
+    m_qNorm.backward(m_dQ, m_dQ);
+    m_kNorm.backward(m_dK, m_dK);
+  }
+  auto dQ = tokensMut(m_dQ), dK = tokensMut(m_dK);
+  applyRotary(dQ, m_layout.length, m_rope, true);  // the transposed rotation
+  applyRotary(dK, m_layout.length, m_rope, true);
+  m_q.backward(dQ, dc);
+  m_k.backward(dK, m_tmp);
+  dc += m_tmp;
+  m_v.backward(m_dV, m_tmp);
+  dc += m_tmp;
+}
+
+template <class S>
+CausalSelfAttentionConfig CausalSelfAttention<S>::checked(const CausalSelfAttentionConfig& cfg) {
+  const char* fn = "ddl::CausalSelfAttention";
+  require(cfg.d >= 1 && cfg.heads >= 1, fn, "d and heads must be >= 1, got d = ", cfg.d, ", heads = ", cfg.heads);
+  require(cfg.d % cfg.heads == 0, fn, "d = ", cfg.d, " is not divisible by heads = ", cfg.heads);
+  require((cfg.d / cfg.heads) % 2 == 0, fn, "RoPE rotates pairs of features, so the head size d / heads = ",
+          cfg.d, " / ", cfg.heads, " = ", cfg.d / cfg.heads, " must be even");
+  require(std::isfinite(cfg.ropeBase) && cfg.ropeBase > 0, fn, "ropeBase must be finite and > 0, got ",
+          cfg.ropeBase);
+  require(std::isfinite(cfg.normEps) && cfg.normEps >= 0, fn, "normEps must be finite and >= 0, got ",
+          cfg.normEps);
+  return cfg;
+}
+
+template <class S>
+void CausalSelfAttention<S>::checkInput(const char* fn, const Eigen::Ref<const MatX<S>>& c,
+                                        const TokenLayout& layout) const {
+  if (layout.height != 1 || layout.width != 1)
+    throw ShapeError(message(fn, "expects a sequence layout (TokenLayout::sequence(B, T)), got ", toString(layout)));
+  checkShape(fn, "c", c, m_cfg.d, -1);
+  if (c.cols() != layout.tokens())
+    throw ShapeError(message(fn, "c has ", c.cols(), " columns but the layout ", toString(layout), " has ",
+                             layout.tokens(), " tokens"));
+}
+
+template <class S>
+void CausalSelfAttention<S>::stepProduct(const MatX<S>& W, const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) {
+  Y.resize(W.rows(), X.cols());
+  if (X.cols() == 1)
+    Y.col(0).noalias() = W * X.col(0);
+  else
+    m_stepGemm.product(W, false, X, false, Y, S(1), false);
+}
+
+template <class S>
+void CausalSelfAttention<S>::project(const TokenLayout& layout, MatX<S>& Q, MatX<S>& K, MatX<S>& Qn, MatX<S>& Kn,
+                                     bool training) {
+  m_rope.reserve(layout.length);
+  auto q = tokensMut(Q), k = tokensMut(K);
+  applyRotary(q, layout.length, m_rope);
+  applyRotary(k, layout.length, m_rope);
+  if (!m_cfg.qkNorm) return;
+  if (training) {
+    m_qNorm.forward(heads(Q), Qn);
+    m_kNorm.forward(heads(K), Kn);
+  } else {
+    m_qNorm.forwardInference(heads(Q), Qn);
+    m_kNorm.forwardInference(heads(K), Kn);
+  }
+}
+
+template <class S>
+int CausalSelfAttention<S>::prepareScratch(Index T, Index pairs, bool withGradient) {
+  int threads = 1;
+#if DDL_WITH_OPENMP
+  if (pairs > 1 && pairs * T * T * m_dh >= detail::kLinearParallelMin && !omp_in_parallel())
+    threads = omp_get_max_threads();
+#else
+  (void)pairs;
+#endif
+  if (static_cast<int>(m_scratch.size()) < threads) m_scratch.resize(static_cast<std::size_t>(threads));
+  for (int i = 0; i < threads; ++i) {
+    Scratch& s = m_scratch[static_cast<std::size_t>(i)];
+    s.P.resize(T, T);
+    if (withGradient) s.dP.resize(T, T);
+    const Index nb = causalBlocks(T);
+    s.scores.resize(static_cast<std::size_t>(nb));
+    s.values.resize(static_cast<std::size_t>(nb));
+    s.keys.resize(static_cast<std::size_t>(nb));
+    for (Index i = 0; i < nb; ++i) {
+      const auto u = static_cast<std::size_t>(i);
+      const Index b0 = blockBegin(i), b1 = blockEnd(i, T);
+      s.scores[u].reserve(b1, b1 - b0, m_dh);
+      s.values[u].reserve(m_dh, b1 - b0, b1);
+      if (withGradient) s.keys[u].reserve(m_dh, b1 - b0, T - b0);
+    }
+  }
+  return threads;
+}
+
+template <class S>
+int CausalSelfAttention<S>::threadIndex() {
+#if DDL_WITH_OPENMP
+  return omp_get_thread_num();
+#else
+  return 0;
+#endif
+}
+
+template <class S>
+void CausalSelfAttention<S>::probabilities(Scratch& s, const TokenMap& Q, const TokenMap& K, Index b, Index h, Index T,
+                                           S* colMax, S* colInv, bool recompute) {
+  const auto Qb = Q.block(h * m_dh, b * T, m_dh, T);
+  const auto Kb = K.block(h * m_dh, b * T, m_dh, T);
+  const S scale = static_cast<S>(1.0 / std::sqrt(static_cast<double>(m_dh)));
+  for (Index i = 0, nb = causalBlocks(T); i < nb; ++i) {
+    const Index t0 = blockBegin(i), t1 = blockEnd(i, T);
+    s.scores[static_cast<std::size_t>(i)].product(Kb.leftCols(t1), true, Qb.middleCols(t0, t1 - t0), false,
+                                                  s.P.block(0, t0, t1, t1 - t0), scale, false);
+    for (Index t = t0; t < t1; ++t) {
+      auto p = s.P.col(t).head(t + 1).array();
+      if (recompute) {
+        p = (p - colMax[t]).exp();
+        p *= colInv[t];
+      } else {
+        const S m = p.maxCoeff();
+        p = (p - m).exp();
+        const S inv = S(1) / p.sum();
+        p *= inv;
+        if (colMax != nullptr) {
+          colMax[t] = m;
+          colInv[t] = inv;
+        }
+      }
+      s.P.col(t).segment(t + 1, t1 - t - 1).setZero();
+    }
+  }
+}
+
+template <class S>
+void CausalSelfAttention<S>::attend(const TokenLayout& layout, const TokenMap& Q, const TokenMap& K, const MatX<S>& V,
+                                    MatX<S>& A, bool record) {
+  const Index B = layout.batch, T = layout.length, H = m_cfg.heads, pairs = B * H;
+  A.resize(m_cfg.d, B * T);
+  if (record) {
+    m_colMax.resize(T, pairs);
+    m_colInv.resize(T, pairs);
+  }
+  [[maybe_unused]] const int threads = prepareScratch(T, pairs, false);  // read by the pragma
+  ParallelErrors errors;  // nothing here should throw; an escaping exception would end the process
+  DDL_OMP(parallel for schedule(static) num_threads(threads) if (threads > 1))
+  for (Index pair = 0; pair < pairs; ++pair) {
+    errors.guard([&] {
+      const Index b = pair / H, h = pair % H;
+      Scratch& s = m_scratch[static_cast<std::size_t>(threadIndex())];
+      probabilities(s, Q, K, b, h, T, record ? m_colMax.col(pair).data() : nullptr,
+                    record ? m_colInv.col(pair).data() : nullptr, false);
+      for (Index i = 0, nb = causalBlocks(T); i < nb; ++i) {  // o[:, t0:t1] = V[:, 0:t1] P[0:t1, t0:t1]
+        const Index t0 = blockBegin(i), t1 = blockEnd(i, T);
+        s.values[static_cast<std::size_t>(i)].product(V.block(h * m_dh, b * T, m_dh, t1), false,
+                                                      s.P.block(0, t0, t1, t1 - t0), false,
+                                                      A.block(h * m_dh, b * T + t0, m_dh, t1 - t0), S(1), false);
+      }
+    });
+  }
+  errors.rethrow();
+}
+
+template <class S>
+void CausalSelfAttention<S>::attendBackward(const TokenMap& Q, const TokenMap& K) {
+  const Index B = m_layout.batch, T = m_layout.length, H = m_cfg.heads, pairs = B * H;
+  const S scale = static_cast<S>(1.0 / std::sqrt(static_cast<double>(m_dh)));
+  auto dQ = tokensMut(m_dQ), dK = tokensMut(m_dK);
+  [[maybe_unused]] const int threads = prepareScratch(T, pairs, true);
+  ParallelErrors errors;
+  DDL_OMP(parallel for schedule(static) num_threads(threads) if (threads > 1))
+  for (Index pair = 0; pair < pairs; ++pair) {
+    errors.guard([&] {
+      const Index b = pair / H, h = pair % H, r = h * m_dh, c0 = b * T;
+      Scratch& s = m_scratch[static_cast<std::size_t>(threadIndex())];
+      probabilities(s, Q, K, b, h, T, m_colMax.col(pair).data(), m_colInv.col(pair).data(), true);
+      const auto dO = m_dA.block(r, c0, m_dh, T);
+      const auto Vb = m_V.block(r, c0, m_dh, T);
+      const auto Kb = K.block(r, c0, m_dh, T);
+      const auto Qb = Q.block(r, c0, m_dh, T);
+      const Index nb = causalBlocks(T);
+      for (Index i = 0; i < nb; ++i) {  // per query block [t0, t1): dP, dS, dQ over keys 0 .. t1-1
+        const auto u = static_cast<std::size_t>(i);
+        const Index t0 = blockBegin(i), t1 = blockEnd(i, T), n = t1 - t0;
+        s.scores[u].product(Vb.leftCols(t1), true, dO.middleCols(t0, n), false, s.dP.block(0, t0, t1, n), S(1),
+                            false);  // dP = Vᵀ dO
+        for (Index t = t0; t < t1; ++t) {
+          const auto p = s.P.col(t).head(t + 1).array();
+          auto g = s.dP.col(t).head(t + 1).array();
+          const S D = (p * g).sum();
+          g = p * (g - D);  // dS, the softmax's backward
+          s.dP.col(t).segment(t + 1, t1 - t - 1).setZero();
+        }
+        s.values[u].product(Kb.leftCols(t1), false, s.dP.block(0, t0, t1, n), false, dQ.block(r, c0 + t0, m_dh, n),
+                            scale, false);  // dQ = K dS
+      }
+      for (Index i = 0; i < nb; ++i) {  // per key block [s0, s1): the queries t >= s0
+        const auto u = static_cast<std::size_t>(i);
+        const Index s0 = blockBegin(i), s1 = blockEnd(i, T), n = s1 - s0, m = T - s0;
+        s.keys[u].product(dO.middleCols(s0, m), false, s.P.block(s0, s0, n, m), true,
+                          m_dV.block(r, c0 + s0, m_dh, n), S(1), false);  // dV = dO Pᵀ
+        s.keys[u].product(Qb.middleCols(s0, m), false, s.dP.block(s0, s0, n, m), true, dK.block(r, c0 + s0, m_dh, n),
+                          scale, false);  // dK = Q dSᵀ
+      }
+    });
+  }
+  errors.rethrow();
+}
+
+#if DDL_EXTERN_LAYERS  // compiled once in the library ddl::compiled (docs/building.md)
+extern template class CausalSelfAttention<float>;
+extern template class CausalSelfAttention<double>;
+#endif
 
 }  // namespace ddl

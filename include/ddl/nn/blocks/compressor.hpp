@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ddl/core/alias.hpp"
+#include "ddl/core/config.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/reduce.hpp"
@@ -60,61 +61,17 @@ class Compressor {
   void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Xin) { forward(X, Xin, m_cache); }
 
   // The same, recording this application in cache.
-  void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Xin, Cache& cache) {
-    const Index N = checkedTokens("ddl::Compressor::forward", X);
-    requireNoAlias("ddl::Compressor::forward", "X", X, "Xin", Xin);
-    cache.X.bind(X);
-    cache.N = N;
-    if (m_kind == CompressorKind::Structured) effectiveWeights(m_weff);  // depends on the parameters only
-    compress(X, N, m_weff, Xin);
-  }
+  void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Xin, Cache& cache);
 
   // Same Xin as forward, bit for bit; caches nothing (backward still refers to the last forward) and
   // allocates nothing once Xin has its shape. Xin must not alias X.
-  void forwardInference(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Xin) {
-    const Index N = checkedTokens("ddl::Compressor::forwardInference", X);
-    requireNoAlias("ddl::Compressor::forwardInference", "X", X, "Xin", Xin);
-    if (m_kind == CompressorKind::Structured) effectiveWeights(m_weffInference);
-    compress(X, N, m_weffInference, Xin);
-  }
+  void forwardInference(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Xin);
 
   // dXin: (d, N) -> dX: (d, dv*N) overwritten; parameter gradients accumulate.
   void backward(const Eigen::Ref<const MatX<S>>& dXin, MatX<S>& dX) { backward(dXin, dX, m_cache); }
 
   // The same for the application recorded in cache.
-  void backward(const Eigen::Ref<const MatX<S>>& dXin, MatX<S>& dX, const Cache& cache) {
-    const char* fn = "ddl::Compressor::backward";
-    if (cache.N < 0) throw Error(message(fn, "called before forward"));
-    const Index N = cache.N;
-    checkShape(fn, "dXin", dXin, m_d, N);
-    const auto X = cache.X.map();
-    dX.resize(m_d, m_dv * N);
-    if (m_kind == CompressorKind::Free) {
-      for (Index j = 0; j < m_dv; ++j) {
-        dX.middleCols(j * N, N) = dXin.array().colwise() * m_W.value.col(j).array();
-        m_rowAcc.setZero(m_d);  // sums over tokens in double (core/reduce.hpp)
-        addRowDots(dXin, X.middleCols(j * N, N), m_rowAcc);
-        m_W.grad.col(j) += m_rowAcc.template cast<S>();
-      }
-    } else {
-      m_dweff.resize(m_dv);
-      for (Index j = 0; j < m_dv; ++j) {
-        dX.middleCols(j * N, N) = m_weff(j) * dXin;
-        m_rowAcc.setZero(m_d);
-        addRowDots(dXin, X.middleCols(j * N, N), m_rowAcc);
-        m_dweff(j) = static_cast<S>(sumWide(m_rowAcc));
-      }
-      // w_eff[j] = sum_j' r[j'] a[t] with t = j - j' + K/2 in [0, K)
-      const Index half = m_kernel / 2;
-      for (Index jp = 0; jp < m_dv; ++jp)
-        for (Index t = 0; t < m_kernel; ++t) {
-          const Index j = jp + t - half;
-          if (j < 0 || j >= m_dv) continue;
-          m_read.grad(jp, 0) += m_dweff(j) * m_conv.value(t, 0);
-          m_conv.grad(t, 0) += m_dweff(j) * m_read.value(jp, 0);
-        }
-    }
-  }
+  void backward(const Eigen::Ref<const MatX<S>>& dXin, MatX<S>& dX, const Cache& cache);
 
   template <class F>
   void visitParams(const std::string& prefix, F&& f) {
@@ -129,39 +86,12 @@ class Compressor {
   CompressorKind kind() const { return m_kind; }
 
  private:
-  Index checkedTokens(const char* fn, const Eigen::Ref<const MatX<S>>& X) const {
-    if (X.rows() != m_d || X.cols() % m_dv != 0)
-      throw ShapeError(message(fn, "X has shape ", shapeOf(X), ", expected (", m_d, ", ", m_dv, "*N)"));
-    return X.cols() / m_dv;
-  }
+  Index checkedTokens(const char* fn, const Eigen::Ref<const MatX<S>>& X) const;
 
   // Xin = sum_j W_j ⊙ X_j (Free) or sum_j weff[j] X_j (Structured).
-  void compress(const Eigen::Ref<const MatX<S>>& X, Index N, const VecX<S>& weff, MatX<S>& Xin) const {
-    Xin.resize(m_d, N);
-    for (Index j = 0; j < m_dv; ++j) {
-      if (m_kind == CompressorKind::Free) {
-        if (j == 0)
-          Xin = X.middleCols(0, N).array().colwise() * m_W.value.col(0).array();
-        else
-          Xin.array() += X.middleCols(j * N, N).array().colwise() * m_W.value.col(j).array();
-      } else {
-        if (j == 0)
-          Xin = weff(0) * X.middleCols(0, N);
-        else
-          Xin += weff(j) * X.middleCols(j * N, N);
-      }
-    }
-  }
+  void compress(const Eigen::Ref<const MatX<S>>& X, Index N, const VecX<S>& weff, MatX<S>& Xin) const;
 
-  void effectiveWeights(VecX<S>& weff) const {
-    weff.setZero(m_dv);
-    const Index half = m_kernel / 2;
-    for (Index jp = 0; jp < m_dv; ++jp)
-      for (Index t = 0; t < m_kernel; ++t) {
-        const Index j = jp + t - half;
-        if (j >= 0 && j < m_dv) weff(j) += m_read.value(jp, 0) * m_conv.value(t, 0);
-      }
-  }
+  void effectiveWeights(VecX<S>& weff) const;
 
   Index m_d, m_dv;
   CompressorKind m_kind;
@@ -171,5 +101,99 @@ class Compressor {
   VecX<S> m_weff, m_dweff, m_weffInference;
   VecX<SumType<S>> m_rowAcc;  // (d) scratch of backward
 };
+
+template <class S>
+void Compressor<S>::forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Xin, Cache& cache) {
+  const Index N = checkedTokens("ddl::Compressor::forward", X);
+  requireNoAlias("ddl::Compressor::forward", "X", X, "Xin", Xin);
+  cache.X.bind(X);
+  cache.N = N;
+  if (m_kind == CompressorKind::Structured) effectiveWeights(m_weff);  // depends on the parameters only
+  compress(X, N, m_weff, Xin);
+}
+
+template <class S>
+void Compressor<S>::forwardInference(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Xin) {
+  const Index N = checkedTokens("ddl::Compressor::forwardInference", X);
+  requireNoAlias("ddl::Compressor::forwardInference", "X", X, "Xin", Xin);
+  if (m_kind == CompressorKind::Structured) effectiveWeights(m_weffInference);
+  compress(X, N, m_weffInference, Xin);
+}
+
+template <class S>
+void Compressor<S>::backward(const Eigen::Ref<const MatX<S>>& dXin, MatX<S>& dX, const Cache& cache) {
+  const char* fn = "ddl::Compressor::backward";
+  if (cache.N < 0) throw Error(message(fn, "called before forward"));
+  const Index N = cache.N;
+  checkShape(fn, "dXin", dXin, m_d, N);
+  const auto X = cache.X.map();
+  dX.resize(m_d, m_dv * N);
+  if (m_kind == CompressorKind::Free) {
+    for (Index j = 0; j < m_dv; ++j) {
+      dX.middleCols(j * N, N) = dXin.array().colwise() * m_W.value.col(j).array();
+      m_rowAcc.setZero(m_d);  // sums over tokens in double (core/reduce.hpp)
+      addRowDots(dXin, X.middleCols(j * N, N), m_rowAcc);
+      m_W.grad.col(j) += m_rowAcc.template cast<S>();
+    }
+  } else {
+    m_dweff.resize(m_dv);
+    for (Index j = 0; j < m_dv; ++j) {
+      dX.middleCols(j * N, N) = m_weff(j) * dXin;
+      m_rowAcc.setZero(m_d);
+      addRowDots(dXin, X.middleCols(j * N, N), m_rowAcc);
+      m_dweff(j) = static_cast<S>(sumWide(m_rowAcc));
+    }
+    // w_eff[j] = sum_j' r[j'] a[t] with t = j - j' + K/2 in [0, K)
+    const Index half = m_kernel / 2;
+    for (Index jp = 0; jp < m_dv; ++jp)
+      for (Index t = 0; t < m_kernel; ++t) {
+        const Index j = jp + t - half;
+        if (j < 0 || j >= m_dv) continue;
+        m_read.grad(jp, 0) += m_dweff(j) * m_conv.value(t, 0);
+        m_conv.grad(t, 0) += m_dweff(j) * m_read.value(jp, 0);
+      }
+  }
+}
+
+template <class S>
+Index Compressor<S>::checkedTokens(const char* fn, const Eigen::Ref<const MatX<S>>& X) const {
+  if (X.rows() != m_d || X.cols() % m_dv != 0)
+    throw ShapeError(message(fn, "X has shape ", shapeOf(X), ", expected (", m_d, ", ", m_dv, "*N)"));
+  return X.cols() / m_dv;
+}
+
+template <class S>
+void Compressor<S>::compress(const Eigen::Ref<const MatX<S>>& X, Index N, const VecX<S>& weff, MatX<S>& Xin) const {
+  Xin.resize(m_d, N);
+  for (Index j = 0; j < m_dv; ++j) {
+    if (m_kind == CompressorKind::Free) {
+      if (j == 0)
+        Xin = X.middleCols(0, N).array().colwise() * m_W.value.col(0).array();
+      else
+        Xin.array() += X.middleCols(j * N, N).array().colwise() * m_W.value.col(j).array();
+    } else {
+      if (j == 0)
+        Xin = weff(0) * X.middleCols(0, N);
+      else
+        Xin += weff(j) * X.middleCols(j * N, N);
+    }
+  }
+}
+
+template <class S>
+void Compressor<S>::effectiveWeights(VecX<S>& weff) const {
+  weff.setZero(m_dv);
+  const Index half = m_kernel / 2;
+  for (Index jp = 0; jp < m_dv; ++jp)
+    for (Index t = 0; t < m_kernel; ++t) {
+      const Index j = jp + t - half;
+      if (j >= 0 && j < m_dv) weff(j) += m_read.value(jp, 0) * m_conv.value(t, 0);
+    }
+}
+
+#if DDL_EXTERN_LAYERS  // compiled once in the library ddl::compiled (docs/building.md)
+extern template class Compressor<float>;
+extern template class Compressor<double>;
+#endif
 
 }  // namespace ddl

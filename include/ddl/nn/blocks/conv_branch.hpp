@@ -6,6 +6,7 @@
 //   (weights [out, in, 3, 3] as PyTorch's Conv2d). Satisfies the branch contract of mlp_branch.hpp.
 #include <string>
 
+#include "ddl/core/config.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/rng.hpp"
@@ -28,31 +29,16 @@ class ConvBranch {
   static const char* name() { return "conv"; }
 
   // Draw order: conv1, conv2 (torch.nn.Conv2d default).
-  void init(Rng& rng) {
-    m_conv1.init(rng);
-    m_conv2.init(rng);
-  }
+  void init(Rng& rng);
 
   // C: (d, N) -> H: (d, N), N = layout.tokens().
-  void forward(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H) {
-    m_conv1.forward(C, layout, m_pre);
-    m_act.forward(m_pre, m_hid);
-    m_conv2.forward(m_hid, layout, H);
-  }
+  void forward(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H);
 
   // Same H as forward, bit for bit; caches nothing (one hidden scratch, reused in place).
-  void forwardInference(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H) {
-    m_conv1.forwardInference(C, layout, m_inference);
-    m_act.forwardInference(m_inference, m_inference);  // in place: nothing is kept
-    m_conv2.forwardInference(m_inference, layout, H);
-  }
+  void forwardInference(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H);
 
   // dH: (d, N) -> dC: (d, N) overwritten; parameter gradients accumulate.
-  void backward(const Eigen::Ref<const MatX<S>>& dH, MatX<S>& dC) {
-    m_conv2.backward(dH, m_dHid);
-    m_act.backward(m_dHid, m_dHid);
-    m_conv1.backward(m_dHid, dC);
-  }
+  void backward(const Eigen::Ref<const MatX<S>>& dH, MatX<S>& dC);
 
   template <class F>
   void visitParams(const std::string& prefix, F&& f) {
@@ -70,5 +56,37 @@ class ConvBranch {
   MatX<S> m_pre, m_hid, m_dHid;
   MatX<S> m_inference;  // (hidden, N) scratch of forwardInference
 };
+
+template <class S>
+void ConvBranch<S>::init(Rng& rng) {
+  m_conv1.init(rng);
+  m_conv2.init(rng);
+}
+
+template <class S>
+void ConvBranch<S>::forward(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H) {
+  m_conv1.forward(C, layout, m_pre);
+  m_act.forward(m_pre, m_hid);
+  m_conv2.forward(m_hid, layout, H);
+}
+
+template <class S>
+void ConvBranch<S>::forwardInference(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H) {
+  m_conv1.forwardInference(C, layout, m_inference);
+  m_act.forwardInference(m_inference, m_inference);  // in place: nothing is kept
+  m_conv2.forwardInference(m_inference, layout, H);
+}
+
+template <class S>
+void ConvBranch<S>::backward(const Eigen::Ref<const MatX<S>>& dH, MatX<S>& dC) {
+  m_conv2.backward(dH, m_dHid);
+  m_act.backward(m_dHid, m_dHid);
+  m_conv1.backward(m_dHid, dC);
+}
+
+#if DDL_EXTERN_LAYERS  // compiled once in the library ddl::compiled (docs/building.md)
+extern template class ConvBranch<float>;
+extern template class ConvBranch<double>;
+#endif
 
 }  // namespace ddl

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "ddl/core/alias.hpp"
+#include "ddl/core/config.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/rng.hpp"
@@ -45,27 +46,10 @@ class DeltaBlock {
         m_norm(d, opt.normEps), m_branch(d, opt.branch()), m_delta(d, dv, opt.residual) {}
 
   // Seeded initialisation; draw order: the branch (MlpBranch: fc1, fc2), then the residual's params.
-  void init(Rng& rng) {
-    m_branch.init(rng);
-    m_delta.init(rng);
-  }
+  void init(Rng& rng);
 
   // X: (d, dv*N) with N = layout.tokens() -> Y: (d, dv*N). Y must not alias X.
-  void forward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
-    const char* fn = "ddl::DeltaBlock::forward";
-    requireNoAlias(fn, "X", X, "Y", Y);
-    checkInput(fn, X, layout);
-    if (m_dv == 1) {
-      m_norm.forward(X, m_c);
-      m_branch.forward(m_c, layout, m_h);
-      m_delta.forward(X, X, m_c, m_h, Y);
-    } else {
-      m_compress.forward(X, m_xin);
-      m_norm.forward(m_xin, m_c);
-      m_branch.forward(m_c, layout, m_h);
-      m_delta.forward(X, m_xin, m_c, m_h, Y);
-    }
-  }
+  void forward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y);
 
   // Vector tokens: X: (d, dv*N), one token per column of each value channel.
   void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) {
@@ -74,40 +58,14 @@ class DeltaBlock {
 
   // Same Y as forward, bit for bit; writes none of the caches backward reads (it has buffers of its
   // own, so steady state allocates nothing). The residual's diagnostics then describe this call.
-  void forwardInference(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
-    const char* fn = "ddl::DeltaBlock::forwardInference";
-    requireNoAlias(fn, "X", X, "Y", Y);
-    checkInput(fn, X, layout);
-    if (m_dv == 1) {
-      m_norm.forwardInference(X, m_inferC);
-      m_branch.forwardInference(m_inferC, layout, m_inferH);
-      m_delta.forwardInference(X, X, m_inferC, m_inferH, Y);
-    } else {
-      m_compress.forwardInference(X, m_inferXin);
-      m_norm.forwardInference(m_inferXin, m_inferC);
-      m_branch.forwardInference(m_inferC, layout, m_inferH);
-      m_delta.forwardInference(X, m_inferXin, m_inferC, m_inferH, Y);
-    }
-  }
+  void forwardInference(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y);
 
   void forwardInference(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) {
     forwardInference(X, vectorLayout("ddl::DeltaBlock::forwardInference", X), Y);
   }
 
   // dY: (d, dv*N) -> dX: (d, dv*N) overwritten; parameter gradients accumulate.
-  void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) {
-    m_delta.backward(dY, dX, m_dXin, m_dC, m_dH);
-    m_branch.backward(m_dH, m_dTmp);
-    m_dC += m_dTmp;
-    m_norm.backward(m_dC, m_dTmp);
-    m_dXin += m_dTmp;
-    if (m_dv == 1) {
-      dX += m_dXin;
-    } else {
-      m_compress.backward(m_dXin, m_dXc);  // its own buffer: (d, dv*N), not (d, N) like m_dTmp
-      dX += m_dXc;
-    }
-  }
+  void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX);
 
   template <class F>
   void visitParams(const std::string& prefix, F&& f) {
@@ -124,24 +82,10 @@ class DeltaBlock {
   Index valueChannels() const { return m_dv; }
 
  private:
-  static Index checked(Index d, Index dv, const DeltaBlockOptions& opt) {
-    const char* fn = "ddl::DeltaBlock";
-    require(d >= 1, fn, "d must be >= 1, got ", d);
-    require(dv >= 1, fn, "dv must be >= 1, got ", dv);
-    require(opt.hidden >= 0, fn, "hidden must be >= 0 (0 means 4 d), got ", opt.hidden);
-    return d;
-  }
+  static Index checked(Index d, Index dv, const DeltaBlockOptions& opt);
 
-  void checkInput(const char* fn, const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout) const {
-    if (X.rows() != m_d || X.cols() != m_dv * layout.tokens())
-      throw ShapeError(message(fn, "X has shape ", shapeOf(X), ", expected (", m_d, ", ", m_dv, "*N) with N = ",
-                               layout.tokens(), " tokens of the layout ", toString(layout)));
-  }
-  TokenLayout vectorLayout(const char* fn, const Eigen::Ref<const MatX<S>>& X) const {
-    if (X.rows() != m_d || X.cols() % m_dv != 0)
-      throw ShapeError(message(fn, "X has shape ", shapeOf(X), ", expected (", m_d, ", ", m_dv, "*N)"));
-    return TokenLayout::vectors(X.cols() / m_dv);
-  }
+  void checkInput(const char* fn, const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout) const;
+  TokenLayout vectorLayout(const char* fn, const Eigen::Ref<const MatX<S>>& X) const;
 
   Index m_d, m_dv;
   Compressor<S> m_compress;
@@ -152,5 +96,90 @@ class DeltaBlock {
   MatX<S> m_inferXin, m_inferC, m_inferH;      // forwardInference
   MatX<S> m_dXin, m_dC, m_dH, m_dTmp, m_dXc;  // backward workspaces
 };
+
+template <class S, class Branch>
+void DeltaBlock<S, Branch>::init(Rng& rng) {
+  m_branch.init(rng);
+  m_delta.init(rng);
+}
+
+template <class S, class Branch>
+void DeltaBlock<S, Branch>::forward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
+  const char* fn = "ddl::DeltaBlock::forward";
+  requireNoAlias(fn, "X", X, "Y", Y);
+  checkInput(fn, X, layout);
+  if (m_dv == 1) {
+    m_norm.forward(X, m_c);
+    m_branch.forward(m_c, layout, m_h);
+    m_delta.forward(X, X, m_c, m_h, Y);
+  } else {
+    m_compress.forward(X, m_xin);
+    m_norm.forward(m_xin, m_c);
+    m_branch.forward(m_c, layout, m_h);
+    m_delta.forward(X, m_xin, m_c, m_h, Y);
+  }
+}
+
+template <class S, class Branch>
+void DeltaBlock<S, Branch>::forwardInference(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout,
+                                             MatX<S>& Y) {
+  const char* fn = "ddl::DeltaBlock::forwardInference";
+  requireNoAlias(fn, "X", X, "Y", Y);
+  checkInput(fn, X, layout);
+  if (m_dv == 1) {
+    m_norm.forwardInference(X, m_inferC);
+    m_branch.forwardInference(m_inferC, layout, m_inferH);
+    m_delta.forwardInference(X, X, m_inferC, m_inferH, Y);
+  } else {
+    m_compress.forwardInference(X, m_inferXin);
+    m_norm.forwardInference(m_inferXin, m_inferC);
+    m_branch.forwardInference(m_inferC, layout, m_inferH);
+    m_delta.forwardInference(X, m_inferXin, m_inferC, m_inferH, Y);
+  }
+}
+
+template <class S, class Branch>
+void DeltaBlock<S, Branch>::backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) {
+  m_delta.backward(dY, dX, m_dXin, m_dC, m_dH);
+  m_branch.backward(m_dH, m_dTmp);
+  m_dC += m_dTmp;
+  m_norm.backward(m_dC, m_dTmp);
+  m_dXin += m_dTmp;
+  if (m_dv == 1) {
+    dX += m_dXin;
+  } else {
+    m_compress.backward(m_dXin, m_dXc);  // its own buffer: (d, dv*N), not (d, N) like m_dTmp
+    dX += m_dXc;
+  }
+}
+
+template <class S, class Branch>
+Index DeltaBlock<S, Branch>::checked(Index d, Index dv, const DeltaBlockOptions& opt) {
+  const char* fn = "ddl::DeltaBlock";
+  require(d >= 1, fn, "d must be >= 1, got ", d);
+  require(dv >= 1, fn, "dv must be >= 1, got ", dv);
+  require(opt.hidden >= 0, fn, "hidden must be >= 0 (0 means 4 d), got ", opt.hidden);
+  return d;
+}
+
+template <class S, class Branch>
+void DeltaBlock<S, Branch>::checkInput(const char* fn, const Eigen::Ref<const MatX<S>>& X,
+                                       const TokenLayout& layout) const {
+  if (X.rows() != m_d || X.cols() != m_dv * layout.tokens())
+    throw ShapeError(message(fn, "X has shape ", shapeOf(X), ", expected (", m_d, ", ", m_dv, "*N) with N = ",
+                             layout.tokens(), " tokens of the layout ", toString(layout)));
+}
+
+template <class S, class Branch>
+TokenLayout DeltaBlock<S, Branch>::vectorLayout(const char* fn, const Eigen::Ref<const MatX<S>>& X) const {
+  if (X.rows() != m_d || X.cols() % m_dv != 0)
+    throw ShapeError(message(fn, "X has shape ", shapeOf(X), ", expected (", m_d, ", ", m_dv, "*N)"));
+  return TokenLayout::vectors(X.cols() / m_dv);
+}
+
+#if DDL_EXTERN_LAYERS  // compiled once in the library ddl::compiled (docs/building.md)
+extern template class DeltaBlock<float, MlpBranch<float>>;
+extern template class DeltaBlock<double, MlpBranch<double>>;
+#endif
 
 }  // namespace ddl

@@ -138,110 +138,23 @@ class DeltaResidual {
   }
 
   // Seeded initialisation; draw order: aux MLP (fc1, fc2), gate (fc1, weight), value.
-  void init(Rng& rng) {
-    if (usesAuxMlp()) {
-      m_auxFc1.init(rng);
-      m_auxFc2.init(rng);
-    }
-    if (hasGate()) {
-      if (m_opt.gate == GateKind::TwoLayerTanh) initLinearParams<S>(m_gateW1.value, nullptr, rng, InitScheme::pytorchDefault());
-      initLinearParams<S>(m_gateW.value, nullptr, rng, InitScheme::pytorchDefault());
-      m_gateB.value(0, 0) = static_cast<S>(gateBiasFromBeta0(m_opt.beta0));
-    }
-    if (hasValueParams()) {
-      initLinearParams<S>(m_value.weight().value, nullptr, rng, InitScheme::pytorchDefault());
-      m_value.bias().value.setZero();
-    }
-  }
+  void init(Rng& rng);
 
   // X: (d, dv*N) state, channel j = X.middleCols(j*N, N); Xin: (d, N) the branch input (X for dv = 1);
   // C: (d, N) = RMSNorm(Xin); H: (d, N) branch output -> Y: (d, dv*N). Y must not alias X.
   // Keeps views of X, C and (through the value and aux layers) Xin or H: all four must stay alive and
   // unchanged until backward.
   void forward(const Eigen::Ref<const MatX<S>>& X, const Eigen::Ref<const MatX<S>>& Xin,
-               const Eigen::Ref<const MatX<S>>& C, const Eigen::Ref<const MatX<S>>& H, MatX<S>& Y) {
-    const Index N = checkForward("ddl::DeltaResidual::forward", X, Xin, C, H, Y);
-    m_N = N;
-    m_lastInference = false;
-    if (m_opt.residual == ResidualKind::Additive) {
-      additiveResidual(H, X, Y);
-      return;
-    }
-    m_C.bind(C);  // the gate's backward needs c
-    if (m_opt.residual == ResidualKind::Delta) m_X.bind(X);  // the write's backward needs the old state
-    run(X, Xin, C, H, Y, m_train, /*training=*/true);
-  }
+               const Eigen::Ref<const MatX<S>>& C, const Eigen::Ref<const MatX<S>>& H, MatX<S>& Y);
 
   // Same Y as forward, bit for bit; writes none of forward's caches, so backward still refers to the
   // last forward. The diagnostics (beta(), directions(), ...) then describe this call; they live in
   // buffers of their own, so steady state allocates nothing. Y must not alias X.
   void forwardInference(const Eigen::Ref<const MatX<S>>& X, const Eigen::Ref<const MatX<S>>& Xin,
-                        const Eigen::Ref<const MatX<S>>& C, const Eigen::Ref<const MatX<S>>& H, MatX<S>& Y) {
-    checkForward("ddl::DeltaResidual::forwardInference", X, Xin, C, H, Y);
-    m_lastInference = true;
-    if (m_opt.residual == ResidualKind::Additive) {
-      additiveResidual(H, X, Y);
-      return;
-    }
-    run(X, Xin, C, H, Y, m_inference, /*training=*/false);
-  }
+                        const Eigen::Ref<const MatX<S>>& C, const Eigen::Ref<const MatX<S>>& H, MatX<S>& Y);
 
   // dY: (d, dv*N) -> dX: (d, dv*N), dXin, dC, dH: (d, N); all overwritten. Parameter grads accumulate.
-  void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX, MatX<S>& dXin, MatX<S>& dC, MatX<S>& dH) {
-    const char* fn = "ddl::DeltaResidual::backward";
-    if (m_N < 0) throw Error(message(fn, "called before forward"));
-    checkShape(fn, "dY", dY, m_d, m_dv * m_N);
-    const Index N = m_N;
-    const Tensors& t = m_train;
-    if (m_opt.residual == ResidualKind::Additive) {
-      additiveResidualBackward(dY, N, dX, dH);
-      dC.setZero(m_d, N);
-      dXin.setZero(m_d, N);
-      return;
-    }
-    if (m_opt.residual == ResidualKind::Delta)
-      deltaWriteBackward(t.K, t.beta, m_X.map(), t.delta, dY, dX, m_dK, m_dBeta, m_dV);
-    else
-      writeOnlyBackward(t.K, t.beta, t.V, dY, dX, m_dK, m_dBeta, m_dV);
-    // gate -> dC
-    gateFromLogitsBackward(t.Z, m_dBeta, m_dZ);
-    if (m_opt.gate == GateKind::Linear)
-      linearGateLogitsBackward(m_gateW.value, m_C.map(), m_dZ, dC, m_gateW.grad, m_gateB.grad);
-    else
-      twoLayerGateLogitsBackward(m_gateW1.value, m_gateW.value, m_C.map(), t.gateHid, m_dZ, dC, m_gateW1.grad,
-                                 m_gateW.grad, m_gateB.grad, m_gateDPre);
-    // direction -> dH (k-Map, written in place) or dX (aux MLP)
-    normalizeDirectionsBackward(t.K, t.kNorm, m_opt.norm, static_cast<S>(m_opt.epsK), m_dK,
-                                usesAuxMlp() ? m_dKt : dH);
-    if (usesAuxMlp()) {
-      dH.setZero(m_d, N);
-      m_auxFc2.backward(m_dKt, m_dAuxHid);
-      m_auxAct.backward(m_dAuxHid, m_dAuxHid);
-      m_auxFc1.backward(m_dAuxHid, m_dPool);
-      const S invDv = S(1) / static_cast<S>(m_dv);
-      for (Index j = 0; j < m_dv; ++j) dX.middleCols(j * N, N) += invDv * m_dPool;
-    }
-    // value; dXin is nonzero only when the value head reads x_in, which then writes it directly
-    switch (m_opt.value) {
-      case ValueKind::SigmoidScaled: {
-        const S s = static_cast<S>(m_opt.valueScale);
-        m_dV.array() *= t.V.array() * (1 - t.V.array() / s);  // v = s sigma(a): dv/da = v (1 - v/s)
-        m_value.backward(m_dV, dXin);
-        break;
-      }
-      case ValueKind::LinearOnC:
-        m_value.backward(m_dV, m_dTmp);
-        dC += m_dTmp;
-        dXin.setZero(m_d, N);
-        break;
-      case ValueKind::FromBranch:
-        m_value.backward(m_dV, m_dTmp);
-        dH += m_dTmp;
-        dXin.setZero(m_d, N);
-        break;
-      case ValueKind::Constant: dXin.setZero(m_d, N); break;
-    }
-  }
+  void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX, MatX<S>& dXin, MatX<S>& dC, MatX<S>& dH);
 
   template <class F>
   void visitParams(const std::string& prefix, F&& f) {
@@ -281,72 +194,14 @@ class DeltaResidual {
   const Tensors& last() const { return m_lastInference ? m_inference : m_train; }
 
   Index checkForward(const char* fn, const Eigen::Ref<const MatX<S>>& X, const Eigen::Ref<const MatX<S>>& Xin,
-                     const Eigen::Ref<const MatX<S>>& C, const Eigen::Ref<const MatX<S>>& H, const MatX<S>& Y) const {
-    requireNoAlias(fn, "X", X, "Y", Y);
-    const Index N = H.cols();
-    checkShape(fn, "H", H, m_d, -1);
-    checkShape(fn, "X", X, m_d, m_dv * N);
-    checkShape(fn, "Xin", Xin, m_d, N);
-    checkShape(fn, "C", C, m_d, N);
-    return N;
-  }
+                     const Eigen::Ref<const MatX<S>>& C, const Eigen::Ref<const MatX<S>>& H, const MatX<S>& Y) const;
 
   // Direction, gate, value and the write of a non-additive residual into t; training selects the
   // caching forward of the inner layers.
   void run(const Eigen::Ref<const MatX<S>>& X, const Eigen::Ref<const MatX<S>>& Xin, const Eigen::Ref<const MatX<S>>& C,
-           const Eigen::Ref<const MatX<S>>& H, MatX<S>& Y, Tensors& t, bool training) {
-    const Index N = H.cols();
-    auto linear = [training](Linear<S>& layer, const Eigen::Ref<const MatX<S>>& in, MatX<S>& out) {
-      if (training)
-        layer.forward(in, out);
-      else
-        layer.forwardInference(in, out);
-    };
-    // direction
-    if (usesAuxMlp()) {
-      poolChannels(X, t.pool);
-      linear(m_auxFc1, t.pool, t.auxPre);
-      if (training)
-        m_auxAct.forward(t.auxPre, t.auxHid);
-      else
-        m_auxAct.forwardInference(t.auxPre, t.auxHid);
-      linear(m_auxFc2, t.auxHid, t.Kt);
-      normalizeDirections(t.Kt, m_opt.norm, static_cast<S>(m_opt.epsK), t.K, t.kNorm);
-    } else {
-      normalizeDirections(H, m_opt.norm, static_cast<S>(m_opt.epsK), t.K, t.kNorm);
-    }
-    // gate
-    if (m_opt.gate == GateKind::Linear)
-      linearGateLogits(m_gateW.value, m_gateB.value(0, 0), C, t.Z);
-    else
-      twoLayerGateLogits(m_gateW1.value, m_gateW.value, m_gateB.value(0, 0), C, t.gateHid, t.Z);
-    gateFromLogits(t.Z, t.beta);
-    // value
-    switch (m_opt.value) {
-      case ValueKind::SigmoidScaled: {
-        linear(m_value, Xin, t.V);
-        const S s = static_cast<S>(m_opt.valueScale);
-        MatX<S>& V = t.V;  // per token, so split over threads like the rest of the residual
-        DDL_OMP(parallel for schedule(static) if (m_dv * N >= detail::kParallelMinWork))
-        for (Index n = 0; n < N; ++n)
-          for (Index j = 0; j < m_dv; ++j) V(j, n) = s * stableSigmoid(V(j, n));
-        break;
-      }
-      case ValueKind::LinearOnC: linear(m_value, C, t.V); break;
-      case ValueKind::FromBranch: linear(m_value, H, t.V); break;
-      case ValueKind::Constant: t.V.setConstant(m_dv, N, static_cast<S>(m_opt.valueConstant)); break;
-    }
-    // rewrite
-    if (m_opt.residual == ResidualKind::Delta)
-      deltaWrite(t.K, t.beta, t.V, X, Y, t.delta);
-    else
-      writeOnly(t.K, t.beta, t.V, X, Y);
-  }
+           const Eigen::Ref<const MatX<S>>& H, MatX<S>& Y, Tensors& t, bool training);
 
-  static Index auxHiddenOf(Index d, const DeltaResidualOptions& opt) {
-    if (opt.auxHidden > 0) return opt.auxHidden;
-    return d / 4 > 0 ? d / 4 : 1;
-  }
+  static Index auxHiddenOf(Index d, const DeltaResidualOptions& opt);
   bool usesAuxMlp() const {
     return m_opt.residual != ResidualKind::Additive && m_opt.direction == DirectionSource::AuxiliaryMlp;
   }
@@ -354,12 +209,7 @@ class DeltaResidual {
   bool hasValueParams() const { return hasGate() && m_opt.value != ValueKind::Constant; }
 
   // Pool = mean over the value channels. X: (d, dv*N) -> P: (d, N)
-  void poolChannels(const Eigen::Ref<const MatX<S>>& X, MatX<S>& P) const {
-    const Index N = X.cols() / m_dv;
-    P = X.middleCols(0, N);
-    for (Index j = 1; j < m_dv; ++j) P += X.middleCols(j * N, N);
-    if (m_dv > 1) P /= static_cast<S>(m_dv);
-  }
+  void poolChannels(const Eigen::Ref<const MatX<S>>& X, MatX<S>& P) const;
 
   Index m_d, m_dv;
   DeltaResidualOptions m_opt;
@@ -376,5 +226,192 @@ class DeltaResidual {
   MatX<S> m_dK, m_dKt, m_dV, m_dTmp, m_gateDPre, m_dAuxHid, m_dPool;
   RowX<S> m_dBeta, m_dZ;
 };
+
+template <class S>
+void DeltaResidual<S>::init(Rng& rng) {
+  if (usesAuxMlp()) {
+    m_auxFc1.init(rng);
+    m_auxFc2.init(rng);
+  }
+  if (hasGate()) {
+    if (m_opt.gate == GateKind::TwoLayerTanh) initLinearParams<S>(m_gateW1.value, nullptr, rng, InitScheme::pytorchDefault());
+    initLinearParams<S>(m_gateW.value, nullptr, rng, InitScheme::pytorchDefault());
+    m_gateB.value(0, 0) = static_cast<S>(gateBiasFromBeta0(m_opt.beta0));
+  }
+  if (hasValueParams()) {
+    initLinearParams<S>(m_value.weight().value, nullptr, rng, InitScheme::pytorchDefault());
+    m_value.bias().value.setZero();
+  }
+}
+
+template <class S>
+void DeltaResidual<S>::forward(const Eigen::Ref<const MatX<S>>& X, const Eigen::Ref<const MatX<S>>& Xin,
+                               const Eigen::Ref<const MatX<S>>& C, const Eigen::Ref<const MatX<S>>& H, MatX<S>& Y) {
+  const Index N = checkForward("ddl::DeltaResidual::forward", X, Xin, C, H, Y);
+  m_N = N;
+  m_lastInference = false;
+  if (m_opt.residual == ResidualKind::Additive) {
+    additiveResidual(H, X, Y);
+    return;
+  }
+  m_C.bind(C);  // the gate's backward needs c
+  if (m_opt.residual == ResidualKind::Delta) m_X.bind(X);  // the write's backward needs the old state
+  run(X, Xin, C, H, Y, m_train, /*training=*/true);
+}
+
+template <class S>
+void DeltaResidual<S>::forwardInference(const Eigen::Ref<const MatX<S>>& X, const Eigen::Ref<const MatX<S>>& Xin,
+                                        const Eigen::Ref<const MatX<S>>& C, const Eigen::Ref<const MatX<S>>& H,
+                                        MatX<S>& Y) {
+  checkForward("ddl::DeltaResidual::forwardInference", X, Xin, C, H, Y);
+  m_lastInference = true;
+  if (m_opt.residual == ResidualKind::Additive) {
+    additiveResidual(H, X, Y);
+    return;
+  }
+  run(X, Xin, C, H, Y, m_inference, /*training=*/false);
+}
+
+template <class S>
+void DeltaResidual<S>::backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX, MatX<S>& dXin, MatX<S>& dC,
+                                MatX<S>& dH) {
+  const char* fn = "ddl::DeltaResidual::backward";
+  if (m_N < 0) throw Error(message(fn, "called before forward"));
+  checkShape(fn, "dY", dY, m_d, m_dv * m_N);
+  const Index N = m_N;
+  const Tensors& t = m_train;
+  if (m_opt.residual == ResidualKind::Additive) {
+    additiveResidualBackward(dY, N, dX, dH);
+    dC.setZero(m_d, N);
+    dXin.setZero(m_d, N);
+    return;
+  }
+  if (m_opt.residual == ResidualKind::Delta)
+    deltaWriteBackward(t.K, t.beta, m_X.map(), t.delta, dY, dX, m_dK, m_dBeta, m_dV);
+  else
+    writeOnlyBackward(t.K, t.beta, t.V, dY, dX, m_dK, m_dBeta, m_dV);
+  // gate -> dC
+  gateFromLogitsBackward(t.Z, m_dBeta, m_dZ);
+  if (m_opt.gate == GateKind::Linear)
+    linearGateLogitsBackward(m_gateW.value, m_C.map(), m_dZ, dC, m_gateW.grad, m_gateB.grad);
+  else
+    twoLayerGateLogitsBackward(m_gateW1.value, m_gateW.value, m_C.map(), t.gateHid, m_dZ, dC, m_gateW1.grad,
+                               m_gateW.grad, m_gateB.grad, m_gateDPre);
+  // direction -> dH (k-Map, written in place) or dX (aux MLP)
+  normalizeDirectionsBackward(t.K, t.kNorm, m_opt.norm, static_cast<S>(m_opt.epsK), m_dK,
+                              usesAuxMlp() ? m_dKt : dH);
+  if (usesAuxMlp()) {
+    dH.setZero(m_d, N);
+    m_auxFc2.backward(m_dKt, m_dAuxHid);
+    m_auxAct.backward(m_dAuxHid, m_dAuxHid);
+    m_auxFc1.backward(m_dAuxHid, m_dPool);
+    const S invDv = S(1) / static_cast<S>(m_dv);
+    for (Index j = 0; j < m_dv; ++j) dX.middleCols(j * N, N) += invDv * m_dPool;
+  }
+  // value; dXin is nonzero only when the value head reads x_in, which then writes it directly
+  switch (m_opt.value) {
+    case ValueKind::SigmoidScaled: {
+      const S s = static_cast<S>(m_opt.valueScale);
+      m_dV.array() *= t.V.array() * (1 - t.V.array() / s);  // v = s sigma(a): dv/da = v (1 - v/s)
+      m_value.backward(m_dV, dXin);
+      break;
+    }
+    case ValueKind::LinearOnC:
+      m_value.backward(m_dV, m_dTmp);
+      dC += m_dTmp;
+      dXin.setZero(m_d, N);
+      break;
+    case ValueKind::FromBranch:
+      m_value.backward(m_dV, m_dTmp);
+      dH += m_dTmp;
+      dXin.setZero(m_d, N);
+      break;
+    case ValueKind::Constant: dXin.setZero(m_d, N); break;
+  }
+}
+
+template <class S>
+Index DeltaResidual<S>::checkForward(const char* fn, const Eigen::Ref<const MatX<S>>& X,
+                                     const Eigen::Ref<const MatX<S>>& Xin, const Eigen::Ref<const MatX<S>>& C,
+                                     const Eigen::Ref<const MatX<S>>& H, const MatX<S>& Y) const {
+  requireNoAlias(fn, "X", X, "Y", Y);
+  const Index N = H.cols();
+  checkShape(fn, "H", H, m_d, -1);
+  checkShape(fn, "X", X, m_d, m_dv * N);
+  checkShape(fn, "Xin", Xin, m_d, N);
+  checkShape(fn, "C", C, m_d, N);
+  return N;
+}
+
+template <class S>
+void DeltaResidual<S>::run(const Eigen::Ref<const MatX<S>>& X, const Eigen::Ref<const MatX<S>>& Xin,
+                           const Eigen::Ref<const MatX<S>>& C, const Eigen::Ref<const MatX<S>>& H, MatX<S>& Y,
+                           Tensors& t, bool training) {
+  const Index N = H.cols();
+  auto linear = [training](Linear<S>& layer, const Eigen::Ref<const MatX<S>>& in, MatX<S>& out) {
+    if (training)
+      layer.forward(in, out);
+    else
+      layer.forwardInference(in, out);
+  };
+  // direction
+  if (usesAuxMlp()) {
+    poolChannels(X, t.pool);
+    linear(m_auxFc1, t.pool, t.auxPre);
+    if (training)
+      m_auxAct.forward(t.auxPre, t.auxHid);
+    else
+      m_auxAct.forwardInference(t.auxPre, t.auxHid);
+    linear(m_auxFc2, t.auxHid, t.Kt);
+    normalizeDirections(t.Kt, m_opt.norm, static_cast<S>(m_opt.epsK), t.K, t.kNorm);
+  } else {
+    normalizeDirections(H, m_opt.norm, static_cast<S>(m_opt.epsK), t.K, t.kNorm);
+  }
+  // gate
+  if (m_opt.gate == GateKind::Linear)
+    linearGateLogits(m_gateW.value, m_gateB.value(0, 0), C, t.Z);
+  else
+    twoLayerGateLogits(m_gateW1.value, m_gateW.value, m_gateB.value(0, 0), C, t.gateHid, t.Z);
+  gateFromLogits(t.Z, t.beta);
+  // value
+  switch (m_opt.value) {
+    case ValueKind::SigmoidScaled: {
+      linear(m_value, Xin, t.V);
+      const S s = static_cast<S>(m_opt.valueScale);
+      MatX<S>& V = t.V;  // per token, so split over threads like the rest of the residual
+      DDL_OMP(parallel for schedule(static) if (m_dv * N >= detail::kParallelMinWork))
+      for (Index n = 0; n < N; ++n)
+        for (Index j = 0; j < m_dv; ++j) V(j, n) = s * stableSigmoid(V(j, n));
+      break;
+    }
+    case ValueKind::LinearOnC: linear(m_value, C, t.V); break;
+    case ValueKind::FromBranch: linear(m_value, H, t.V); break;
+    case ValueKind::Constant: t.V.setConstant(m_dv, N, static_cast<S>(m_opt.valueConstant)); break;
+  }
+  // rewrite
+  if (m_opt.residual == ResidualKind::Delta)
+    deltaWrite(t.K, t.beta, t.V, X, Y, t.delta);
+  else
+    writeOnly(t.K, t.beta, t.V, X, Y);
+}
+
+template <class S>
+Index DeltaResidual<S>::auxHiddenOf(Index d, const DeltaResidualOptions& opt) {
+  if (opt.auxHidden > 0) return opt.auxHidden;
+  return d / 4 > 0 ? d / 4 : 1;
+}
+
+template <class S>
+void DeltaResidual<S>::poolChannels(const Eigen::Ref<const MatX<S>>& X, MatX<S>& P) const {
+  const Index N = X.cols() / m_dv;
+  P = X.middleCols(0, N);
+  for (Index j = 1; j < m_dv; ++j) P += X.middleCols(j * N, N);
+  if (m_dv > 1) P /= static_cast<S>(m_dv);
+}
+
+#if DDL_EXTERN_LAYERS  // compiled once in the library ddl::compiled (docs/building.md)
+extern template class DeltaResidual<float>;
+extern template class DeltaResidual<double>;
+#endif
 
 }  // namespace ddl

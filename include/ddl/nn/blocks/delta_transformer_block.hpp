@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "ddl/core/alias.hpp"
+#include "ddl/core/config.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/rng.hpp"
@@ -69,40 +70,19 @@ class DeltaTransformerBlock {
   // The modules' own initialisation (torch.nn defaults, gate bias logit(beta0/2), gains 1); DeltaLM
   // then redraws the matrices as docs/spec.md §8 prescribes. Draw order: attention, its residual, SwiGLU,
   // its residual.
-  void init(Rng& rng) {
-    m_attn.branch.init(rng);
-    m_attn.delta.init(rng);
-    m_mlp.branch.init(rng);
-    m_mlp.delta.init(rng);
-  }
+  void init(Rng& rng);
 
   // X: (d, dv*N) with N = layout.tokens(), layout = sequence(B, T) -> Y: (d, dv*N). Keeps views of X
   // and of its own activations for backward: X must stay alive and unchanged until then. Y must not
   // alias X.
-  void forward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
-    const char* fn = "ddl::DeltaTransformerBlock::forward";
-    requireNoAlias(fn, "X", X, "Y", Y);
-    checkInput(fn, X, layout);
-    runForward(m_attn, X, layout, m_mid);
-    runForward(m_mlp, m_mid, layout, Y);
-  }
+  void forward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y);
 
   // Same Y as forward, bit for bit; writes none of the caches backward reads.
-  void forwardInference(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
-    const char* fn = "ddl::DeltaTransformerBlock::forwardInference";
-    requireNoAlias(fn, "X", X, "Y", Y);
-    checkInput(fn, X, layout);
-    runInference(m_attn, X, layout, m_inferMid);
-    runInference(m_mlp, m_inferMid, layout, Y);
-  }
+  void forwardInference(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y);
 
   // dY: (d, dv*N) of the last forward -> dX: (d, dv*N) overwritten; parameter gradients accumulate.
   // dX must not alias dY.
-  void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) {
-    requireNoAlias("ddl::DeltaTransformerBlock::backward", "dY", dY, "dX", dX);
-    runBackward(m_mlp, dY, m_dMid);
-    runBackward(m_attn, m_dMid, dX);
-  }
+  void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX);
 
   // Incremental decoding of one sequence: the attention's keys and values of the positions so far.
   // With the TC compressor also the last K states each sublayer's compressor read.
@@ -111,26 +91,11 @@ class DeltaTransformerBlock {
     typename TokenCompressor<S>::StepCache attnTc, mlpTc;
   };
   // Empties state for up to `capacity` positions (allocates; the steps then allocate nothing).
-  void startDecode(DecodeState& state, Index capacity) const {
-    m_attn.branch.startDecode(state.attention, capacity);
-    if (m_overTokens) {
-      m_tc.startStep(state.attnTc);
-      m_tc.startStep(state.mlpTc);
-    }
-  }
+  void startDecode(DecodeState& state, Index capacity) const;
 
   // The next position of the sequence: Xt (d, dv) its state -> Yt (d, dv), equal (to rounding) to that
   // token's columns of forwardInference over the whole sequence so far. Touches no training cache.
-  void forwardStep(const Eigen::Ref<const MatX<S>>& Xt, DecodeState& state, MatX<S>& Yt) {
-    const char* fn = "ddl::DeltaTransformerBlock::forwardStep";
-    checkShape(fn, "Xt", Xt, m_d, m_dv);
-    requireNoAlias(fn, "Xt", Xt, "Yt", Yt);
-    stepSublayer(m_attn, Xt, m_stepMid, state.attnTc,
-                 [&](const MatX<S>& c, MatX<S>& h) { m_attn.branch.forwardStep(c, state.attention, h); });
-    const TokenLayout one = TokenLayout::sequence(1, 1);
-    stepSublayer(m_mlp, m_stepMid, Yt, state.mlpTc,
-                 [&](const MatX<S>& c, MatX<S>& h) { m_mlp.branch.forwardInference(c, one, h); });
-  }
+  void forwardStep(const Eigen::Ref<const MatX<S>>& Xt, DecodeState& state, MatX<S>& Yt);
 
   template <class F>
   void visitParams(const std::string& prefix, F&& f) {
@@ -171,34 +136,10 @@ class DeltaTransformerBlock {
     MatX<S> dXin, dC, dH, dTmp, dXc;                // backward
   };
 
-  static const DeltaTransformerBlockConfig& validated(const DeltaTransformerBlockConfig& cfg) {
-    const char* fn = "ddl::DeltaTransformerBlock";
-    require(cfg.d >= 1 && cfg.dv >= 1 && cfg.hidden >= 1 && cfg.convKernel >= 1, fn,
-            "d, dv, hidden and convKernel must be >= 1, got d = ", cfg.d, ", dv = ", cfg.dv, ", hidden = ", cfg.hidden,
-            ", convKernel = ", cfg.convKernel);
-    require(cfg.block.residual.direction == DirectionSource::BranchOutput, fn,
-            "the sublayers give the directions (k-Map); direction '", toString(cfg.block.residual.direction),
-            "' is for DeltaBlock");
-    cfg.block.residual.validate(fn);
-    return cfg;
-  }
-  static CausalSelfAttentionConfig attentionConfig(const DeltaTransformerBlockConfig& cfg) {
-    CausalSelfAttentionConfig a;
-    a.d = cfg.d;
-    a.heads = cfg.heads;
-    a.ropeBase = cfg.ropeBase;
-    a.qkNorm = cfg.qkNorm;
-    a.normEps = cfg.block.normEps;
-    return a;
-  }
+  static const DeltaTransformerBlockConfig& validated(const DeltaTransformerBlockConfig& cfg);
+  static CausalSelfAttentionConfig attentionConfig(const DeltaTransformerBlockConfig& cfg);
 
-  void checkInput(const char* fn, const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout) const {
-    if (layout.height != 1 || layout.width != 1)
-      throw ShapeError(message(fn, "the block needs a sequence layout, got ", toString(layout)));
-    if (X.rows() != m_d || X.cols() != m_dv * layout.tokens())
-      throw ShapeError(message(fn, "X has shape ", shapeOf(X), ", expected (", m_d, ", ", m_dv, "*N) with N = ",
-                               layout.tokens(), " tokens of the layout ", toString(layout)));
-  }
+  void checkInput(const char* fn, const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout) const;
 
   template <class Branch>
   void runForward(Sublayer<Branch>& s, const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
@@ -280,5 +221,99 @@ class DeltaTransformerBlock {
   MatX<S> m_mid, m_inferMid, m_dMid;  // the state after the attention sublayer; its gradient
   MatX<S> m_stepMid;                  // the same for one decoded position
 };
+
+template <class S>
+void DeltaTransformerBlock<S>::init(Rng& rng) {
+  m_attn.branch.init(rng);
+  m_attn.delta.init(rng);
+  m_mlp.branch.init(rng);
+  m_mlp.delta.init(rng);
+}
+
+template <class S>
+void DeltaTransformerBlock<S>::forward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
+  const char* fn = "ddl::DeltaTransformerBlock::forward";
+  requireNoAlias(fn, "X", X, "Y", Y);
+  checkInput(fn, X, layout);
+  runForward(m_attn, X, layout, m_mid);
+  runForward(m_mlp, m_mid, layout, Y);
+}
+
+template <class S>
+void DeltaTransformerBlock<S>::forwardInference(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout,
+                                                MatX<S>& Y) {
+  const char* fn = "ddl::DeltaTransformerBlock::forwardInference";
+  requireNoAlias(fn, "X", X, "Y", Y);
+  checkInput(fn, X, layout);
+  runInference(m_attn, X, layout, m_inferMid);
+  runInference(m_mlp, m_inferMid, layout, Y);
+}
+
+template <class S>
+void DeltaTransformerBlock<S>::backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) {
+  requireNoAlias("ddl::DeltaTransformerBlock::backward", "dY", dY, "dX", dX);
+  runBackward(m_mlp, dY, m_dMid);
+  runBackward(m_attn, m_dMid, dX);
+}
+
+template <class S>
+void DeltaTransformerBlock<S>::startDecode(DecodeState& state, Index capacity) const {
+  m_attn.branch.startDecode(state.attention, capacity);
+  if (m_overTokens) {
+    m_tc.startStep(state.attnTc);
+    m_tc.startStep(state.mlpTc);
+  }
+}
+
+template <class S>
+void DeltaTransformerBlock<S>::forwardStep(const Eigen::Ref<const MatX<S>>& Xt, DecodeState& state, MatX<S>& Yt) {
+  const char* fn = "ddl::DeltaTransformerBlock::forwardStep";
+  checkShape(fn, "Xt", Xt, m_d, m_dv);
+  requireNoAlias(fn, "Xt", Xt, "Yt", Yt);
+  stepSublayer(m_attn, Xt, m_stepMid, state.attnTc,
+               [&](const MatX<S>& c, MatX<S>& h) { m_attn.branch.forwardStep(c, state.attention, h); });
+  const TokenLayout one = TokenLayout::sequence(1, 1);
+  stepSublayer(m_mlp, m_stepMid, Yt, state.mlpTc,
+               [&](const MatX<S>& c, MatX<S>& h) { m_mlp.branch.forwardInference(c, one, h); });
+}
+
+template <class S>
+const DeltaTransformerBlockConfig& DeltaTransformerBlock<S>::validated(const DeltaTransformerBlockConfig& cfg) {
+  const char* fn = "ddl::DeltaTransformerBlock";
+  require(cfg.d >= 1 && cfg.dv >= 1 && cfg.hidden >= 1 && cfg.convKernel >= 1, fn,
+          "d, dv, hidden and convKernel must be >= 1, got d = ", cfg.d, ", dv = ", cfg.dv, ", hidden = ", cfg.hidden,
+          ", convKernel = ", cfg.convKernel);
+  require(cfg.block.residual.direction == DirectionSource::BranchOutput, fn,
+          "the sublayers give the directions (k-Map); direction '", toString(cfg.block.residual.direction),
+          "' is for DeltaBlock");
+  cfg.block.residual.validate(fn);
+  return cfg;
+}
+
+template <class S>
+CausalSelfAttentionConfig DeltaTransformerBlock<S>::attentionConfig(const DeltaTransformerBlockConfig& cfg) {
+  CausalSelfAttentionConfig a;
+  a.d = cfg.d;
+  a.heads = cfg.heads;
+  a.ropeBase = cfg.ropeBase;
+  a.qkNorm = cfg.qkNorm;
+  a.normEps = cfg.block.normEps;
+  return a;
+}
+
+template <class S>
+void DeltaTransformerBlock<S>::checkInput(const char* fn, const Eigen::Ref<const MatX<S>>& X,
+                                          const TokenLayout& layout) const {
+  if (layout.height != 1 || layout.width != 1)
+    throw ShapeError(message(fn, "the block needs a sequence layout, got ", toString(layout)));
+  if (X.rows() != m_d || X.cols() != m_dv * layout.tokens())
+    throw ShapeError(message(fn, "X has shape ", shapeOf(X), ", expected (", m_d, ", ", m_dv, "*N) with N = ",
+                             layout.tokens(), " tokens of the layout ", toString(layout)));
+}
+
+#if DDL_EXTERN_LAYERS  // compiled once in the library ddl::compiled (docs/building.md)
+extern template class DeltaTransformerBlock<float>;
+extern template class DeltaTransformerBlock<double>;
+#endif
 
 }  // namespace ddl

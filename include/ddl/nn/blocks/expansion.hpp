@@ -7,6 +7,7 @@
 #include <string>
 
 #include "ddl/core/alias.hpp"
+#include "ddl/core/config.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/reduce.hpp"
@@ -27,48 +28,14 @@ class Expansion {
   }
 
   // x: (d, N) -> X: (d, dv*N)
-  void forward(const Eigen::Ref<const MatX<S>>& x, MatX<S>& X) {
-    checkShape("ddl::Expansion::forward", "x", x, m_d, -1);
-    requireNoAlias("ddl::Expansion::forward", "x", x, "X", X);
-    if (m_learned) m_x.bind(x);  // a view: x must stay alive and unchanged until backward
-    m_N = x.cols();
-    expand(x, X);
-  }
+  void forward(const Eigen::Ref<const MatX<S>>& x, MatX<S>& X);
 
   // Same X as forward, bit for bit; caches nothing and allocates nothing once X has its shape.
   // X must not alias x.
-  void forwardInference(const Eigen::Ref<const MatX<S>>& x, MatX<S>& X) const {
-    checkShape("ddl::Expansion::forwardInference", "x", x, m_d, -1);
-    requireNoAlias("ddl::Expansion::forwardInference", "x", x, "X", X);
-    expand(x, X);
-  }
+  void forwardInference(const Eigen::Ref<const MatX<S>>& x, MatX<S>& X) const;
 
   // dX: (d, dv*N) -> dx: (d, N) overwritten; de accumulates.
-  void backward(const Eigen::Ref<const MatX<S>>& dX, MatX<S>& dx) {
-    const char* fn = "ddl::Expansion::backward";
-    if (m_N < 0) throw Error(message(fn, "called before forward"));
-    checkShape(fn, "dX", dX, m_d, m_dv * m_N);
-    const Index N = m_N;
-    const auto x = m_x.map();
-    dx.resize(m_d, N);
-    for (Index j = 0; j < m_dv; ++j) {
-      const auto dXj = dX.middleCols(j * N, N);
-      if (m_learned) {
-        m_rowAcc.setZero(m_d);  // the sum over tokens in double (core/reduce.hpp)
-        addRowDots(dXj, x, m_rowAcc);
-        m_e.grad.col(j) += m_rowAcc.template cast<S>();
-        if (j == 0)
-          dx = dXj.array().colwise() * m_e.value.col(0).array();
-        else
-          dx.array() += dXj.array().colwise() * m_e.value.col(j).array();
-      } else {
-        if (j == 0)
-          dx = dXj;
-        else
-          dx += dXj;
-      }
-    }
-  }
+  void backward(const Eigen::Ref<const MatX<S>>& dX, MatX<S>& dx);
 
   template <class F>
   void visitParams(const std::string& prefix, F&& f) {
@@ -78,16 +45,7 @@ class Expansion {
   bool learned() const { return m_learned; }
 
  private:
-  void expand(const Eigen::Ref<const MatX<S>>& x, MatX<S>& X) const {
-    const Index N = x.cols();
-    X.resize(m_d, m_dv * N);
-    for (Index j = 0; j < m_dv; ++j) {
-      if (m_learned)
-        X.middleCols(j * N, N) = x.array().colwise() * m_e.value.col(j).array();
-      else
-        X.middleCols(j * N, N) = x;
-    }
-  }
+  void expand(const Eigen::Ref<const MatX<S>>& x, MatX<S>& X) const;
 
   Index m_d, m_dv;
   bool m_learned;
@@ -96,5 +54,65 @@ class Expansion {
   ConstView<S> m_x;  // (d, N) input of the last forward (learned only), owned by the caller
   VecX<SumType<S>> m_rowAcc;  // (d) scratch of backward
 };
+
+template <class S>
+void Expansion<S>::forward(const Eigen::Ref<const MatX<S>>& x, MatX<S>& X) {
+  checkShape("ddl::Expansion::forward", "x", x, m_d, -1);
+  requireNoAlias("ddl::Expansion::forward", "x", x, "X", X);
+  if (m_learned) m_x.bind(x);  // a view: x must stay alive and unchanged until backward
+  m_N = x.cols();
+  expand(x, X);
+}
+
+template <class S>
+void Expansion<S>::forwardInference(const Eigen::Ref<const MatX<S>>& x, MatX<S>& X) const {
+  checkShape("ddl::Expansion::forwardInference", "x", x, m_d, -1);
+  requireNoAlias("ddl::Expansion::forwardInference", "x", x, "X", X);
+  expand(x, X);
+}
+
+template <class S>
+void Expansion<S>::backward(const Eigen::Ref<const MatX<S>>& dX, MatX<S>& dx) {
+  const char* fn = "ddl::Expansion::backward";
+  if (m_N < 0) throw Error(message(fn, "called before forward"));
+  checkShape(fn, "dX", dX, m_d, m_dv * m_N);
+  const Index N = m_N;
+  const auto x = m_x.map();
+  dx.resize(m_d, N);
+  for (Index j = 0; j < m_dv; ++j) {
+    const auto dXj = dX.middleCols(j * N, N);
+    if (m_learned) {
+      m_rowAcc.setZero(m_d);  // the sum over tokens in double (core/reduce.hpp)
+      addRowDots(dXj, x, m_rowAcc);
+      m_e.grad.col(j) += m_rowAcc.template cast<S>();
+      if (j == 0)
+        dx = dXj.array().colwise() * m_e.value.col(0).array();
+      else
+        dx.array() += dXj.array().colwise() * m_e.value.col(j).array();
+    } else {
+      if (j == 0)
+        dx = dXj;
+      else
+        dx += dXj;
+    }
+  }
+}
+
+template <class S>
+void Expansion<S>::expand(const Eigen::Ref<const MatX<S>>& x, MatX<S>& X) const {
+  const Index N = x.cols();
+  X.resize(m_d, m_dv * N);
+  for (Index j = 0; j < m_dv; ++j) {
+    if (m_learned)
+      X.middleCols(j * N, N) = x.array().colwise() * m_e.value.col(j).array();
+    else
+      X.middleCols(j * N, N) = x;
+  }
+}
+
+#if DDL_EXTERN_LAYERS  // compiled once in the library ddl::compiled (docs/building.md)
+extern template class Expansion<float>;
+extern template class Expansion<double>;
+#endif
 
 }  // namespace ddl

@@ -11,6 +11,7 @@
 //   template <class F> void visitParams(prefix, f);   Index hidden() const;
 #include <string>
 
+#include "ddl/core/config.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/rng.hpp"
@@ -39,33 +40,16 @@ class MlpBranch {
   static const char* name() { return "mlp"; }
 
   // Draw order: fc1, fc2 (torch.nn.Linear default).
-  void init(Rng& rng) {
-    m_fc1.init(rng);
-    m_fc2.init(rng);
-  }
+  void init(Rng& rng);
 
   // C: (d, N) -> H: (d, N); N == layout.tokens().
-  void forward(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H) {
-    checkLayout("ddl::MlpBranch::forward", C, layout);
-    m_fc1.forward(C, m_pre);
-    m_act.forward(m_pre, m_hid);
-    m_fc2.forward(m_hid, H);
-  }
+  void forward(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H);
 
   // Same H as forward, bit for bit; caches nothing (one hidden scratch, reused in place).
-  void forwardInference(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H) {
-    checkLayout("ddl::MlpBranch::forwardInference", C, layout);
-    m_fc1.forwardInference(C, m_inference);
-    m_act.forwardInference(m_inference, m_inference);  // in place: nothing is kept
-    m_fc2.forwardInference(m_inference, H);
-  }
+  void forwardInference(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H);
 
   // dH: (d, N) -> dC: (d, N) overwritten; parameter gradients accumulate.
-  void backward(const Eigen::Ref<const MatX<S>>& dH, MatX<S>& dC) {
-    m_fc2.backward(dH, m_dHid);
-    m_act.backward(m_dHid, m_dHid);
-    m_fc1.backward(m_dHid, dC);
-  }
+  void backward(const Eigen::Ref<const MatX<S>>& dH, MatX<S>& dC);
 
   template <class F>
   void visitParams(const std::string& prefix, F&& f) {
@@ -76,11 +60,7 @@ class MlpBranch {
   Index hidden() const { return m_hidden; }
 
  private:
-  static void checkLayout(const char* fn, const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout) {
-    if (C.cols() != layout.tokens())
-      throw ShapeError(message(fn, "C has ", C.cols(), " columns but the layout ", toString(layout), " has ",
-                               layout.tokens(), " tokens"));
-  }
+  static void checkLayout(const char* fn, const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout);
 
   Index m_d, m_hidden;
   Linear<S> m_fc1;
@@ -89,5 +69,46 @@ class MlpBranch {
   MatX<S> m_pre, m_hid, m_dHid;
   MatX<S> m_inference;  // (hidden, N) scratch of forwardInference
 };
+
+template <class S>
+void MlpBranch<S>::init(Rng& rng) {
+  m_fc1.init(rng);
+  m_fc2.init(rng);
+}
+
+template <class S>
+void MlpBranch<S>::forward(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H) {
+  checkLayout("ddl::MlpBranch::forward", C, layout);
+  m_fc1.forward(C, m_pre);
+  m_act.forward(m_pre, m_hid);
+  m_fc2.forward(m_hid, H);
+}
+
+template <class S>
+void MlpBranch<S>::forwardInference(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H) {
+  checkLayout("ddl::MlpBranch::forwardInference", C, layout);
+  m_fc1.forwardInference(C, m_inference);
+  m_act.forwardInference(m_inference, m_inference);  // in place: nothing is kept
+  m_fc2.forwardInference(m_inference, H);
+}
+
+template <class S>
+void MlpBranch<S>::backward(const Eigen::Ref<const MatX<S>>& dH, MatX<S>& dC) {
+  m_fc2.backward(dH, m_dHid);
+  m_act.backward(m_dHid, m_dHid);
+  m_fc1.backward(m_dHid, dC);
+}
+
+template <class S>
+void MlpBranch<S>::checkLayout(const char* fn, const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout) {
+  if (C.cols() != layout.tokens())
+    throw ShapeError(message(fn, "C has ", C.cols(), " columns but the layout ", toString(layout), " has ",
+                             layout.tokens(), " tokens"));
+}
+
+#if DDL_EXTERN_LAYERS  // compiled once in the library ddl::compiled (docs/building.md)
+extern template class MlpBranch<float>;
+extern template class MlpBranch<double>;
+#endif
 
 }  // namespace ddl

@@ -7,6 +7,7 @@
 // Parameter names: compress.* (dv > 1), norm.weight, conv.{weight,bias}, expand.weight (EC, dv > 1).
 #include <string>
 
+#include "ddl/core/config.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/rng.hpp"
@@ -32,51 +33,13 @@ class StageTransition {
   TokenLayout outputLayout(const TokenLayout& in) const { return m_conv.outputLayout(in); }
 
   // X: (cin, dv*N), N = layout.tokens() -> Y: (cout, dv*N'), N' = outputLayout(layout).tokens().
-  void forward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
-    const char* fn = "ddl::StageTransition::forward";
-    if (X.rows() != m_cin || X.cols() != m_dv * layout.tokens())
-      throw ShapeError(message(fn, "X has shape ", shapeOf(X), ", expected (", m_cin, ", ", m_dv, "*", layout.tokens(),
-                               ") for the layout ", toString(layout)));
-    if (m_dv == 1) {
-      m_norm.forward(X, m_c);
-      m_conv.forward(m_c, layout, Y);
-    } else {
-      m_compress.forward(X, m_xin);
-      m_norm.forward(m_xin, m_c);
-      m_conv.forward(m_c, layout, m_y);
-      m_expand.forward(m_y, Y);
-    }
-  }
+  void forward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y);
 
   // Same Y as forward, bit for bit; caches nothing (buffers of its own). Y must not alias X.
-  void forwardInference(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
-    const char* fn = "ddl::StageTransition::forwardInference";
-    if (X.rows() != m_cin || X.cols() != m_dv * layout.tokens())
-      throw ShapeError(message(fn, "X has shape ", shapeOf(X), ", expected (", m_cin, ", ", m_dv, "*", layout.tokens(),
-                               ") for the layout ", toString(layout)));
-    if (m_dv == 1) {
-      m_norm.forwardInference(X, m_inferC);
-      m_conv.forwardInference(m_inferC, layout, Y);
-    } else {
-      m_compress.forwardInference(X, m_inferXin);
-      m_norm.forwardInference(m_inferXin, m_inferXin);
-      m_conv.forwardInference(m_inferXin, layout, m_inferY);
-      m_expand.forwardInference(m_inferY, Y);
-    }
-  }
+  void forwardInference(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y);
 
   // dY: (cout, dv*N') -> dX: (cin, dv*N) overwritten; parameter gradients accumulate.
-  void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) {
-    if (m_dv == 1) {
-      m_conv.backward(dY, m_dC);
-      m_norm.backward(m_dC, dX);
-    } else {
-      m_expand.backward(dY, m_dy);
-      m_conv.backward(m_dy, m_dC);
-      m_norm.backward(m_dC, m_dC);
-      m_compress.backward(m_dC, dX);
-    }
-  }
+  void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX);
 
   template <class F>
   void visitParams(const std::string& prefix, F&& f) {
@@ -95,5 +58,57 @@ class StageTransition {
   MatX<S> m_xin, m_c, m_y, m_dy, m_dC;
   MatX<S> m_inferXin, m_inferC, m_inferY;  // forwardInference
 };
+
+template <class S>
+void StageTransition<S>::forward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
+  const char* fn = "ddl::StageTransition::forward";
+  if (X.rows() != m_cin || X.cols() != m_dv * layout.tokens())
+    throw ShapeError(message(fn, "X has shape ", shapeOf(X), ", expected (", m_cin, ", ", m_dv, "*", layout.tokens(),
+                             ") for the layout ", toString(layout)));
+  if (m_dv == 1) {
+    m_norm.forward(X, m_c);
+    m_conv.forward(m_c, layout, Y);
+  } else {
+    m_compress.forward(X, m_xin);
+    m_norm.forward(m_xin, m_c);
+    m_conv.forward(m_c, layout, m_y);
+    m_expand.forward(m_y, Y);
+  }
+}
+
+template <class S>
+void StageTransition<S>::forwardInference(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
+  const char* fn = "ddl::StageTransition::forwardInference";
+  if (X.rows() != m_cin || X.cols() != m_dv * layout.tokens())
+    throw ShapeError(message(fn, "X has shape ", shapeOf(X), ", expected (", m_cin, ", ", m_dv, "*", layout.tokens(),
+                             ") for the layout ", toString(layout)));
+  if (m_dv == 1) {
+    m_norm.forwardInference(X, m_inferC);
+    m_conv.forwardInference(m_inferC, layout, Y);
+  } else {
+    m_compress.forwardInference(X, m_inferXin);
+    m_norm.forwardInference(m_inferXin, m_inferXin);
+    m_conv.forwardInference(m_inferXin, layout, m_inferY);
+    m_expand.forwardInference(m_inferY, Y);
+  }
+}
+
+template <class S>
+void StageTransition<S>::backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) {
+  if (m_dv == 1) {
+    m_conv.backward(dY, m_dC);
+    m_norm.backward(m_dC, dX);
+  } else {
+    m_expand.backward(dY, m_dy);
+    m_conv.backward(m_dy, m_dC);
+    m_norm.backward(m_dC, m_dC);
+    m_compress.backward(m_dC, dX);
+  }
+}
+
+#if DDL_EXTERN_LAYERS  // compiled once in the library ddl::compiled (docs/building.md)
+extern template class StageTransition<float>;
+extern template class StageTransition<double>;
+#endif
 
 }  // namespace ddl

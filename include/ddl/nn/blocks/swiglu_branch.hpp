@@ -15,6 +15,7 @@
 #include <string>
 
 #include "ddl/core/alias.hpp"
+#include "ddl/core/config.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/rng.hpp"
@@ -43,48 +44,17 @@ class SwiGluBranch {
   static const char* name() { return "mlp"; }
 
   // Draw order: fc1, fc2, fc3 (torch.nn.Linear default, U(±1/sqrt(fan_in))).
-  void init(Rng& rng) {
-    m_fc1.init(rng);
-    m_fc2.init(rng);
-    m_fc3.init(rng);
-  }
+  void init(Rng& rng);
 
   // C: (d, N) -> H: (d, N); N == layout.tokens(). Keeps a view of C (C must stay alive and unchanged
   // until backward) and its own a, b, m. H must not alias C.
-  void forward(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H) {
-    checkInput("ddl::SwiGluBranch::forward", C, layout);
-    requireNoAlias("ddl::SwiGluBranch::forward", "C", C, "H", H);  // fc1 and fc3 keep views of C
-    m_fc1.forward(C, m_a);
-    m_fc3.forward(C, m_b);
-    gate(m_a, m_b, m_m);
-    m_fc2.forward(m_m, H);
-    m_N = C.cols();
-  }
+  void forward(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H);
 
   // Same H as forward, bit for bit; caches nothing (two hidden scratches, the gate applied in place).
-  void forwardInference(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H) {
-    checkInput("ddl::SwiGluBranch::forwardInference", C, layout);
-    m_fc1.forwardInference(C, m_inferA);
-    m_fc3.forwardInference(C, m_inferB);
-    gate(m_inferA, m_inferB, m_inferA);
-    m_fc2.forwardInference(m_inferA, H);
-  }
+  void forwardInference(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H);
 
   // dH: (d, N) of the last forward -> dC: (d, N) overwritten; dW1, dW2, dW3 accumulate.
-  void backward(const Eigen::Ref<const MatX<S>>& dH, MatX<S>& dC) {
-    const char* fn = "ddl::SwiGluBranch::backward";
-    if (m_N < 0) throw Error(message(fn, "called before forward"));
-    checkShape(fn, "dH", dH, m_d, m_N);
-    m_fc2.backward(dH, m_dA);  // dm, turned into da in place below
-    m_dB.resize(m_hidden, m_N);
-    detail::forColumnRanges(m_hidden, m_N, [&](Index j0, Index n) {
-      gateBackwardRange(m_a.middleCols(j0, n), m_b.middleCols(j0, n), m_dA.middleCols(j0, n),
-                        m_dB.middleCols(j0, n));
-    });
-    m_fc1.backward(m_dA, dC);
-    m_fc3.backward(m_dB, m_dC3);
-    dC += m_dC3;
-  }
+  void backward(const Eigen::Ref<const MatX<S>>& dH, MatX<S>& dC);
 
   // fc1.weight (hidden, d), fc2.weight (d, hidden), fc3.weight (hidden, d).
   template <class F>
@@ -100,30 +70,13 @@ class SwiGluBranch {
   Linear<S>& fc3() { return m_fc3; }
 
  private:
-  static Index checkedHidden(Index d, const DeltaBlockBranchOptions& opt) {
-    const char* fn = "ddl::SwiGluBranch";
-    require(d >= 1, fn, "d must be >= 1, got ", d);
-    require(opt.hidden >= 0, fn, "hidden must be >= 0 (0 means floor(8 d / 3)), got ", opt.hidden);
-    require(opt.activation == Activation::SiLU, fn, "the gate of SwiGLU is silu, got activation ",
-            toString(opt.activation));
-    return opt.hidden > 0 ? opt.hidden : defaultHidden(d);
-  }
+  static Index checkedHidden(Index d, const DeltaBlockBranchOptions& opt);
 
-  void checkInput(const char* fn, const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout) const {
-    if (C.rows() != m_d || C.cols() != layout.tokens())
-      throw ShapeError(message(fn, "C has shape ", shapeOf(C), ", expected (", m_d, ", ", layout.tokens(),
-                               ") for the layout ", toString(layout)));
-  }
+  void checkInput(const char* fn, const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout) const;
 
   // M = silu(A) ⊙ B, all (hidden, N); M may be A. One expression for forward and forwardInference,
   // so both give the same bits; columns are independent, so any split over threads does too.
-  static void gate(const MatX<S>& A, const MatX<S>& B, MatX<S>& M) {
-    M.resize(A.rows(), A.cols());  // a no-op when M is A
-    detail::forColumnRanges(A.rows(), A.cols(), [&](Index j0, Index n) {
-      const auto a = A.middleCols(j0, n).array();
-      M.middleCols(j0, n).array() = a * a.logistic() * B.middleCols(j0, n).array();
-    });
-  }
+  static void gate(const MatX<S>& A, const MatX<S>& B, MatX<S>& M);
 
   // On one column range: dm (in dA) -> da = dm ⊙ b ⊙ silu'(a) (in place), db = dm ⊙ silu(a).
   // σ(a) is needed three times, so it is evaluated once per coefficient in a stack chunk.
@@ -146,5 +99,79 @@ class SwiGluBranch {
   MatX<S> m_dA, m_dB, m_dC3;    // backward scratch: dm then da, db, W3ᵀ db
   MatX<S> m_inferA, m_inferB;   // (hidden, N) scratch of forwardInference
 };
+
+template <class S>
+void SwiGluBranch<S>::init(Rng& rng) {
+  m_fc1.init(rng);
+  m_fc2.init(rng);
+  m_fc3.init(rng);
+}
+
+template <class S>
+void SwiGluBranch<S>::forward(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H) {
+  checkInput("ddl::SwiGluBranch::forward", C, layout);
+  requireNoAlias("ddl::SwiGluBranch::forward", "C", C, "H", H);  // fc1 and fc3 keep views of C
+  m_fc1.forward(C, m_a);
+  m_fc3.forward(C, m_b);
+  gate(m_a, m_b, m_m);
+  m_fc2.forward(m_m, H);
+  m_N = C.cols();
+}
+
+template <class S>
+void SwiGluBranch<S>::forwardInference(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H) {
+  checkInput("ddl::SwiGluBranch::forwardInference", C, layout);
+  m_fc1.forwardInference(C, m_inferA);
+  m_fc3.forwardInference(C, m_inferB);
+  gate(m_inferA, m_inferB, m_inferA);
+  m_fc2.forwardInference(m_inferA, H);
+}
+
+template <class S>
+void SwiGluBranch<S>::backward(const Eigen::Ref<const MatX<S>>& dH, MatX<S>& dC) {
+  const char* fn = "ddl::SwiGluBranch::backward";
+  if (m_N < 0) throw Error(message(fn, "called before forward"));
+  checkShape(fn, "dH", dH, m_d, m_N);
+  m_fc2.backward(dH, m_dA);  // dm, turned into da in place below
+  m_dB.resize(m_hidden, m_N);
+  detail::forColumnRanges(m_hidden, m_N, [&](Index j0, Index n) {
+    gateBackwardRange(m_a.middleCols(j0, n), m_b.middleCols(j0, n), m_dA.middleCols(j0, n),
+                      m_dB.middleCols(j0, n));
+  });
+  m_fc1.backward(m_dA, dC);
+  m_fc3.backward(m_dB, m_dC3);
+  dC += m_dC3;
+}
+
+template <class S>
+Index SwiGluBranch<S>::checkedHidden(Index d, const DeltaBlockBranchOptions& opt) {
+  const char* fn = "ddl::SwiGluBranch";
+  require(d >= 1, fn, "d must be >= 1, got ", d);
+  require(opt.hidden >= 0, fn, "hidden must be >= 0 (0 means floor(8 d / 3)), got ", opt.hidden);
+  require(opt.activation == Activation::SiLU, fn, "the gate of SwiGLU is silu, got activation ",
+          toString(opt.activation));
+  return opt.hidden > 0 ? opt.hidden : defaultHidden(d);
+}
+
+template <class S>
+void SwiGluBranch<S>::checkInput(const char* fn, const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout) const {
+  if (C.rows() != m_d || C.cols() != layout.tokens())
+    throw ShapeError(message(fn, "C has shape ", shapeOf(C), ", expected (", m_d, ", ", layout.tokens(),
+                             ") for the layout ", toString(layout)));
+}
+
+template <class S>
+void SwiGluBranch<S>::gate(const MatX<S>& A, const MatX<S>& B, MatX<S>& M) {
+  M.resize(A.rows(), A.cols());  // a no-op when M is A
+  detail::forColumnRanges(A.rows(), A.cols(), [&](Index j0, Index n) {
+    const auto a = A.middleCols(j0, n).array();
+    M.middleCols(j0, n).array() = a * a.logistic() * B.middleCols(j0, n).array();
+  });
+}
+
+#if DDL_EXTERN_LAYERS  // compiled once in the library ddl::compiled (docs/building.md)
+extern template class SwiGluBranch<float>;
+extern template class SwiGluBranch<double>;
+#endif
 
 }  // namespace ddl

@@ -63,75 +63,26 @@ class TokenCompressor {
   }
 
   // The same, recording this application in cache.
-  void forward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Xin, Cache& cache) {
-    m_conv.beginForward("ddl::TokenCompressor::forward", "X", X, layout, true, "Xin", Xin, &cache);
-    compress(X, layout, Xin);
-  }
+  void forward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Xin, Cache& cache);
 
   // Same Xin as forward, bit for bit; records nothing and allocates nothing once Xin has its shape.
-  void forwardInference(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Xin) {
-    m_conv.beginForward("ddl::TokenCompressor::forwardInference", "X", X, layout, true, "Xin", Xin, nullptr);
-    compress(X, layout, Xin);
-  }
+  void forwardInference(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Xin);
 
   // dXin: (d, N) -> dX: (d, dv*N) overwritten; parameter gradients accumulate (sums over tokens in
   // double). dX must not alias dXin.
   void backward(const Eigen::Ref<const MatX<S>>& dXin, MatX<S>& dX) { backward(dXin, dX, m_cache); }
 
   // The same for the application recorded in cache.
-  void backward(const Eigen::Ref<const MatX<S>>& dXin, MatX<S>& dX, const Cache& cache) {
-    m_conv.beginBackward("ddl::TokenCompressor::backward", cache, "dXin", dXin, false, "dX", dX);
-    const Index N = cache.N, T = cache.layout.length, K = m_K;
-    const MatX<S>& w = m_conv.weight().value;
-    const MatX<S>& weff = m_conv.channelWeights(&m_read.value);
-    dX.resize(m_d, m_dv * N);
-    for (Index j = 0; j < m_dv; ++j)
-      detail::causalConvBackwardInput<S>(weff.middleCols(j * K, K), dXin, T, dX.middleCols(j * N, N));
-    const auto& G = m_conv.channelWeightGrad(dXin, cache.X.map(), N, T);  // G_j in columns j*K .. j*K + K - 1
-    using A = SumType<S>;
-    MatX<S>& dw = m_conv.weight().grad;
-    for (Index j = 0; j < m_dv; ++j) {
-      const A r = static_cast<A>(m_read.value(j, 0));
-      A dr = 0;
-      for (Index s = 0; s < K; ++s)
-        for (Index i = 0; i < m_d; ++i) {
-          const A g = G(i, j * K + s);
-          dw(i * m_dv + j, s) += static_cast<S>(r * g);
-          dr += static_cast<A>(w(i * m_dv + j, s)) * g;
-        }
-      m_read.grad(j, 0) += static_cast<S>(dr);
-    }
-  }
+  void backward(const Eigen::Ref<const MatX<S>>& dXin, MatX<S>& dX, const Cache& cache);
 
   // Decoding: a fresh cache for a new sequence (allocates).
-  void startStep(StepCache& cache) const {
-    cache.ring.start(m_d * m_dv, m_K);
-    cache.weff.setZero(m_d, m_dv * m_K);
-  }
+  void startStep(StepCache& cache) const;
 
   // Xt: (d, dv), the state of the next token -> xint: (d, 1), the column of forwardInference over the
   // whole sequence for this token (the same vector operations in the same order: the same bits in
   // the tests, also with g++ -march=native).
   // Allocates nothing once xint has its shape.
-  void forwardStep(const Eigen::Ref<const MatX<S>>& Xt, StepCache& cache, MatX<S>& xint) const {
-    auto& ring = cache.ring;
-    m_conv.beginStep("ddl::TokenCompressor::forwardStep", ring, "Xt", Xt, m_dv);
-    const Index K = m_K, d = m_d, pos = ring.pos;
-    Eigen::Map<MatX<S>>(ring.slots.col(pos).data(), d, m_dv) = Xt;  // channel j at rows j*d .. j*d + d - 1
-    detail::channelWeights(m_conv.weight().value, d, m_dv, cache.weff, &m_read.value);
-    const MatX<S>& we = cache.weff;
-    xint.resize(d, 1);
-    auto out = xint.col(0);
-    for (Index j = 0; j < m_dv; ++j)
-      for (Index lag = 0; lag < K && lag <= ring.t; ++lag) {
-        const auto in = ring.slots.col((pos + K - lag) % K).segment(j * d, d);
-        if (j == 0 && lag == 0)
-          out = we.col(K - 1).cwiseProduct(in);
-        else
-          out += we.col(j * K + K - 1 - lag).cwiseProduct(in);
-      }
-    ring.advance();
-  }
+  void forwardStep(const Eigen::Ref<const MatX<S>>& Xt, StepCache& cache, MatX<S>& xint) const;
 
   // "conv.weight" [d*dv, 1, K], then "read.weight" [dv].
   template <class F>
@@ -151,22 +102,7 @@ class TokenCompressor {
  private:
   // One output column at a time: channels j, then taps from the current token backwards, into one
   // accumulator (forwardStep repeats this order). Columns are independent.
-  void compress(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Xin) {
-    const Index N = layout.tokens(), T = layout.length, K = m_K, dv = m_dv;
-    const MatX<S>& we = m_conv.channelWeights(&m_read.value);
-    Xin.resize(m_d, N);
-    DDL_OMP(parallel for schedule(static) if (m_d * dv * K * N >= detail::kParallelMinWork))
-    for (Index n = 0; n < N; ++n) {
-      const Index t = n % T;
-      Xin.col(n) = we.col(K - 1).cwiseProduct(X.col(n));
-      for (Index lag = 1; lag < K && lag <= t; ++lag) Xin.col(n) += we.col(K - 1 - lag).cwiseProduct(X.col(n - lag));
-      for (Index j = 1; j < dv; ++j) {
-        const Index c = j * N + n, base = j * K;
-        for (Index lag = 0; lag < K && lag <= t; ++lag)
-          Xin.col(n) += we.col(base + K - 1 - lag).cwiseProduct(X.col(c - lag));
-      }
-    }
-  }
+  void compress(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Xin);
 
   Index m_d, m_dv, m_K;
   StateConv<S> m_conv;  // owns "conv.weight"; its workspaces hold, per call, the effective weights
@@ -174,5 +110,93 @@ class TokenCompressor {
   Param<S> m_read;      // (dv, 1)
   Cache m_cache;        // the application of forward(X, layout, Xin) without a Cache
 };
+
+template <class S>
+void TokenCompressor<S>::forward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Xin,
+                                 Cache& cache) {
+  m_conv.beginForward("ddl::TokenCompressor::forward", "X", X, layout, true, "Xin", Xin, &cache);
+  compress(X, layout, Xin);
+}
+
+template <class S>
+void TokenCompressor<S>::forwardInference(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Xin) {
+  m_conv.beginForward("ddl::TokenCompressor::forwardInference", "X", X, layout, true, "Xin", Xin, nullptr);
+  compress(X, layout, Xin);
+}
+
+template <class S>
+void TokenCompressor<S>::backward(const Eigen::Ref<const MatX<S>>& dXin, MatX<S>& dX, const Cache& cache) {
+  m_conv.beginBackward("ddl::TokenCompressor::backward", cache, "dXin", dXin, false, "dX", dX);
+  const Index N = cache.N, T = cache.layout.length, K = m_K;
+  const MatX<S>& w = m_conv.weight().value;
+  const MatX<S>& weff = m_conv.channelWeights(&m_read.value);
+  dX.resize(m_d, m_dv * N);
+  for (Index j = 0; j < m_dv; ++j)
+    detail::causalConvBackwardInput<S>(weff.middleCols(j * K, K), dXin, T, dX.middleCols(j * N, N));
+  const auto& G = m_conv.channelWeightGrad(dXin, cache.X.map(), N, T);  // G_j in columns j*K .. j*K + K - 1
+  using A = SumType<S>;
+  MatX<S>& dw = m_conv.weight().grad;
+  for (Index j = 0; j < m_dv; ++j) {
+    const A r = static_cast<A>(m_read.value(j, 0));
+    A dr = 0;
+    for (Index s = 0; s < K; ++s)
+      for (Index i = 0; i < m_d; ++i) {
+        const A g = G(i, j * K + s);
+        dw(i * m_dv + j, s) += static_cast<S>(r * g);
+        dr += static_cast<A>(w(i * m_dv + j, s)) * g;
+      }
+    m_read.grad(j, 0) += static_cast<S>(dr);
+  }
+}
+
+template <class S>
+void TokenCompressor<S>::startStep(StepCache& cache) const {
+  cache.ring.start(m_d * m_dv, m_K);
+  cache.weff.setZero(m_d, m_dv * m_K);
+}
+
+template <class S>
+void TokenCompressor<S>::forwardStep(const Eigen::Ref<const MatX<S>>& Xt, StepCache& cache, MatX<S>& xint) const {
+  auto& ring = cache.ring;
+  m_conv.beginStep("ddl::TokenCompressor::forwardStep", ring, "Xt", Xt, m_dv);
+  const Index K = m_K, d = m_d, pos = ring.pos;
+  Eigen::Map<MatX<S>>(ring.slots.col(pos).data(), d, m_dv) = Xt;  // channel j at rows j*d .. j*d + d - 1
+  detail::channelWeights(m_conv.weight().value, d, m_dv, cache.weff, &m_read.value);
+  const MatX<S>& we = cache.weff;
+  xint.resize(d, 1);
+  auto out = xint.col(0);
+  for (Index j = 0; j < m_dv; ++j)
+    for (Index lag = 0; lag < K && lag <= ring.t; ++lag) {
+      const auto in = ring.slots.col((pos + K - lag) % K).segment(j * d, d);
+      if (j == 0 && lag == 0)
+        out = we.col(K - 1).cwiseProduct(in);
+      else
+        out += we.col(j * K + K - 1 - lag).cwiseProduct(in);
+    }
+  ring.advance();
+}
+
+template <class S>
+void TokenCompressor<S>::compress(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Xin) {
+  const Index N = layout.tokens(), T = layout.length, K = m_K, dv = m_dv;
+  const MatX<S>& we = m_conv.channelWeights(&m_read.value);
+  Xin.resize(m_d, N);
+  DDL_OMP(parallel for schedule(static) if (m_d * dv * K * N >= detail::kParallelMinWork))
+  for (Index n = 0; n < N; ++n) {
+    const Index t = n % T;
+    Xin.col(n) = we.col(K - 1).cwiseProduct(X.col(n));
+    for (Index lag = 1; lag < K && lag <= t; ++lag) Xin.col(n) += we.col(K - 1 - lag).cwiseProduct(X.col(n - lag));
+    for (Index j = 1; j < dv; ++j) {
+      const Index c = j * N + n, base = j * K;
+      for (Index lag = 0; lag < K && lag <= t; ++lag)
+        Xin.col(n) += we.col(base + K - 1 - lag).cwiseProduct(X.col(c - lag));
+    }
+  }
+}
+
+#if DDL_EXTERN_LAYERS  // compiled once in the library ddl::compiled (docs/building.md)
+extern template class TokenCompressor<float>;
+extern template class TokenCompressor<double>;
+#endif
 
 }  // namespace ddl

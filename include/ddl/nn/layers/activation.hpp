@@ -205,41 +205,14 @@ class ActivationLayer {
   explicit ActivationLayer(Activation kind = Activation::ReLU) : m_kind(kind) { toString(kind); }
 
   // X: (d, B) -> Y: (d, B). Y may alias X.
-  void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) {
-    const Index rows = X.rows(), cols = X.cols();
-    const Activation kind = m_kind;
-    const bool inPlace = detail::sharesStorage(X, Y);
-    if (inPlace && !activationNeedsOutput(kind)) {
-      m_copy = X;  // Y overwrites the input the derivative reads
-      m_cache.bind(m_copy);
-    }
-    Y.resize(rows, cols);  // a no-op when Y is X
-    if (!inPlace && !activationNeedsOutput(kind)) m_cache.bind(X);
-    detail::forColumnRanges(rows, cols, [&](Index j0, Index n) {
-      detail::activateRange(kind, X.middleCols(j0, n), Y.middleCols(j0, n));
-    });
-    if (activationNeedsOutput(kind)) m_cache.bind(Y);
-    m_hasForward = true;
-  }
+  void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y);
 
   // Same Y as forward, bit for bit; caches nothing (backward still refers to the last forward) and
   // allocates nothing once Y has its shape. Y may alias X.
-  void forwardInference(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) const {
-    Y.resize(X.rows(), X.cols());  // a no-op when Y is X
-    const Activation kind = m_kind;
-    detail::forColumnRanges(X.rows(), X.cols(), [&](Index j0, Index n) {
-      detail::activateRange(kind, X.middleCols(j0, n), Y.middleCols(j0, n));
-    });
-  }
+  void forwardInference(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) const;
 
   // dY: (d, B) of the last forward -> dX: (d, B) overwritten. dX may alias dY.
-  void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) {
-    const char* fn = "ddl::ActivationLayer::backward";
-    if (!m_hasForward) throw Error(message(fn, "called before forward"));
-    checkShape(fn, "dY", dY, m_cache.rows(), m_cache.cols());
-    const auto cache = m_cache.map();
-    activateBackward(m_kind, cache, cache, dY, dX);
-  }
+  void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX);
 
   // No parameters.
   template <class F>
@@ -253,5 +226,46 @@ class ActivationLayer {
   ConstView<S> m_cache;  // (d, B): the input X, or the output Y for Tanh
   MatX<S> m_copy;        // the input of an in-place forward
 };
+
+template <class S>
+void ActivationLayer<S>::forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) {
+  const Index rows = X.rows(), cols = X.cols();
+  const Activation kind = m_kind;
+  const bool inPlace = detail::sharesStorage(X, Y);
+  if (inPlace && !activationNeedsOutput(kind)) {
+    m_copy = X;  // Y overwrites the input the derivative reads
+    m_cache.bind(m_copy);
+  }
+  Y.resize(rows, cols);  // a no-op when Y is X
+  if (!inPlace && !activationNeedsOutput(kind)) m_cache.bind(X);
+  detail::forColumnRanges(rows, cols, [&](Index j0, Index n) {
+    detail::activateRange(kind, X.middleCols(j0, n), Y.middleCols(j0, n));
+  });
+  if (activationNeedsOutput(kind)) m_cache.bind(Y);
+  m_hasForward = true;
+}
+
+template <class S>
+void ActivationLayer<S>::forwardInference(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) const {
+  Y.resize(X.rows(), X.cols());  // a no-op when Y is X
+  const Activation kind = m_kind;
+  detail::forColumnRanges(X.rows(), X.cols(), [&](Index j0, Index n) {
+    detail::activateRange(kind, X.middleCols(j0, n), Y.middleCols(j0, n));
+  });
+}
+
+template <class S>
+void ActivationLayer<S>::backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) {
+  const char* fn = "ddl::ActivationLayer::backward";
+  if (!m_hasForward) throw Error(message(fn, "called before forward"));
+  checkShape(fn, "dY", dY, m_cache.rows(), m_cache.cols());
+  const auto cache = m_cache.map();
+  activateBackward(m_kind, cache, cache, dY, dX);
+}
+
+#if DDL_EXTERN_LAYERS  // compiled once in the library ddl::compiled (docs/building.md)
+extern template class ActivationLayer<float>;
+extern template class ActivationLayer<double>;
+#endif
 
 }  // namespace ddl

@@ -119,39 +119,17 @@ class Conv2d {
 
   // X: (in, layout.tokens()) -> Y: (out, outputLayout(layout).tokens()); returns the output layout.
   // Keeps a view of X for backward (X must stay alive and unchanged until then). Y must not alias X.
-  TokenLayout forward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
-    requireNoAlias("ddl::Conv2d::forward", "X", X, "Y", Y);
-    const TokenLayout outL = prepareForward("ddl::Conv2d::forward", X, layout, Y);
-    m_X.bind(X);  // a view: X must stay alive and unchanged until backward
-    m_inLayout = layout;
-    m_outLayout = outL;
-    m_hasForward = true;
-    runForward(X, layout, outL, Y);
-    return outL;
-  }
+  TokenLayout forward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y);
 
   // Same output as forward, caches nothing (inference); backward still refers to the last forward().
-  TokenLayout forwardInference(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
-    requireNoAlias("ddl::Conv2d::forwardInference", "X", X, "Y", Y);
-    const TokenLayout outL = prepareForward("ddl::Conv2d::forwardInference", X, layout, Y);
-    runForward(X, layout, outL, Y);
-    return outL;
-  }
+  TokenLayout forwardInference(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y);
 
   // dY: (out, Ho*Wo*B) of the last forward -> dX: (in, B*H*W) overwritten; weight and bias
   // gradients accumulate (+=). dX must not alias dY.
-  void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) {
-    checkBackward(dY);
-    requireNoAlias("ddl::Conv2d::backward", "dY", dY, "dX", dX);
-    dX.resize(m_in, m_inLayout.tokens());
-    runBackward(dY, &dX);
-  }
+  void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX);
 
   // dY: (out, Ho*Wo*B): weight and bias gradients only (a first layer needs no input gradient).
-  void backwardParamsOnly(const Eigen::Ref<const MatX<S>>& dY) {
-    checkBackward(dY);
-    runBackward(dY, nullptr);
-  }
+  void backwardParamsOnly(const Eigen::Ref<const MatX<S>>& dY);
 
   // Parameters in a fixed order: "weight" [out, in, kh, kw], then "bias" [out] when present.
   template <class F>
@@ -162,10 +140,7 @@ class Conv2d {
 
   Param<S>& weight() { return m_W; }
   const Param<S>& weight() const { return m_W; }
-  Param<S>& bias() {
-    if (!m_hasBias) throw Error("ddl::Conv2d::bias: this layer was built without a bias");
-    return m_b;
-  }
+  Param<S>& bias();
   const Param<S>& bias() const { return const_cast<Conv2d*>(this)->bias(); }
   bool hasBias() const { return m_hasBias; }
   Index inChannels() const { return m_in; }
@@ -178,30 +153,15 @@ class Conv2d {
   // The algorithm of the next forward and backward; ShiftedProducts needs stride 1 on both axes
   // (ValueError otherwise). Both give the same results up to rounding; backward may use another
   // algorithm than its forward did.
-  void setAlgorithm(ConvAlgorithm algorithm) {
-    require(algorithm != ConvAlgorithm::ShiftedProducts || unitStride(), "ddl::Conv2d::setAlgorithm",
-            "shifted products need stride 1, this layer has ", toString(m_win));
-    m_algorithm = algorithm;
-  }
+  void setAlgorithm(ConvAlgorithm algorithm);
   ConvAlgorithm algorithm() const { return m_algorithm; }
   // The algorithm forward and backward run on an input layout: algorithm() with Automatic resolved.
   // Automatic takes shifted products where the patch copies outweigh the longer product chain (see
   // kShiftedMaxChannels), patches elsewhere.
-  ConvAlgorithm effectiveAlgorithm(const TokenLayout& in) const {
-    if (m_algorithm != ConvAlgorithm::Automatic) return m_algorithm;
-    if (!unitStride() || m_in > detail::kShiftedMaxChannels) return ConvAlgorithm::Patches;
-    const TokenLayout out = m_win.outputLayout(in, "ddl::Conv2d::effectiveAlgorithm");
-    const Index padded = (in.height + 2 * m_win.padH) * (in.width + 2 * m_win.padW);
-    return 10 * padded <= detail::kShiftedMaxPaddedTenths * out.tokensPerSample() ? ConvAlgorithm::ShiftedProducts
-                                                                                  : ConvAlgorithm::Patches;
-  }
+  ConvAlgorithm effectiveAlgorithm(const TokenLayout& in) const;
   // Scratch per thread the layer sizes its pieces for (default 192 KiB, about a core's L2 share);
   // bytes >= 1. A piece is at least one output row (shifted products) or 32 columns (patches).
-  void setScratchBytes(Index bytes) {
-    require(bytes >= 1, "ddl::Conv2d::setScratchBytes", "need bytes >= 1, got ", bytes);
-    m_scratchBytes = bytes;
-    m_chunk = std::clamp<Index>(bytes / (m_K * Index(sizeof(S))), 32, 4096);
-  }
+  void setScratchBytes(Index bytes);
   Index scratchBytes() const { return m_scratchBytes; }
   // Layouts of the last forward (what backward expects).
   const TokenLayout& lastInputLayout() const { return m_inLayout; }
@@ -220,35 +180,12 @@ class Conv2d {
     GemmWorkspace<S> forward[2], weight[2], input[2];
   };
 
-  const Window2d& squareOnly(const char* what) const {
-    if (!m_win.isSquare())
-      throw Error(message("ddl::Conv2d", what, "() needs a square window, this one has ", toString(m_win),
-                          "; use window()"));
-    return m_win;
-  }
+  const Window2d& squareOnly(const char* what) const;
 
   TokenLayout prepareForward(const char* fn, const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout,
-                             MatX<S>& Y) {
-    if (X.rows() != m_in || X.cols() != layout.tokens())
-      throw ShapeError(message(fn, "X has shape ", shapeOf(X), ", expected (", m_in, ", ", layout.tokens(),
-                               ") for the layout ", toString(layout)));
-    const TokenLayout outL = m_win.outputLayout(layout, fn);
-    Y.resize(m_out, outL.tokens());
-    // Wp column (i*kw + j)*in + c is weight column (c*kh + i)*kw + j.
-    m_Wp.resize(m_out, m_K);
-    const Index taps = m_win.taps();
-    for (Index c = 0; c < m_in; ++c)
-      for (Index t = 0; t < taps; ++t) m_Wp.col(t * m_in + c) = m_W.value.col(c * taps + t);
-    return outL;
-  }
+                             MatX<S>& Y);
 
-  void checkBackward(const Eigen::Ref<const MatX<S>>& dY) const {
-    const char* fn = "ddl::Conv2d::backward";
-    if (!m_hasForward) throw Error(message(fn, "called before forward"));
-    if (dY.rows() != m_out || dY.cols() != m_outLayout.tokens())
-      throw ShapeError(message(fn, "dY has shape ", shapeOf(dY), ", expected (", m_out, ", ", m_outLayout.tokens(),
-                               ") for the output layout ", toString(m_outLayout), " of the last forward"));
-  }
+  void checkBackward(const Eigen::Ref<const MatX<S>>& dY) const;
 
   // Allocates everything `tasks` threads need for column ranges of the given lengths; called before
   // any parallel region.
@@ -275,19 +212,9 @@ class Conv2d {
     }
   }
 
-  void runForward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& inL, const TokenLayout& outL, MatX<S>& Y) {
-    if (effectiveAlgorithm(inL) == ConvAlgorithm::ShiftedProducts)
-      runForwardShifted(X, inL, outL, Y);
-    else
-      runForwardPatches(X, inL, outL, Y);
-  }
+  void runForward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& inL, const TokenLayout& outL, MatX<S>& Y);
 
-  void runBackward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>* dX) {
-    if (effectiveAlgorithm(m_inLayout) == ConvAlgorithm::ShiftedProducts)
-      runBackwardShifted(dY, dX);
-    else
-      runBackwardPatches(dY, dX);
-  }
+  void runBackward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>* dX);
 
   // ---- shifted products (stride 1)
 
@@ -301,162 +228,32 @@ class Conv2d {
     Index padded(Index r, Index kh) const { return (r + kh - 1) * Wp; }  // Xpad columns
   };
 
-  Bands bandsFor(const TokenLayout& inL, const TokenLayout& outL) const {
-    Bands g;
-    g.Wp = inL.width + 2 * m_win.padW;
-    g.Ho = outL.height;
-    g.Wo = outL.width;
-    // Per output row: Xpad and dXpad (in channels) and Yext (out channels), Wp columns each.
-    const Index rowBytes = g.Wp * (2 * m_in + m_out) * Index(sizeof(S));
-    g.rows = std::clamp<Index>(m_scratchBytes / rowBytes, 1, std::max<Index>(g.Ho, 1));
-    g.perImage = g.Ho == 0 ? 0 : (g.Ho + g.rows - 1) / g.rows;
-    g.lastRows = g.Ho - (g.perImage - 1) * g.rows;
-    return g;
-  }
+  Bands bandsFor(const TokenLayout& inL, const TokenLayout& outL) const;
 
   static void ensureShape(MatX<S>& M, Index rows, Index cols) {
     if (M.rows() != rows || M.cols() != cols) M.resize(rows, cols);
   }
 
   // Allocates everything `tasks` threads need for bands of g; called before any parallel region.
-  void reserveShifted(int tasks, const Bands& g, bool backward, bool inputGradient) {
-    if (m_tasks.size() < static_cast<std::size_t>(tasks)) m_tasks.resize(static_cast<std::size_t>(tasks));
-    const Index kh = m_win.kernelH;
-    const Index rows[2] = {g.rows, g.lastRows != g.rows ? g.lastRows : 0};
-    for (int t = 0; t < tasks; ++t) {
-      Task& task = m_tasks[static_cast<std::size_t>(t)];
-      ensureShape(task.Xpad, m_in, g.padded(g.rows, kh));
-      ensureShape(task.Yext, m_out, g.extended(g.rows));
-      for (int s = 0; s < 2; ++s) {
-        if (rows[s] == 0) continue;
-        const Index L = g.extended(rows[s]);
-        if (!backward) {
-          task.forward[s].reserve(m_out, L, m_in);
-        } else {
-          task.weight[s].reserve(m_out, m_in, L);
-          if (inputGradient) task.input[s].reserve(m_in, L, m_out);
-        }
-      }
-      if (!backward) continue;
-      reserveGradients(task);
-      if (inputGradient) ensureShape(task.dXpad, m_in, g.padded(g.rows, kh));
-    }
-  }
+  void reserveShifted(int tasks, const Bands& g, bool backward, bool inputGradient);
 
   // Xpad.leftCols(g.padded(R, kh)) = input rows oy0 - ph .. oy0 + R + kh - 2 - ph of image b with
   // pw zero columns on each side, zero rows above and below the image; src: (in, N), column stride ld.
   void fillPaddedBand(const S* src, Index ld, const TokenLayout& inL, const Bands& g, Index b, Index oy0,
-                      Index R, MatX<S>& Xpad) const {
-    const Index H = inL.height, W = inL.width, pw = m_win.padW;
-    for (Index pr = 0; pr < R + m_win.kernelH - 1; ++pr) {
-      auto row = Xpad.middleCols(pr * g.Wp, g.Wp);
-      const Index y = oy0 + pr - m_win.padH;
-      if (y < 0 || y >= H) {
-        row.setZero();
-        continue;
-      }
-      if (pw > 0) {
-        row.leftCols(pw).setZero();
-        row.rightCols(pw).setZero();
-      }
-      row.middleCols(pw, W) = ConstStrided(src + (b * H + y) * W * ld, m_in, W, Eigen::OuterStride<>(ld));
-    }
-  }
+                      Index R, MatX<S>& Xpad) const;
 
   void runForwardShifted(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& inL, const TokenLayout& outL,
-                         MatX<S>& Y) {
-    if (outL.tokens() == 0) return;
-    const Bands g = bandsFor(inL, outL);
-    const Index units = inL.batch * g.perImage;
-    const int tasks = detail::windowThreads(m_out * m_K * outL.tokens(), detail::kConvParallelMin, units);
-    reserveShifted(tasks, g, /*backward=*/false, false);
-    const Index taps = m_win.taps(), kw = m_win.kernelW;
-    detail::runWindowTasks(tasks, [&](int t) {
-      Task& task = m_tasks[static_cast<std::size_t>(t)];
-      for (Index u = detail::windowPartBegin(units, t, tasks); u < detail::windowPartBegin(units, t + 1, tasks);
-           ++u) {
-        const Index b = u / g.perImage, band = u % g.perImage, oy0 = band * g.rows, R = g.rowsOf(band);
-        const Index L = g.extended(R);
-        const int s = R == g.rows ? 0 : 1;
-        fillPaddedBand(X.data(), X.outerStride(), inL, g, b, oy0, R, task.Xpad);
-        auto Yext = task.Yext.leftCols(L);
-        for (Index tap = 0; tap < taps; ++tap) {
-          const Index off = (tap / kw) * g.Wp + tap % kw;
-          task.forward[s].product(m_Wp.middleCols(tap * m_in, m_in), false, task.Xpad.middleCols(off, L), false,
-                                  Yext, S(1), /*accumulate=*/tap > 0);
-        }
-        for (Index r = 0; r < R; ++r) {
-          auto dst = Y.middleCols((b * g.Ho + oy0 + r) * g.Wo, g.Wo);
-          dst = Yext.middleCols(r * g.Wp, g.Wo);
-          if (m_hasBias) dst.colwise() += m_b.value.col(0);
-        }
-      }
-    });
-  }
+                         MatX<S>& Y);
 
-  void runBackwardShifted(const Eigen::Ref<const MatX<S>>& dY, MatX<S>* dX) {
-    const TokenLayout& inL = m_inLayout;
-    const TokenLayout& outL = m_outLayout;
-    if (outL.tokens() == 0) return;
-    const Bands g = bandsFor(inL, outL);
-    const Index B = inL.batch, H = inL.height, W = inL.width, perIn = inL.tokensPerSample();
-    const Index taps = m_win.taps(), kh = m_win.kernelH, kw = m_win.kernelW;
-    const Index work = m_out * m_K * outL.tokens() * (dX ? 2 : 1);
-    const int tasks = detail::windowThreads(work, detail::kConvParallelMin, B);
-    reserveShifted(tasks, g, /*backward=*/true, dX != nullptr);
-    detail::runWindowTasks(tasks, [&](int t) {
-      Task& task = m_tasks[static_cast<std::size_t>(t)];
-      const Index b0 = detail::windowPartBegin(B, t, tasks), b1 = detail::windowPartBegin(B, t + 1, tasks);
-      beginBackwardTask(b0, b1, perIn, dX, task);
-      for (Index b = b0; b < b1; ++b)
-        for (Index band = 0; band < g.perImage; ++band) {
-          const Index oy0 = band * g.rows, R = g.rowsOf(band), L = g.extended(R);
-          const int s = R == g.rows ? 0 : 1;
-          const auto dYband = dY.middleCols((b * g.Ho + oy0) * g.Wo, R * g.Wo);
-          fillPaddedBand(m_X.data(), m_X.outerStride(), inL, g, b, oy0, R, task.Xpad);
-          auto dYext = task.Yext.leftCols(L);
-          for (Index r = 0; r < R; ++r) {
-            dYext.middleCols(r * g.Wp, g.Wo) = dYband.middleCols(r * g.Wo, g.Wo);
-            if (r + 1 < R) dYext.middleCols(r * g.Wp + g.Wo, g.Wp - g.Wo).setZero();  // discarded columns
-          }
-          addBiasGradient(dYband, task);
-          for (Index tap = 0; tap < taps; ++tap) {
-            const Index off = (tap / kw) * g.Wp + tap % kw;
-            task.weight[s].product(dYext, false, task.Xpad.middleCols(off, L), true,
-                                   task.dWp.middleCols(tap * m_in, m_in), S(1), true);
-          }
-          if (!dX) continue;
-          auto dXpad = task.dXpad.leftCols(g.padded(R, kh));
-          dXpad.setZero();
-          for (Index tap = 0; tap < taps; ++tap) {
-            const Index off = (tap / kw) * g.Wp + tap % kw;
-            task.input[s].product(m_Wp.middleCols(tap * m_in, m_in), true, dYext, false, dXpad.middleCols(off, L),
-                                  S(1), true);
-          }
-          for (Index pr = 0; pr < R + kh - 1; ++pr) {
-            const Index y = oy0 + pr - m_win.padH;
-            if (y < 0 || y >= H) continue;
-            dX->middleCols((b * H + y) * W, W) += dXpad.middleCols(pr * g.Wp + m_win.padW, W);
-          }
-        }
-    });
-    addTaskGradients(tasks);
-  }
+  void runBackwardShifted(const Eigen::Ref<const MatX<S>>& dY, MatX<S>* dX);
 
   // ---- shared by both backwards
 
-  void reserveGradients(Task& task) const {
-    task.dWp.resize(m_out, m_K);
-    task.db.resize(m_out);
-  }
+  void reserveGradients(Task& task) const;
 
   // A backward task over images [b0, b1): their dX columns zeroed (the task only adds into them), its
   // partial parameter gradients cleared.
-  void beginBackwardTask(Index b0, Index b1, Index perIn, MatX<S>* dX, Task& task) const {
-    if (dX) dX->middleCols(b0 * perIn, (b1 - b0) * perIn).setZero();
-    task.dWp.setZero();
-    task.db.setZero();
-  }
+  void beginBackwardTask(Index b0, Index b1, Index perIn, MatX<S>* dX, Task& task) const;
 
   // task.db += the column sum of dYpart (a chunk or a band), accumulated in double (core/reduce.hpp):
   // the rounding error does not grow with B*Ho*Wo.
@@ -466,112 +263,25 @@ class Conv2d {
   }
 
   // Weight and bias gradients of the tasks, in task order, into the parameters (Wp order -> weight order).
-  void addTaskGradients(int tasks) {
-    const Index taps = m_win.taps();
-    if (m_hasBias) m_dbWide.setZero(m_out);
-    for (int t = 0; t < tasks; ++t) {
-      const Task& task = m_tasks[static_cast<std::size_t>(t)];
-      for (Index c = 0; c < m_in; ++c)
-        for (Index k = 0; k < taps; ++k) m_W.grad.col(c * taps + k) += task.dWp.col(k * m_in + c);
-      if (m_hasBias) m_dbWide += task.db;
-    }
-    if (m_hasBias) m_b.grad.col(0) += m_dbWide.template cast<S>();  // one rounding to S
-  }
+  void addTaskGradients(int tasks);
 
   // ---- patches (any stride)
 
   void runForwardPatches(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& inL, const TokenLayout& outL,
-                         MatX<S>& Y) {
-    const Index No = outL.tokens();
-    if (No == 0) return;
-    const int tasks = detail::windowThreads(m_out * m_K * No, detail::kConvParallelMin, No);
-    auto range = [&](int t) { return detail::windowPartBegin(No, t + 1, tasks) - detail::windowPartBegin(No, t, tasks); };
-    reserveTasks(tasks, range, /*forwardProducts=*/true, false);
-    detail::runWindowTasks(tasks, [&](int t) {
-      Task& task = m_tasks[static_cast<std::size_t>(t)];
-      const Index c1 = detail::windowPartBegin(No, t + 1, tasks);
-      for (Index o = detail::windowPartBegin(No, t, tasks); o < c1; o += m_chunk) {
-        const Index n = std::min(m_chunk, c1 - o);
-        buildPatches(X.data(), X.outerStride(), inL, outL, o, n, task.P);
-        auto Yc = Y.middleCols(o, n);
-        task.forward[n == m_chunk ? 0 : 1].product(m_Wp, false, task.P.leftCols(n), false, Yc, S(1), false);
-        if (m_hasBias) Yc.colwise() += m_b.value.col(0);
-      }
-    });
-  }
+                         MatX<S>& Y);
 
-  void runBackwardPatches(const Eigen::Ref<const MatX<S>>& dY, MatX<S>* dX) {
-    const TokenLayout& inL = m_inLayout;
-    const TokenLayout& outL = m_outLayout;
-    const Index B = inL.batch, perOut = outL.tokensPerSample(), perIn = inL.tokensPerSample();
-    if (outL.tokens() == 0) return;
-    const Index work = m_out * m_K * outL.tokens() * (dX ? 2 : 1);
-    const int tasks = detail::windowThreads(work, detail::kConvParallelMin, B);
-    auto range = [&](int t) {
-      return (detail::windowPartBegin(B, t + 1, tasks) - detail::windowPartBegin(B, t, tasks)) * perOut;
-    };
-    reserveTasks(tasks, range, /*forwardProducts=*/false, dX != nullptr);
-    detail::runWindowTasks(tasks, [&](int t) {
-      Task& task = m_tasks[static_cast<std::size_t>(t)];
-      const Index b0 = detail::windowPartBegin(B, t, tasks), b1 = detail::windowPartBegin(B, t + 1, tasks);
-      beginBackwardTask(b0, b1, perIn, dX, task);
-      const Index c1 = b1 * perOut;
-      for (Index o = b0 * perOut; o < c1; o += m_chunk) {
-        const Index n = std::min(m_chunk, c1 - o);
-        const int s = n == m_chunk ? 0 : 1;
-        const auto dYc = dY.middleCols(o, n);
-        buildPatches(m_X.data(), m_X.outerStride(), inL, outL, o, n, task.P);
-        task.weight[s].product(dYc, false, task.P.leftCols(n), true, task.dWp, S(1), true);
-        addBiasGradient(dYc, task);
-        if (dX) {
-          task.input[s].product(m_Wp, true, dYc, false, task.dP.leftCols(n), S(1), false);
-          scatterPatches(task.dP, inL, outL, o, n, dX->data());
-        }
-      }
-    });
-    addTaskGradients(tasks);
-  }
+  void runBackwardPatches(const Eigen::Ref<const MatX<S>>& dY, MatX<S>* dX);
 
   using ConstStrided = Eigen::Map<const MatX<S>, 0, Eigen::OuterStride<>>;
   using Strided = Eigen::Map<MatX<S>, 0, Eigen::OuterStride<>>;
 
   // P.leftCols(n) = patches of output columns [o, o + n); src: the input (in, N) with column stride ld.
   void buildPatches(const S* src, Index ld, const TokenLayout& inL, const TokenLayout& outL, Index o, Index n,
-                    MatX<S>& P) const {
-    const Index C = m_in, H = inL.height, W = inL.width;
-    detail::forEachRun(outL, o, o + n, [&](const detail::WindowRun& r) {
-      const Index col = r.col - o;
-      for (Index i = 0; i < m_win.kernelH; ++i)
-        for (Index j = 0; j < m_win.kernelW; ++j) {
-          const detail::TapSpan s = detail::tapSpan(m_win, inL, r, i, j);
-          auto dst = P.block((i * m_win.kernelW + j) * C, col, C, r.n);
-          if (s.lo > 0) dst.leftCols(s.lo).setZero();
-          if (s.hi < r.n) dst.rightCols(r.n - s.hi).setZero();
-          if (s.hi > s.lo) {
-            const Index p0 = (r.b * H + s.y) * W + s.x0;
-            dst.middleCols(s.lo, s.hi - s.lo) =
-                ConstStrided(src + p0 * ld, C, s.hi - s.lo, Eigen::OuterStride<>(ld * m_win.strideW));
-          }
-        }
-    });
-  }
+                    MatX<S>& P) const;
 
   // dX(:, pixels) += the patch gradients dP.leftCols(n) of output columns [o, o + n); dX: (in, N) contiguous.
   void scatterPatches(const MatX<S>& dP, const TokenLayout& inL, const TokenLayout& outL, Index o, Index n,
-                      S* dX) const {
-    const Index C = m_in, H = inL.height, W = inL.width;
-    detail::forEachRun(outL, o, o + n, [&](const detail::WindowRun& r) {
-      const Index col = r.col - o;
-      for (Index i = 0; i < m_win.kernelH; ++i)
-        for (Index j = 0; j < m_win.kernelW; ++j) {
-          const detail::TapSpan s = detail::tapSpan(m_win, inL, r, i, j);
-          if (s.hi <= s.lo) continue;
-          const Index p0 = (r.b * H + s.y) * W + s.x0;
-          Strided(dX + p0 * C, C, s.hi - s.lo, Eigen::OuterStride<>(C * m_win.strideW)) +=
-              dP.block((i * m_win.kernelW + j) * C, col + s.lo, C, s.hi - s.lo);
-        }
-    });
-  }
+                      S* dX) const;
 
   Index m_in, m_out;
   Window2d m_win;
@@ -587,5 +297,382 @@ class Conv2d {
   std::vector<Task> m_tasks;
   VecX<SumType<S>> m_dbWide;  // (out) the tasks' bias sums added in task order
 };
+
+template <class S>
+TokenLayout Conv2d<S>::forward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
+  requireNoAlias("ddl::Conv2d::forward", "X", X, "Y", Y);
+  const TokenLayout outL = prepareForward("ddl::Conv2d::forward", X, layout, Y);
+  m_X.bind(X);  // a view: X must stay alive and unchanged until backward
+  m_inLayout = layout;
+  m_outLayout = outL;
+  m_hasForward = true;
+  runForward(X, layout, outL, Y);
+  return outL;
+}
+
+template <class S>
+TokenLayout Conv2d<S>::forwardInference(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
+  requireNoAlias("ddl::Conv2d::forwardInference", "X", X, "Y", Y);
+  const TokenLayout outL = prepareForward("ddl::Conv2d::forwardInference", X, layout, Y);
+  runForward(X, layout, outL, Y);
+  return outL;
+}
+
+template <class S>
+void Conv2d<S>::backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) {
+  checkBackward(dY);
+  requireNoAlias("ddl::Conv2d::backward", "dY", dY, "dX", dX);
+  dX.resize(m_in, m_inLayout.tokens());
+  runBackward(dY, &dX);
+}
+
+template <class S>
+void Conv2d<S>::backwardParamsOnly(const Eigen::Ref<const MatX<S>>& dY) {
+  checkBackward(dY);
+  runBackward(dY, nullptr);
+}
+
+template <class S>
+Param<S>& Conv2d<S>::bias() {
+  if (!m_hasBias) throw Error("ddl::Conv2d::bias: this layer was built without a bias");
+  return m_b;
+}
+
+template <class S>
+void Conv2d<S>::setAlgorithm(ConvAlgorithm algorithm) {
+  require(algorithm != ConvAlgorithm::ShiftedProducts || unitStride(), "ddl::Conv2d::setAlgorithm",
+          "shifted products need stride 1, this layer has ", toString(m_win));
+  m_algorithm = algorithm;
+}
+
+template <class S>
+ConvAlgorithm Conv2d<S>::effectiveAlgorithm(const TokenLayout& in) const {
+  if (m_algorithm != ConvAlgorithm::Automatic) return m_algorithm;
+  if (!unitStride() || m_in > detail::kShiftedMaxChannels) return ConvAlgorithm::Patches;
+  const TokenLayout out = m_win.outputLayout(in, "ddl::Conv2d::effectiveAlgorithm");
+  const Index padded = (in.height + 2 * m_win.padH) * (in.width + 2 * m_win.padW);
+  return 10 * padded <= detail::kShiftedMaxPaddedTenths * out.tokensPerSample() ? ConvAlgorithm::ShiftedProducts
+                                                                                : ConvAlgorithm::Patches;
+}
+
+template <class S>
+void Conv2d<S>::setScratchBytes(Index bytes) {
+  require(bytes >= 1, "ddl::Conv2d::setScratchBytes", "need bytes >= 1, got ", bytes);
+  m_scratchBytes = bytes;
+  m_chunk = std::clamp<Index>(bytes / (m_K * Index(sizeof(S))), 32, 4096);
+}
+
+template <class S>
+const Window2d& Conv2d<S>::squareOnly(const char* what) const {
+  if (!m_win.isSquare())
+    throw Error(message("ddl::Conv2d", what, "() needs a square window, this one has ", toString(m_win),
+                        "; use window()"));
+  return m_win;
+}
+
+template <class S>
+TokenLayout Conv2d<S>::prepareForward(const char* fn, const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout,
+                                      MatX<S>& Y) {
+  if (X.rows() != m_in || X.cols() != layout.tokens())
+    throw ShapeError(message(fn, "X has shape ", shapeOf(X), ", expected (", m_in, ", ", layout.tokens(),
+                             ") for the layout ", toString(layout)));
+  const TokenLayout outL = m_win.outputLayout(layout, fn);
+  Y.resize(m_out, outL.tokens());
+  // Wp column (i*kw + j)*in + c is weight column (c*kh + i)*kw + j.
+  m_Wp.resize(m_out, m_K);
+  const Index taps = m_win.taps();
+  for (Index c = 0; c < m_in; ++c)
+    for (Index t = 0; t < taps; ++t) m_Wp.col(t * m_in + c) = m_W.value.col(c * taps + t);
+  return outL;
+}
+
+template <class S>
+void Conv2d<S>::checkBackward(const Eigen::Ref<const MatX<S>>& dY) const {
+  const char* fn = "ddl::Conv2d::backward";
+  if (!m_hasForward) throw Error(message(fn, "called before forward"));
+  if (dY.rows() != m_out || dY.cols() != m_outLayout.tokens())
+    throw ShapeError(message(fn, "dY has shape ", shapeOf(dY), ", expected (", m_out, ", ", m_outLayout.tokens(),
+                             ") for the output layout ", toString(m_outLayout), " of the last forward"));
+}
+
+template <class S>
+void Conv2d<S>::runForward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& inL, const TokenLayout& outL,
+                           MatX<S>& Y) {
+  if (effectiveAlgorithm(inL) == ConvAlgorithm::ShiftedProducts)
+    runForwardShifted(X, inL, outL, Y);
+  else
+    runForwardPatches(X, inL, outL, Y);
+}
+
+template <class S>
+void Conv2d<S>::runBackward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>* dX) {
+  if (effectiveAlgorithm(m_inLayout) == ConvAlgorithm::ShiftedProducts)
+    runBackwardShifted(dY, dX);
+  else
+    runBackwardPatches(dY, dX);
+}
+
+template <class S>
+typename Conv2d<S>::Bands Conv2d<S>::bandsFor(const TokenLayout& inL, const TokenLayout& outL) const {
+  Bands g;
+  g.Wp = inL.width + 2 * m_win.padW;
+  g.Ho = outL.height;
+  g.Wo = outL.width;
+  // Per output row: Xpad and dXpad (in channels) and Yext (out channels), Wp columns each.
+  const Index rowBytes = g.Wp * (2 * m_in + m_out) * Index(sizeof(S));
+  g.rows = std::clamp<Index>(m_scratchBytes / rowBytes, 1, std::max<Index>(g.Ho, 1));
+  g.perImage = g.Ho == 0 ? 0 : (g.Ho + g.rows - 1) / g.rows;
+  g.lastRows = g.Ho - (g.perImage - 1) * g.rows;
+  return g;
+}
+
+template <class S>
+void Conv2d<S>::reserveShifted(int tasks, const Bands& g, bool backward, bool inputGradient) {
+  if (m_tasks.size() < static_cast<std::size_t>(tasks)) m_tasks.resize(static_cast<std::size_t>(tasks));
+  const Index kh = m_win.kernelH;
+  const Index rows[2] = {g.rows, g.lastRows != g.rows ? g.lastRows : 0};
+  for (int t = 0; t < tasks; ++t) {
+    Task& task = m_tasks[static_cast<std::size_t>(t)];
+    ensureShape(task.Xpad, m_in, g.padded(g.rows, kh));
+    ensureShape(task.Yext, m_out, g.extended(g.rows));
+    for (int s = 0; s < 2; ++s) {
+      if (rows[s] == 0) continue;
+      const Index L = g.extended(rows[s]);
+      if (!backward) {
+        task.forward[s].reserve(m_out, L, m_in);
+      } else {
+        task.weight[s].reserve(m_out, m_in, L);
+        if (inputGradient) task.input[s].reserve(m_in, L, m_out);
+      }
+    }
+    if (!backward) continue;
+    reserveGradients(task);
+    if (inputGradient) ensureShape(task.dXpad, m_in, g.padded(g.rows, kh));
+  }
+}
+
+template <class S>
+void Conv2d<S>::fillPaddedBand(const S* src, Index ld, const TokenLayout& inL, const Bands& g, Index b, Index oy0,
+                               Index R, MatX<S>& Xpad) const {
+  const Index H = inL.height, W = inL.width, pw = m_win.padW;
+  for (Index pr = 0; pr < R + m_win.kernelH - 1; ++pr) {
+    auto row = Xpad.middleCols(pr * g.Wp, g.Wp);
+    const Index y = oy0 + pr - m_win.padH;
+    if (y < 0 || y >= H) {
+      row.setZero();
+      continue;
+    }
+    if (pw > 0) {
+      row.leftCols(pw).setZero();
+      row.rightCols(pw).setZero();
+    }
+    row.middleCols(pw, W) = ConstStrided(src + (b * H + y) * W * ld, m_in, W, Eigen::OuterStride<>(ld));
+  }
+}
+
+template <class S>
+void Conv2d<S>::runForwardShifted(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& inL, const TokenLayout& outL,
+                                  MatX<S>& Y) {
+  if (outL.tokens() == 0) return;
+  const Bands g = bandsFor(inL, outL);
+  const Index units = inL.batch * g.perImage;
+  const int tasks = detail::windowThreads(m_out * m_K * outL.tokens(), detail::kConvParallelMin, units);
+  reserveShifted(tasks, g, /*backward=*/false, false);
+  const Index taps = m_win.taps(), kw = m_win.kernelW;
+  detail::runWindowTasks(tasks, [&](int t) {
+    Task& task = m_tasks[static_cast<std::size_t>(t)];
+    for (Index u = detail::windowPartBegin(units, t, tasks); u < detail::windowPartBegin(units, t + 1, tasks);
+         ++u) {
+      const Index b = u / g.perImage, band = u % g.perImage, oy0 = band * g.rows, R = g.rowsOf(band);
+      const Index L = g.extended(R);
+      const int s = R == g.rows ? 0 : 1;
+      fillPaddedBand(X.data(), X.outerStride(), inL, g, b, oy0, R, task.Xpad);
+      auto Yext = task.Yext.leftCols(L);
+      for (Index tap = 0; tap < taps; ++tap) {
+        const Index off = (tap / kw) * g.Wp + tap % kw;
+        task.forward[s].product(m_Wp.middleCols(tap * m_in, m_in), false, task.Xpad.middleCols(off, L), false,
+                                Yext, S(1), /*accumulate=*/tap > 0);
+      }
+      for (Index r = 0; r < R; ++r) {
+        auto dst = Y.middleCols((b * g.Ho + oy0 + r) * g.Wo, g.Wo);
+        dst = Yext.middleCols(r * g.Wp, g.Wo);
+        if (m_hasBias) dst.colwise() += m_b.value.col(0);
+      }
+    }
+  });
+}
+
+template <class S>
+void Conv2d<S>::runBackwardShifted(const Eigen::Ref<const MatX<S>>& dY, MatX<S>* dX) {
+  const TokenLayout& inL = m_inLayout;
+  const TokenLayout& outL = m_outLayout;
+  if (outL.tokens() == 0) return;
+  const Bands g = bandsFor(inL, outL);
+  const Index B = inL.batch, H = inL.height, W = inL.width, perIn = inL.tokensPerSample();
+  const Index taps = m_win.taps(), kh = m_win.kernelH, kw = m_win.kernelW;
+  const Index work = m_out * m_K * outL.tokens() * (dX ? 2 : 1);
+  const int tasks = detail::windowThreads(work, detail::kConvParallelMin, B);
+  reserveShifted(tasks, g, /*backward=*/true, dX != nullptr);
+  detail::runWindowTasks(tasks, [&](int t) {
+    Task& task = m_tasks[static_cast<std::size_t>(t)];
+    const Index b0 = detail::windowPartBegin(B, t, tasks), b1 = detail::windowPartBegin(B, t + 1, tasks);
+    beginBackwardTask(b0, b1, perIn, dX, task);
+    for (Index b = b0; b < b1; ++b)
+      for (Index band = 0; band < g.perImage; ++band) {
+        const Index oy0 = band * g.rows, R = g.rowsOf(band), L = g.extended(R);
+        const int s = R == g.rows ? 0 : 1;
+        const auto dYband = dY.middleCols((b * g.Ho + oy0) * g.Wo, R * g.Wo);
+        fillPaddedBand(m_X.data(), m_X.outerStride(), inL, g, b, oy0, R, task.Xpad);
+        auto dYext = task.Yext.leftCols(L);
+        for (Index r = 0; r < R; ++r) {
+          dYext.middleCols(r * g.Wp, g.Wo) = dYband.middleCols(r * g.Wo, g.Wo);
+          if (r + 1 < R) dYext.middleCols(r * g.Wp + g.Wo, g.Wp - g.Wo).setZero();  // discarded columns
+        }
+        addBiasGradient(dYband, task);
+        for (Index tap = 0; tap < taps; ++tap) {
+          const Index off = (tap / kw) * g.Wp + tap % kw;
+          task.weight[s].product(dYext, false, task.Xpad.middleCols(off, L), true,
+                                 task.dWp.middleCols(tap * m_in, m_in), S(1), true);
+        }
+        if (!dX) continue;
+        auto dXpad = task.dXpad.leftCols(g.padded(R, kh));
+        dXpad.setZero();
+        for (Index tap = 0; tap < taps; ++tap) {
+          const Index off = (tap / kw) * g.Wp + tap % kw;
+          task.input[s].product(m_Wp.middleCols(tap * m_in, m_in), true, dYext, false, dXpad.middleCols(off, L),
+                                S(1), true);
+        }
+        for (Index pr = 0; pr < R + kh - 1; ++pr) {
+          const Index y = oy0 + pr - m_win.padH;
+          if (y < 0 || y >= H) continue;
+          dX->middleCols((b * H + y) * W, W) += dXpad.middleCols(pr * g.Wp + m_win.padW, W);
+        }
+      }
+  });
+  addTaskGradients(tasks);
+}
+
+template <class S>
+void Conv2d<S>::reserveGradients(Task& task) const {
+  task.dWp.resize(m_out, m_K);
+  task.db.resize(m_out);
+}
+
+template <class S>
+void Conv2d<S>::beginBackwardTask(Index b0, Index b1, Index perIn, MatX<S>* dX, Task& task) const {
+  if (dX) dX->middleCols(b0 * perIn, (b1 - b0) * perIn).setZero();
+  task.dWp.setZero();
+  task.db.setZero();
+}
+
+template <class S>
+void Conv2d<S>::addTaskGradients(int tasks) {
+  const Index taps = m_win.taps();
+  if (m_hasBias) m_dbWide.setZero(m_out);
+  for (int t = 0; t < tasks; ++t) {
+    const Task& task = m_tasks[static_cast<std::size_t>(t)];
+    for (Index c = 0; c < m_in; ++c)
+      for (Index k = 0; k < taps; ++k) m_W.grad.col(c * taps + k) += task.dWp.col(k * m_in + c);
+    if (m_hasBias) m_dbWide += task.db;
+  }
+  if (m_hasBias) m_b.grad.col(0) += m_dbWide.template cast<S>();  // one rounding to S
+}
+
+template <class S>
+void Conv2d<S>::runForwardPatches(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& inL, const TokenLayout& outL,
+                                  MatX<S>& Y) {
+  const Index No = outL.tokens();
+  if (No == 0) return;
+  const int tasks = detail::windowThreads(m_out * m_K * No, detail::kConvParallelMin, No);
+  auto range = [&](int t) { return detail::windowPartBegin(No, t + 1, tasks) - detail::windowPartBegin(No, t, tasks); };
+  reserveTasks(tasks, range, /*forwardProducts=*/true, false);
+  detail::runWindowTasks(tasks, [&](int t) {
+    Task& task = m_tasks[static_cast<std::size_t>(t)];
+    const Index c1 = detail::windowPartBegin(No, t + 1, tasks);
+    for (Index o = detail::windowPartBegin(No, t, tasks); o < c1; o += m_chunk) {
+      const Index n = std::min(m_chunk, c1 - o);
+      buildPatches(X.data(), X.outerStride(), inL, outL, o, n, task.P);
+      auto Yc = Y.middleCols(o, n);
+      task.forward[n == m_chunk ? 0 : 1].product(m_Wp, false, task.P.leftCols(n), false, Yc, S(1), false);
+      if (m_hasBias) Yc.colwise() += m_b.value.col(0);
+    }
+  });
+}
+
+template <class S>
+void Conv2d<S>::runBackwardPatches(const Eigen::Ref<const MatX<S>>& dY, MatX<S>* dX) {
+  const TokenLayout& inL = m_inLayout;
+  const TokenLayout& outL = m_outLayout;
+  const Index B = inL.batch, perOut = outL.tokensPerSample(), perIn = inL.tokensPerSample();
+  if (outL.tokens() == 0) return;
+  const Index work = m_out * m_K * outL.tokens() * (dX ? 2 : 1);
+  const int tasks = detail::windowThreads(work, detail::kConvParallelMin, B);
+  auto range = [&](int t) {
+    return (detail::windowPartBegin(B, t + 1, tasks) - detail::windowPartBegin(B, t, tasks)) * perOut;
+  };
+  reserveTasks(tasks, range, /*forwardProducts=*/false, dX != nullptr);
+  detail::runWindowTasks(tasks, [&](int t) {
+    Task& task = m_tasks[static_cast<std::size_t>(t)];
+    const Index b0 = detail::windowPartBegin(B, t, tasks), b1 = detail::windowPartBegin(B, t + 1, tasks);
+    beginBackwardTask(b0, b1, perIn, dX, task);
+    const Index c1 = b1 * perOut;
+    for (Index o = b0 * perOut; o < c1; o += m_chunk) {
+      const Index n = std::min(m_chunk, c1 - o);
+      const int s = n == m_chunk ? 0 : 1;
+      const auto dYc = dY.middleCols(o, n);
+      buildPatches(m_X.data(), m_X.outerStride(), inL, outL, o, n, task.P);
+      task.weight[s].product(dYc, false, task.P.leftCols(n), true, task.dWp, S(1), true);
+      addBiasGradient(dYc, task);
+      if (dX) {
+        task.input[s].product(m_Wp, true, dYc, false, task.dP.leftCols(n), S(1), false);
+        scatterPatches(task.dP, inL, outL, o, n, dX->data());
+      }
+    }
+  });
+  addTaskGradients(tasks);
+}
+
+template <class S>
+void Conv2d<S>::buildPatches(const S* src, Index ld, const TokenLayout& inL, const TokenLayout& outL, Index o, Index n,
+                             MatX<S>& P) const {
+  const Index C = m_in, H = inL.height, W = inL.width;
+  detail::forEachRun(outL, o, o + n, [&](const detail::WindowRun& r) {
+    const Index col = r.col - o;
+    for (Index i = 0; i < m_win.kernelH; ++i)
+      for (Index j = 0; j < m_win.kernelW; ++j) {
+        const detail::TapSpan s = detail::tapSpan(m_win, inL, r, i, j);
+        auto dst = P.block((i * m_win.kernelW + j) * C, col, C, r.n);
+        if (s.lo > 0) dst.leftCols(s.lo).setZero();
+        if (s.hi < r.n) dst.rightCols(r.n - s.hi).setZero();
+        if (s.hi > s.lo) {
+          const Index p0 = (r.b * H + s.y) * W + s.x0;
+          dst.middleCols(s.lo, s.hi - s.lo) =
+              ConstStrided(src + p0 * ld, C, s.hi - s.lo, Eigen::OuterStride<>(ld * m_win.strideW));
+        }
+      }
+  });
+}
+
+template <class S>
+void Conv2d<S>::scatterPatches(const MatX<S>& dP, const TokenLayout& inL, const TokenLayout& outL, Index o, Index n,
+                               S* dX) const {
+  const Index C = m_in, H = inL.height, W = inL.width;
+  detail::forEachRun(outL, o, o + n, [&](const detail::WindowRun& r) {
+    const Index col = r.col - o;
+    for (Index i = 0; i < m_win.kernelH; ++i)
+      for (Index j = 0; j < m_win.kernelW; ++j) {
+        const detail::TapSpan s = detail::tapSpan(m_win, inL, r, i, j);
+        if (s.hi <= s.lo) continue;
+        const Index p0 = (r.b * H + s.y) * W + s.x0;
+        Strided(dX + p0 * C, C, s.hi - s.lo, Eigen::OuterStride<>(C * m_win.strideW)) +=
+            dP.block((i * m_win.kernelW + j) * C, col + s.lo, C, s.hi - s.lo);
+      }
+  });
+}
+
+#if DDL_EXTERN_LAYERS  // compiled once in the library ddl::compiled (docs/building.md)
+extern template class Conv2d<float>;
+extern template class Conv2d<double>;
+#endif
 
 }  // namespace ddl

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "ddl/core/config.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/types.hpp"
 
@@ -48,58 +49,64 @@ class SoftmaxCrossEntropy {
   }
 
   // -> dLogits: (C, B) overwritten with dLoss · (P − Q)/B, the gradient of dLoss · loss.
-  void backward(MatX<S>& dLogits, S dLoss = S(1)) const {
-    if (!m_hasForward) throw Error("ddl::SoftmaxCrossEntropy::backward: called before forward");
-    const Index C = m_P.rows(), B = m_P.cols();
-    const S scale = dLoss / static_cast<S>(B);
-    const S off = static_cast<S>(m_eps / static_cast<double>(C));
-    const S on = static_cast<S>(1.0 - m_eps);
-    dLogits.resize(C, B);
-    for (Index b = 0; b < B; ++b) {
-      dLogits.col(b).array() = (m_P.col(b).array() - off) * scale;
-      dLogits(m_labels(b), b) -= on * scale;
-    }
-  }
+  void backward(MatX<S>& dLogits, S dLoss = S(1)) const;
 
   // (C, B) softmax of the last forward.
   const MatX<S>& probabilities() const { return m_P; }
   double labelSmoothing() const { return m_eps; }
 
  private:
-  S forwardImpl(const Eigen::Ref<const MatX<S>>& Z, const int* labels, Index count) {
-    const char* fn = "ddl::SoftmaxCrossEntropy::forward";
-    const Index C = Z.rows(), B = Z.cols();
-    if (C < 1 || B < 1) throw ShapeError(message(fn, "logits has shape ", shapeOf(Z), ", expected (C >= 1, B >= 1)"));
-    detail::checkLabels(fn, labels, count, C, B);
-    m_P.resize(C, B);
-    m_labels.resize(B);
-    double total = 0.0;  // summed in double: B terms of similar size
-    for (Index b = 0; b < B; ++b) {
-      const auto z = Z.col(b).array();
-      Index j = 0;
-      const S m = z.maxCoeff(&j);
-      m_P.col(b).array() = (z - m).exp();
-      double rest = 0.0;  // Σ_{i≠j} exp(z_i − m), each term in (0, 1]
-      for (Index i = 0; i < C; ++i)
-        if (i != j) rest += static_cast<double>(m_P(i, b));
-      const S sum = m_P.col(b).sum();
-      m_P.col(b) *= S(1) / sum;
-      const int y = labels[b];
-      m_labels(b) = y;
-      const double zy = static_cast<double>(z(y));
-      double lossB = (static_cast<double>(m) - zy) + std::log1p(rest);
-      if (m_eps > 0.0) lossB += m_eps * (zy - static_cast<double>(z.template cast<double>().mean()));
-      total += lossB;
-    }
-    m_hasForward = true;
-    return static_cast<S>(total / static_cast<double>(B));
-  }
+  S forwardImpl(const Eigen::Ref<const MatX<S>>& Z, const int* labels, Index count);
 
   double m_eps;
   bool m_hasForward = false;
   MatX<S> m_P;                // (C, B)
   Eigen::VectorXi m_labels;   // (B)
 };
+
+template <class S>
+void SoftmaxCrossEntropy<S>::backward(MatX<S>& dLogits, S dLoss) const {
+  if (!m_hasForward) throw Error("ddl::SoftmaxCrossEntropy::backward: called before forward");
+  const Index C = m_P.rows(), B = m_P.cols();
+  const S scale = dLoss / static_cast<S>(B);
+  const S off = static_cast<S>(m_eps / static_cast<double>(C));
+  const S on = static_cast<S>(1.0 - m_eps);
+  dLogits.resize(C, B);
+  for (Index b = 0; b < B; ++b) {
+    dLogits.col(b).array() = (m_P.col(b).array() - off) * scale;
+    dLogits(m_labels(b), b) -= on * scale;
+  }
+}
+
+template <class S>
+S SoftmaxCrossEntropy<S>::forwardImpl(const Eigen::Ref<const MatX<S>>& Z, const int* labels, Index count) {
+  const char* fn = "ddl::SoftmaxCrossEntropy::forward";
+  const Index C = Z.rows(), B = Z.cols();
+  if (C < 1 || B < 1) throw ShapeError(message(fn, "logits has shape ", shapeOf(Z), ", expected (C >= 1, B >= 1)"));
+  detail::checkLabels(fn, labels, count, C, B);
+  m_P.resize(C, B);
+  m_labels.resize(B);
+  double total = 0.0;  // summed in double: B terms of similar size
+  for (Index b = 0; b < B; ++b) {
+    const auto z = Z.col(b).array();
+    Index j = 0;
+    const S m = z.maxCoeff(&j);
+    m_P.col(b).array() = (z - m).exp();
+    double rest = 0.0;  // Σ_{i≠j} exp(z_i − m), each term in (0, 1]
+    for (Index i = 0; i < C; ++i)
+      if (i != j) rest += static_cast<double>(m_P(i, b));
+    const S sum = m_P.col(b).sum();
+    m_P.col(b) *= S(1) / sum;
+    const int y = labels[b];
+    m_labels(b) = y;
+    const double zy = static_cast<double>(z(y));
+    double lossB = (static_cast<double>(m) - zy) + std::log1p(rest);
+    if (m_eps > 0.0) lossB += m_eps * (zy - static_cast<double>(z.template cast<double>().mean()));
+    total += lossB;
+  }
+  m_hasForward = true;
+  return static_cast<S>(total / static_cast<double>(B));
+}
 
 // logits: (C, B) -> out: (B) index of the largest logit per column (the first on ties).
 template <class D>
@@ -140,5 +147,10 @@ double accuracy(const Eigen::MatrixBase<D>& logits, const Labels& labels) {
   require(logits.cols() >= 1, "ddl::accuracy", "logits has no columns, shape ", shapeOf(logits));
   return static_cast<double>(countCorrect(logits, labels)) / static_cast<double>(logits.cols());
 }
+
+#if DDL_EXTERN_LAYERS  // compiled once in the library ddl::compiled (docs/building.md)
+extern template class SoftmaxCrossEntropy<float>;
+extern template class SoftmaxCrossEntropy<double>;
+#endif
 
 }  // namespace ddl

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "ddl/core/alias.hpp"
+#include "ddl/core/config.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/rng.hpp"
@@ -44,30 +45,14 @@ class Embedding {
   // ids: N ids -> out: (d, N), resized. Every id is checked before anything is written: an id
   // outside [0, vocab) throws ValueError naming its position, the id and the vocabulary size, and
   // leaves out and the state for backward as they were. out must not be the weight.
-  void forward(const std::vector<int>& ids, MatX<S>& out) {
-    checkIds("ddl::Embedding::forward", ids);
-    requireNoAlias("ddl::Embedding::forward", "the weight", m_W.value, "out", out);
-    m_ids.assign(ids.begin(), ids.end());
-    m_valid = true;
-    gather(ids, out);
-  }
+  void forward(const std::vector<int>& ids, MatX<S>& out);
 
   // Same out as forward, bit for bit; keeps nothing, so backward still refers to the last forward.
-  void forwardInference(const std::vector<int>& ids, MatX<S>& out) {
-    checkIds("ddl::Embedding::forwardInference", ids);
-    requireNoAlias("ddl::Embedding::forwardInference", "the weight", m_W.value, "out", out);
-    gather(ids, out);
-  }
+  void forwardInference(const std::vector<int>& ids, MatX<S>& out);
 
   // dOut: (d, N) of the last forward; the weight gradient accumulates (+=), position by position
   // in order, so a repeated id sums its columns in the same order on every run.
-  void backward(const MatX<S>& dOut) {
-    const char* fn = "ddl::Embedding::backward";
-    if (!m_valid) throw Error(message(fn, "called before forward"));
-    checkShape(fn, "dOut", dOut, m_d, static_cast<Index>(m_ids.size()));
-    for (std::size_t n = 0; n < m_ids.size(); ++n)
-      m_W.grad.row(m_ids[n]) += dOut.col(static_cast<Index>(n)).transpose();
-  }
+  void backward(const MatX<S>& dOut);
 
   // One parameter: "weight" (vocab, d), PyTorch's [vocab, d].
   template <class F>
@@ -81,22 +66,58 @@ class Embedding {
   Index dim() const { return m_d; }
 
  private:
-  void checkIds(const char* fn, const std::vector<int>& ids) const {
-    for (std::size_t n = 0; n < ids.size(); ++n)
-      if (ids[n] < 0 || ids[n] >= m_vocab)
-        throw ValueError(message(fn, "id ", ids[n], " at position ", n, " is outside [0, ", m_vocab,
-                                 ") (vocabulary size ", m_vocab, ")"));
-  }
+  void checkIds(const char* fn, const std::vector<int>& ids) const;
 
-  void gather(const std::vector<int>& ids, MatX<S>& out) const {
-    out.resize(m_d, static_cast<Index>(ids.size()));
-    for (std::size_t n = 0; n < ids.size(); ++n) out.col(static_cast<Index>(n)) = m_W.value.row(ids[n]).transpose();
-  }
+  void gather(const std::vector<int>& ids, MatX<S>& out) const;
 
   Index m_vocab, m_d;
   Param<S> m_W;
   std::vector<int> m_ids;  // the last forward's ids, for backward
   bool m_valid = false;
 };
+
+template <class S>
+void Embedding<S>::forward(const std::vector<int>& ids, MatX<S>& out) {
+  checkIds("ddl::Embedding::forward", ids);
+  requireNoAlias("ddl::Embedding::forward", "the weight", m_W.value, "out", out);
+  m_ids.assign(ids.begin(), ids.end());
+  m_valid = true;
+  gather(ids, out);
+}
+
+template <class S>
+void Embedding<S>::forwardInference(const std::vector<int>& ids, MatX<S>& out) {
+  checkIds("ddl::Embedding::forwardInference", ids);
+  requireNoAlias("ddl::Embedding::forwardInference", "the weight", m_W.value, "out", out);
+  gather(ids, out);
+}
+
+template <class S>
+void Embedding<S>::backward(const MatX<S>& dOut) {
+  const char* fn = "ddl::Embedding::backward";
+  if (!m_valid) throw Error(message(fn, "called before forward"));
+  checkShape(fn, "dOut", dOut, m_d, static_cast<Index>(m_ids.size()));
+  for (std::size_t n = 0; n < m_ids.size(); ++n)
+    m_W.grad.row(m_ids[n]) += dOut.col(static_cast<Index>(n)).transpose();
+}
+
+template <class S>
+void Embedding<S>::checkIds(const char* fn, const std::vector<int>& ids) const {
+  for (std::size_t n = 0; n < ids.size(); ++n)
+    if (ids[n] < 0 || ids[n] >= m_vocab)
+      throw ValueError(message(fn, "id ", ids[n], " at position ", n, " is outside [0, ", m_vocab,
+                               ") (vocabulary size ", m_vocab, ")"));
+}
+
+template <class S>
+void Embedding<S>::gather(const std::vector<int>& ids, MatX<S>& out) const {
+  out.resize(m_d, static_cast<Index>(ids.size()));
+  for (std::size_t n = 0; n < ids.size(); ++n) out.col(static_cast<Index>(n)) = m_W.value.row(ids[n]).transpose();
+}
+
+#if DDL_EXTERN_LAYERS  // compiled once in the library ddl::compiled (docs/building.md)
+extern template class Embedding<float>;
+extern template class Embedding<double>;
+#endif
 
 }  // namespace ddl

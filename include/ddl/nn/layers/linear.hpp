@@ -96,69 +96,24 @@ class Linear {
   void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) { forward(X, Y, m_cache); }
 
   // The same, recording this application in cache.
-  void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y, Cache& cache) {
-    checkShape("ddl::Linear::forward", "X", X, m_in, -1);
-    requireNoAlias("ddl::Linear::forward", "X", X, "Y", Y);
-    cache.X.bind(X);
-    cache.valid = true;
-    runForward(X, Y);
-  }
+  void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y, Cache& cache);
 
   // Same Y as forward, bit for bit; caches nothing, so backward still refers to the last forward.
   // Allocates nothing once Y has its shape (the product workspaces persist). Y must not alias X.
-  void forwardInference(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) {
-    checkShape("ddl::Linear::forwardInference", "X", X, m_in, -1);
-    requireNoAlias("ddl::Linear::forwardInference", "X", X, "Y", Y);
-    runForward(X, Y);
-  }
+  void forwardInference(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y);
 
   // dY: (out, B) of the last forward -> dX: (in, B) overwritten; dW, db accumulate (+=).
   // dX must not alias dY.
   void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) { backward(dY, dX, m_cache); }
 
   // The same for the application recorded in cache.
-  void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX, const Cache& cache) {
-    checkBackward(dY, cache);
-    requireNoAlias("ddl::Linear::backward", "dY", dY, "dX", dX);
-    const Index B = dY.cols();
-    dX.resize(m_in, B);
-    if (singleOutput(dY)) {
-      const auto w = m_W.value.row(0);
-      DDL_OMP(parallel for schedule(static) if (m_in * B >= detail::kParallelMinWork))
-      for (Index j = 0; j < B; ++j) dX.col(j) = dY(0, j) * w.transpose();
-      accumulateSingleOutputGrads(dY, cache);
-      return;
-    }
-    reserveWorkspaces();
-    // The two products have equal work: half of the tasks are row ranges of dW, half column ranges of dX.
-    detail::runProductTasks(m_in * m_out * B * 2, [](int threads) { return 2 * ((threads + 1) / 2); },
-                            [&](int t, int tasks) {
-                              const int half = tasks / 2;
-                              if (t < half) {
-                                accumulateParamGrads(dY, cache, t, half);
-                              } else {
-                                const Index j0 = detail::partBegin(B, t - half, half);
-                                const Index n = detail::partBegin(B, t - half + 1, half) - j0;
-                                m_gemmInput[t - half].product(m_W.value, true, dY.middleCols(j0, n), false,
-                                                              dX.middleCols(j0, n), S(1), false);
-                              }
-                            });
-  }
+  void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX, const Cache& cache);
 
   // dY: (out, B): accumulates dW and db only; for a layer whose input needs no gradient
   // (the first layer of a net), which saves the Wᵀ dY product.
   void backwardParamsOnly(const Eigen::Ref<const MatX<S>>& dY) { backwardParamsOnly(dY, m_cache); }
 
-  void backwardParamsOnly(const Eigen::Ref<const MatX<S>>& dY, const Cache& cache) {
-    checkBackward(dY, cache);
-    if (singleOutput(dY)) {
-      accumulateSingleOutputGrads(dY, cache);
-      return;
-    }
-    reserveWorkspaces();
-    detail::runProductTasks(m_in * m_out * dY.cols(), [](int threads) { return threads; },
-                            [&](int t, int tasks) { accumulateParamGrads(dY, cache, t, tasks); });
-  }
+  void backwardParamsOnly(const Eigen::Ref<const MatX<S>>& dY, const Cache& cache);
 
   // Parameters in a fixed order: "weight" (out, in), then "bias" [out] (held as (out, 1)) when present.
   template <class F>
@@ -169,21 +124,14 @@ class Linear {
 
   Param<S>& weight() { return m_W; }
   const Param<S>& weight() const { return m_W; }
-  Param<S>& bias() {
-    if (!m_hasBias) throw Error("ddl::Linear::bias: this layer was built without a bias");
-    return m_b;
-  }
+  Param<S>& bias();
   const Param<S>& bias() const { return const_cast<Linear*>(this)->bias(); }
   bool hasBias() const { return m_hasBias; }
   Index inFeatures() const { return m_in; }
   Index outFeatures() const { return m_out; }
 
  private:
-  void checkBackward(const Eigen::Ref<const MatX<S>>& dY, const Cache& cache) const {
-    const char* fn = "ddl::Linear::backward";
-    if (!cache.valid) throw Error(message(fn, "called before forward"));
-    checkShape(fn, "dY", dY, m_out, cache.X.cols());
-  }
+  void checkBackward(const Eigen::Ref<const MatX<S>>& dY, const Cache& cache) const;
 
   // The out = 1 path needs dY's entries contiguous (a row block of a taller matrix takes the GEMMs).
   bool singleOutput(const Eigen::Ref<const MatX<S>>& dY) const {
@@ -191,56 +139,15 @@ class Linear {
   }
 
   // out = 1: dw += dY Xᵀ and db += Σ dY, each one reduction on one thread.
-  void accumulateSingleOutputGrads(const Eigen::Ref<const MatX<S>>& dY, const Cache& cache) {
-    const Eigen::Map<const RowX<S>> dy(dY.data(), dY.cols());
-    m_W.grad.noalias() += dy * cache.X.map().transpose();
-    if (m_hasBias) m_b.grad(0, 0) += static_cast<S>(sumWide(dy));
-  }
+  void accumulateSingleOutputGrads(const Eigen::Ref<const MatX<S>>& dY, const Cache& cache);
 
-  void runForward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) {
-    const Index B = X.cols();
-    Y.resize(m_out, B);
-    if (m_out == 1) {
-      Eigen::Map<RowX<S>> y(Y.data(), B);
-      y.noalias() = m_W.value * X;
-      if (m_hasBias) y.array() += m_b.value(0, 0);
-      return;
-    }
-    reserveWorkspaces();
-    // One task per thread, each a column range of Y.
-    detail::runProductTasks(m_in * m_out * B, [](int threads) { return threads; }, [&](int t, int tasks) {
-      const Index j0 = detail::partBegin(B, t, tasks), n = detail::partBegin(B, t + 1, tasks) - j0;
-      auto Yj = Y.middleCols(j0, n);
-      m_gemmForward[t].product(m_W.value, false, X.middleCols(j0, n), false, Yj, S(1), false);
-      if (m_hasBias) Yj.colwise() += m_b.value.col(0);
-    });
-  }
+  void runForward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y);
 
   // dW += dY Xᵀ and db += dY 1 on row range `part` of `parts` (out is split, so parts never overlap).
-  void accumulateParamGrads(const Eigen::Ref<const MatX<S>>& dY, const Cache& cache, int part, int parts) {
-    const Index r0 = detail::partBegin(m_out, part, parts), rn = detail::partBegin(m_out, part + 1, parts) - r0;
-    if (rn == 0) return;
-    m_gemmWeight[part].product(dY.middleRows(r0, rn), false, cache.X.map(), true, m_W.grad.middleRows(r0, rn), S(1), true);
-    if (m_hasBias) {
-      // Column sweep into a double accumulator (core/reduce.hpp): contiguous, vectorised, and its
-      // error does not grow with the number of tokens. Each row's sum is the same on any split.
-      auto acc = m_dbWide.segment(r0, rn);
-      acc.setZero();
-      addRowSums(dY.middleRows(r0, rn), acc);
-      m_b.grad.col(0).segment(r0, rn) += acc.template cast<S>();
-    }
-  }
+  void accumulateParamGrads(const Eigen::Ref<const MatX<S>>& dY, const Cache& cache, int part, int parts);
 
   // One workspace per task and product, made before any parallel region (tasks <= 2 ceil(threads/2)).
-  void reserveWorkspaces() {
-    if (m_hasBias && m_dbWide.size() != m_out) m_dbWide.resize(m_out);
-    const std::size_t tasks = static_cast<std::size_t>(2 * ((numThreads() + 1) / 2));
-    if (m_gemmForward.size() < tasks) {
-      m_gemmForward.resize(tasks);
-      m_gemmWeight.resize(tasks);
-      m_gemmInput.resize(tasks);
-    }
-  }
+  void reserveWorkspaces();
 
   Index m_in, m_out;
   bool m_hasBias;
@@ -249,5 +156,133 @@ class Linear {
   VecX<SumType<S>> m_dbWide;  // (out) the bias gradient's sums over tokens, in double
   std::vector<GemmWorkspace<S>> m_gemmForward, m_gemmWeight, m_gemmInput;  // per task: Y, dW rows, dX
 };
+
+template <class S>
+void Linear<S>::forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y, Cache& cache) {
+  checkShape("ddl::Linear::forward", "X", X, m_in, -1);
+  requireNoAlias("ddl::Linear::forward", "X", X, "Y", Y);
+  cache.X.bind(X);
+  cache.valid = true;
+  runForward(X, Y);
+}
+
+template <class S>
+void Linear<S>::forwardInference(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) {
+  checkShape("ddl::Linear::forwardInference", "X", X, m_in, -1);
+  requireNoAlias("ddl::Linear::forwardInference", "X", X, "Y", Y);
+  runForward(X, Y);
+}
+
+template <class S>
+void Linear<S>::backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX, const Cache& cache) {
+  checkBackward(dY, cache);
+  requireNoAlias("ddl::Linear::backward", "dY", dY, "dX", dX);
+  const Index B = dY.cols();
+  dX.resize(m_in, B);
+  if (singleOutput(dY)) {
+    const auto w = m_W.value.row(0);
+    DDL_OMP(parallel for schedule(static) if (m_in * B >= detail::kParallelMinWork))
+    for (Index j = 0; j < B; ++j) dX.col(j) = dY(0, j) * w.transpose();
+    accumulateSingleOutputGrads(dY, cache);
+    return;
+  }
+  reserveWorkspaces();
+  // The two products have equal work: half of the tasks are row ranges of dW, half column ranges of dX.
+  detail::runProductTasks(m_in * m_out * B * 2, [](int threads) { return 2 * ((threads + 1) / 2); },
+                          [&](int t, int tasks) {
+                            const int half = tasks / 2;
+                            if (t < half) {
+                              accumulateParamGrads(dY, cache, t, half);
+                            } else {
+                              const Index j0 = detail::partBegin(B, t - half, half);
+                              const Index n = detail::partBegin(B, t - half + 1, half) - j0;
+                              m_gemmInput[t - half].product(m_W.value, true, dY.middleCols(j0, n), false,
+                                                            dX.middleCols(j0, n), S(1), false);
+                            }
+                          });
+}
+
+template <class S>
+void Linear<S>::backwardParamsOnly(const Eigen::Ref<const MatX<S>>& dY, const Cache& cache) {
+  checkBackward(dY, cache);
+  if (singleOutput(dY)) {
+    accumulateSingleOutputGrads(dY, cache);
+    return;
+  }
+  reserveWorkspaces();
+  detail::runProductTasks(m_in * m_out * dY.cols(), [](int threads) { return threads; },
+                          [&](int t, int tasks) { accumulateParamGrads(dY, cache, t, tasks); });
+}
+
+template <class S>
+Param<S>& Linear<S>::bias() {
+  if (!m_hasBias) throw Error("ddl::Linear::bias: this layer was built without a bias");
+  return m_b;
+}
+
+template <class S>
+void Linear<S>::checkBackward(const Eigen::Ref<const MatX<S>>& dY, const Cache& cache) const {
+  const char* fn = "ddl::Linear::backward";
+  if (!cache.valid) throw Error(message(fn, "called before forward"));
+  checkShape(fn, "dY", dY, m_out, cache.X.cols());
+}
+
+template <class S>
+void Linear<S>::accumulateSingleOutputGrads(const Eigen::Ref<const MatX<S>>& dY, const Cache& cache) {
+  const Eigen::Map<const RowX<S>> dy(dY.data(), dY.cols());
+  m_W.grad.noalias() += dy * cache.X.map().transpose();
+  if (m_hasBias) m_b.grad(0, 0) += static_cast<S>(sumWide(dy));
+}
+
+template <class S>
+void Linear<S>::runForward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) {
+  const Index B = X.cols();
+  Y.resize(m_out, B);
+  if (m_out == 1) {
+    Eigen::Map<RowX<S>> y(Y.data(), B);
+    y.noalias() = m_W.value * X;
+    if (m_hasBias) y.array() += m_b.value(0, 0);
+    return;
+  }
+  reserveWorkspaces();
+  // One task per thread, each a column range of Y.
+  detail::runProductTasks(m_in * m_out * B, [](int threads) { return threads; }, [&](int t, int tasks) {
+    const Index j0 = detail::partBegin(B, t, tasks), n = detail::partBegin(B, t + 1, tasks) - j0;
+    auto Yj = Y.middleCols(j0, n);
+    m_gemmForward[t].product(m_W.value, false, X.middleCols(j0, n), false, Yj, S(1), false);
+    if (m_hasBias) Yj.colwise() += m_b.value.col(0);
+  });
+}
+
+template <class S>
+void Linear<S>::accumulateParamGrads(const Eigen::Ref<const MatX<S>>& dY, const Cache& cache, int part, int parts) {
+  const Index r0 = detail::partBegin(m_out, part, parts), rn = detail::partBegin(m_out, part + 1, parts) - r0;
+  if (rn == 0) return;
+  m_gemmWeight[part].product(dY.middleRows(r0, rn), false, cache.X.map(), true, m_W.grad.middleRows(r0, rn), S(1), true);
+  if (m_hasBias) {
+    // Column sweep into a double accumulator (core/reduce.hpp): contiguous, vectorised, and its
+    // error does not grow with the number of tokens. Each row's sum is the same on any split.
+    auto acc = m_dbWide.segment(r0, rn);
+    acc.setZero();
+    addRowSums(dY.middleRows(r0, rn), acc);
+    m_b.grad.col(0).segment(r0, rn) += acc.template cast<S>();
+  }
+}
+
+template <class S>
+void Linear<S>::reserveWorkspaces() {
+  if (m_hasBias && m_dbWide.size() != m_out) m_dbWide.resize(m_out);
+  const std::size_t tasks = static_cast<std::size_t>(2 * ((numThreads() + 1) / 2));
+  if (m_gemmForward.size() < tasks) {
+    m_gemmForward.resize(tasks);
+    m_gemmWeight.resize(tasks);
+    m_gemmInput.resize(tasks);
+  }
+}
+
+#if DDL_EXTERN_LAYERS  // compiled once in the library ddl::compiled (docs/building.md)
+extern template class Linear<float>;
+extern template class Linear<double>;
+#endif
 
 }  // namespace ddl

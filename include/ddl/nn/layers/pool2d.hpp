@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <string>
 
+#include "ddl/core/config.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/token_layout.hpp"
 #include "ddl/core/types.hpp"
@@ -70,44 +71,13 @@ class MaxPool2d {
 
   // X: (C, layout.tokens()) -> Y: (C, outputLayout(layout).tokens()); returns the output layout.
   // Caches the argmax of every output. Y must not alias X.
-  TokenLayout forward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
-    const char* fn = "ddl::MaxPool2d::forward";
-    const TokenLayout outL = detail::poolOutputLayout<S>(fn, m_win, X, layout);
-    require(layout.tokens() <= INT_MAX, fn, "at most ", INT_MAX, " input pixels, got ", layout.tokens());
-    m_arg.resize(X.rows(), outL.tokens());
-    m_inLayout = layout;
-    m_outLayout = outL;
-    m_channels = X.rows();
-    m_hasForward = true;
-    run(X, layout, outL, Y, m_arg.data());
-    return outL;
-  }
+  TokenLayout forward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y);
 
   // Same output as forward, caches nothing.
-  TokenLayout forwardInference(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) const {
-    const TokenLayout outL = detail::poolOutputLayout<S>("ddl::MaxPool2d::forwardInference", m_win, X, layout);
-    run(X, layout, outL, Y, nullptr);
-    return outL;
-  }
+  TokenLayout forwardInference(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) const;
 
   // dY: (C, Ho*Wo*B) of the last forward -> dX: (C, B*H*W) overwritten. dX must not alias dY.
-  void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) const {
-    const char* fn = "ddl::MaxPool2d::backward";
-    if (!m_hasForward) throw Error(message(fn, "called before forward"));
-    checkShape(fn, "dY", dY, m_channels, m_outLayout.tokens());
-    const Index C = m_channels, perIn = m_inLayout.tokensPerSample(), perOut = m_outLayout.tokensPerSample();
-    dX.resize(C, m_inLayout.tokens());
-    const Index B = m_inLayout.batch;
-    const int tasks = detail::windowThreads(C * m_outLayout.tokens(), detail::kPoolParallelMin, B);
-    detail::runWindowTasks(tasks, [&](int t) {
-      const Index b0 = detail::windowPartBegin(B, t, tasks), b1 = detail::windowPartBegin(B, t + 1, tasks);
-      dX.middleCols(b0 * perIn, (b1 - b0) * perIn).setZero();
-      for (Index o = b0 * perOut; o < b1 * perOut; ++o) {
-        const int* arg = m_arg.data() + o * C;
-        for (Index c = 0; c < C; ++c) dX(c, arg[c]) += dY(c, o);
-      }
-    });
-  }
+  void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) const;
 
   template <class F>
   void visitParams(const std::string&, F&&) {}  // no parameters
@@ -117,39 +87,7 @@ class MaxPool2d {
  private:
   // Y = max pool of X; arg (C, No) column-major receives the input column of each maximum when non-null.
   void run(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& inL, const TokenLayout& outL, MatX<S>& Y,
-           int* arg) const {
-    const Index C = X.rows(), H = inL.height, W = inL.width, B = inL.batch;
-    Y.resize(C, outL.tokens());
-    const int tasks = detail::windowThreads(C * outL.tokens() * m_win.taps(), detail::kPoolParallelMin, B);
-    detail::runWindowTasks(tasks, [&](int t) {
-      const Index b0 = detail::windowPartBegin(B, t, tasks), b1 = detail::windowPartBegin(B, t + 1, tasks);
-      detail::forEachWindow(m_win, outL, b0, b1, [&](Index o, Index b, Index y0, Index x0) {
-        S* y = Y.col(o).data();
-        int* a = arg ? arg + o * C : nullptr;
-        bool first = true;
-        for (Index yy = std::max<Index>(y0, 0); yy < std::min(y0 + m_win.kernelH, H); ++yy)
-          for (Index xx = std::max<Index>(x0, 0); xx < std::min(x0 + m_win.kernelW, W); ++xx) {
-            const Index p = (b * H + yy) * W + xx;
-            const S* x = X.col(p).data();
-            if (first) {
-              for (Index c = 0; c < C; ++c) y[c] = x[c];
-              if (a)
-                for (Index c = 0; c < C; ++c) a[c] = static_cast<int>(p);
-              first = false;
-              continue;
-            }
-            for (Index c = 0; c < C; ++c) {
-              const S v = x[c];
-              // strict >: the first maximum stays; a NaN replaces a number, never another NaN
-              if (v > y[c] || (std::isnan(v) && !std::isnan(y[c]))) {
-                y[c] = v;
-                if (a) a[c] = static_cast<int>(p);
-              }
-            }
-          }
-      });
-    });
-  }
+           int* arg) const;
 
   Window2d m_win;
   bool m_hasForward = false;
@@ -157,6 +95,83 @@ class MaxPool2d {
   TokenLayout m_inLayout, m_outLayout;
   Eigen::Matrix<int, Eigen::Dynamic, Eigen::Dynamic> m_arg;  // (C, No) input column of each maximum
 };
+
+template <class S>
+TokenLayout MaxPool2d<S>::forward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
+  const char* fn = "ddl::MaxPool2d::forward";
+  const TokenLayout outL = detail::poolOutputLayout<S>(fn, m_win, X, layout);
+  require(layout.tokens() <= INT_MAX, fn, "at most ", INT_MAX, " input pixels, got ", layout.tokens());
+  m_arg.resize(X.rows(), outL.tokens());
+  m_inLayout = layout;
+  m_outLayout = outL;
+  m_channels = X.rows();
+  m_hasForward = true;
+  run(X, layout, outL, Y, m_arg.data());
+  return outL;
+}
+
+template <class S>
+TokenLayout MaxPool2d<S>::forwardInference(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout,
+                                           MatX<S>& Y) const {
+  const TokenLayout outL = detail::poolOutputLayout<S>("ddl::MaxPool2d::forwardInference", m_win, X, layout);
+  run(X, layout, outL, Y, nullptr);
+  return outL;
+}
+
+template <class S>
+void MaxPool2d<S>::backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) const {
+  const char* fn = "ddl::MaxPool2d::backward";
+  if (!m_hasForward) throw Error(message(fn, "called before forward"));
+  checkShape(fn, "dY", dY, m_channels, m_outLayout.tokens());
+  const Index C = m_channels, perIn = m_inLayout.tokensPerSample(), perOut = m_outLayout.tokensPerSample();
+  dX.resize(C, m_inLayout.tokens());
+  const Index B = m_inLayout.batch;
+  const int tasks = detail::windowThreads(C * m_outLayout.tokens(), detail::kPoolParallelMin, B);
+  detail::runWindowTasks(tasks, [&](int t) {
+    const Index b0 = detail::windowPartBegin(B, t, tasks), b1 = detail::windowPartBegin(B, t + 1, tasks);
+    dX.middleCols(b0 * perIn, (b1 - b0) * perIn).setZero();
+    for (Index o = b0 * perOut; o < b1 * perOut; ++o) {
+      const int* arg = m_arg.data() + o * C;
+      for (Index c = 0; c < C; ++c) dX(c, arg[c]) += dY(c, o);
+    }
+  });
+}
+
+template <class S>
+void MaxPool2d<S>::run(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& inL, const TokenLayout& outL, MatX<S>& Y,
+                       int* arg) const {
+  const Index C = X.rows(), H = inL.height, W = inL.width, B = inL.batch;
+  Y.resize(C, outL.tokens());
+  const int tasks = detail::windowThreads(C * outL.tokens() * m_win.taps(), detail::kPoolParallelMin, B);
+  detail::runWindowTasks(tasks, [&](int t) {
+    const Index b0 = detail::windowPartBegin(B, t, tasks), b1 = detail::windowPartBegin(B, t + 1, tasks);
+    detail::forEachWindow(m_win, outL, b0, b1, [&](Index o, Index b, Index y0, Index x0) {
+      S* y = Y.col(o).data();
+      int* a = arg ? arg + o * C : nullptr;
+      bool first = true;
+      for (Index yy = std::max<Index>(y0, 0); yy < std::min(y0 + m_win.kernelH, H); ++yy)
+        for (Index xx = std::max<Index>(x0, 0); xx < std::min(x0 + m_win.kernelW, W); ++xx) {
+          const Index p = (b * H + yy) * W + xx;
+          const S* x = X.col(p).data();
+          if (first) {
+            for (Index c = 0; c < C; ++c) y[c] = x[c];
+            if (a)
+              for (Index c = 0; c < C; ++c) a[c] = static_cast<int>(p);
+            first = false;
+            continue;
+          }
+          for (Index c = 0; c < C; ++c) {
+            const S v = x[c];
+            // strict >: the first maximum stays; a NaN replaces a number, never another NaN
+            if (v > y[c] || (std::isnan(v) && !std::isnan(y[c]))) {
+              y[c] = v;
+              if (a) a[c] = static_cast<int>(p);
+            }
+          }
+        }
+    });
+  });
+}
 
 template <class S>
 class AvgPool2d {
@@ -172,55 +187,13 @@ class AvgPool2d {
 
   // X: (C, layout.tokens()) -> Y: (C, outputLayout(layout).tokens()); returns the output layout.
   // Caches only the layouts. Y must not alias X.
-  TokenLayout forward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
-    const TokenLayout outL = forwardInference(X, layout, Y);
-    m_inLayout = layout;
-    m_outLayout = outL;
-    m_channels = X.rows();
-    m_hasForward = true;
-    return outL;
-  }
+  TokenLayout forward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y);
 
   // Same output as forward, caches nothing.
-  TokenLayout forwardInference(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) const {
-    const TokenLayout outL = detail::poolOutputLayout<S>("ddl::AvgPool2d::forward", m_win, X, layout);
-    const Index H = layout.height, W = layout.width, B = layout.batch;
-    Y.resize(X.rows(), outL.tokens());
-    const int tasks = detail::windowThreads(X.rows() * outL.tokens() * m_win.taps(), detail::kPoolParallelMin, B);
-    detail::runWindowTasks(tasks, [&](int t) {
-      const Index b0 = detail::windowPartBegin(B, t, tasks), b1 = detail::windowPartBegin(B, t + 1, tasks);
-      detail::forEachWindow(m_win, outL, b0, b1, [&](Index o, Index b, Index y0, Index x0) {
-        auto y = Y.col(o);
-        y.setZero();
-        for (Index yy = std::max<Index>(y0, 0); yy < std::min(y0 + m_win.kernelH, H); ++yy)
-          for (Index xx = std::max<Index>(x0, 0); xx < std::min(x0 + m_win.kernelW, W); ++xx)
-            y += X.col((b * H + yy) * W + xx);
-        y *= S(1) / divisor(y0, x0, H, W);
-      });
-    });
-    return outL;
-  }
+  TokenLayout forwardInference(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) const;
 
   // dY: (C, Ho*Wo*B) of the last forward -> dX: (C, B*H*W) overwritten. dX must not alias dY.
-  void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) const {
-    const char* fn = "ddl::AvgPool2d::backward";
-    if (!m_hasForward) throw Error(message(fn, "called before forward"));
-    checkShape(fn, "dY", dY, m_channels, m_outLayout.tokens());
-    const Index H = m_inLayout.height, W = m_inLayout.width, B = m_inLayout.batch, perIn = m_inLayout.tokensPerSample();
-    dX.resize(m_channels, m_inLayout.tokens());
-    const int tasks =
-        detail::windowThreads(m_channels * m_outLayout.tokens() * m_win.taps(), detail::kPoolParallelMin, B);
-    detail::runWindowTasks(tasks, [&](int t) {
-      const Index b0 = detail::windowPartBegin(B, t, tasks), b1 = detail::windowPartBegin(B, t + 1, tasks);
-      dX.middleCols(b0 * perIn, (b1 - b0) * perIn).setZero();
-      detail::forEachWindow(m_win, m_outLayout, b0, b1, [&](Index o, Index b, Index y0, Index x0) {
-        const S scale = S(1) / divisor(y0, x0, H, W);
-        for (Index yy = std::max<Index>(y0, 0); yy < std::min(y0 + m_win.kernelH, H); ++yy)
-          for (Index xx = std::max<Index>(x0, 0); xx < std::min(x0 + m_win.kernelW, W); ++xx)
-            dX.col((b * H + yy) * W + xx) += scale * dY.col(o);
-      });
-    });
-  }
+  void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) const;
 
   template <class F>
   void visitParams(const std::string&, F&&) {}  // no parameters
@@ -230,12 +203,7 @@ class AvgPool2d {
 
  private:
   // Divisor of the window with origin (y0, x0) on an H x W image.
-  S divisor(Index y0, Index x0, Index H, Index W) const {
-    if (m_countIncludePad) return static_cast<S>(m_win.taps());
-    const Index h = std::min(y0 + m_win.kernelH, H) - std::max<Index>(y0, 0);
-    const Index w = std::min(x0 + m_win.kernelW, W) - std::max<Index>(x0, 0);
-    return static_cast<S>(h * w);
-  }
+  S divisor(Index y0, Index x0, Index H, Index W) const;
 
   Window2d m_win;
   bool m_countIncludePad;
@@ -243,5 +211,72 @@ class AvgPool2d {
   Index m_channels = 0;
   TokenLayout m_inLayout, m_outLayout;
 };
+
+template <class S>
+TokenLayout AvgPool2d<S>::forward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
+  const TokenLayout outL = forwardInference(X, layout, Y);
+  m_inLayout = layout;
+  m_outLayout = outL;
+  m_channels = X.rows();
+  m_hasForward = true;
+  return outL;
+}
+
+template <class S>
+TokenLayout AvgPool2d<S>::forwardInference(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout,
+                                           MatX<S>& Y) const {
+  const TokenLayout outL = detail::poolOutputLayout<S>("ddl::AvgPool2d::forward", m_win, X, layout);
+  const Index H = layout.height, W = layout.width, B = layout.batch;
+  Y.resize(X.rows(), outL.tokens());
+  const int tasks = detail::windowThreads(X.rows() * outL.tokens() * m_win.taps(), detail::kPoolParallelMin, B);
+  detail::runWindowTasks(tasks, [&](int t) {
+    const Index b0 = detail::windowPartBegin(B, t, tasks), b1 = detail::windowPartBegin(B, t + 1, tasks);
+    detail::forEachWindow(m_win, outL, b0, b1, [&](Index o, Index b, Index y0, Index x0) {
+      auto y = Y.col(o);
+      y.setZero();
+      for (Index yy = std::max<Index>(y0, 0); yy < std::min(y0 + m_win.kernelH, H); ++yy)
+        for (Index xx = std::max<Index>(x0, 0); xx < std::min(x0 + m_win.kernelW, W); ++xx)
+          y += X.col((b * H + yy) * W + xx);
+      y *= S(1) / divisor(y0, x0, H, W);
+    });
+  });
+  return outL;
+}
+
+template <class S>
+void AvgPool2d<S>::backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) const {
+  const char* fn = "ddl::AvgPool2d::backward";
+  if (!m_hasForward) throw Error(message(fn, "called before forward"));
+  checkShape(fn, "dY", dY, m_channels, m_outLayout.tokens());
+  const Index H = m_inLayout.height, W = m_inLayout.width, B = m_inLayout.batch, perIn = m_inLayout.tokensPerSample();
+  dX.resize(m_channels, m_inLayout.tokens());
+  const int tasks =
+      detail::windowThreads(m_channels * m_outLayout.tokens() * m_win.taps(), detail::kPoolParallelMin, B);
+  detail::runWindowTasks(tasks, [&](int t) {
+    const Index b0 = detail::windowPartBegin(B, t, tasks), b1 = detail::windowPartBegin(B, t + 1, tasks);
+    dX.middleCols(b0 * perIn, (b1 - b0) * perIn).setZero();
+    detail::forEachWindow(m_win, m_outLayout, b0, b1, [&](Index o, Index b, Index y0, Index x0) {
+      const S scale = S(1) / divisor(y0, x0, H, W);
+      for (Index yy = std::max<Index>(y0, 0); yy < std::min(y0 + m_win.kernelH, H); ++yy)
+        for (Index xx = std::max<Index>(x0, 0); xx < std::min(x0 + m_win.kernelW, W); ++xx)
+          dX.col((b * H + yy) * W + xx) += scale * dY.col(o);
+    });
+  });
+}
+
+template <class S>
+S AvgPool2d<S>::divisor(Index y0, Index x0, Index H, Index W) const {
+  if (m_countIncludePad) return static_cast<S>(m_win.taps());
+  const Index h = std::min(y0 + m_win.kernelH, H) - std::max<Index>(y0, 0);
+  const Index w = std::min(x0 + m_win.kernelW, W) - std::max<Index>(x0, 0);
+  return static_cast<S>(h * w);
+}
+
+#if DDL_EXTERN_LAYERS  // compiled once in the library ddl::compiled (docs/building.md)
+extern template class MaxPool2d<float>;
+extern template class MaxPool2d<double>;
+extern template class AvgPool2d<float>;
+extern template class AvgPool2d<double>;
+#endif
 
 }  // namespace ddl

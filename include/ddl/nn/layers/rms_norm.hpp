@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ddl/core/alias.hpp"
+#include "ddl/core/config.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/reduce.hpp"
@@ -32,62 +33,15 @@ class RmsNorm {
   // X: (d, B) one column per token -> Y: (d, B). Keeps r and a view of X (backward recomputes
   // x̂ = X r, the same bits as forward), so X must stay alive and unchanged until backward. Y may
   // alias X: then X is copied first, as the output overwrites it.
-  void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) {
-    checkShape("ddl::RmsNorm::forward", "X", X, m_d, -1);
-    if (detail::sharesStorage(X, Y)) {
-      m_copy = X;
-      m_X.bind(m_copy);
-    } else {
-      m_X.bind(X);
-    }
-    const Index B = X.cols();
-    m_rstd.resize(B);
-    Y.resize(m_d, B);  // a no-op when Y is X
-    const S invD = S(1) / static_cast<S>(m_d);
-    const auto g = m_g.value.col(0).array();
-    for (Index b = 0; b < B; ++b) {
-      const S r = S(1) / std::sqrt(X.col(b).squaredNorm() * invD + m_eps);
-      m_rstd(b) = r;
-      Y.col(b).array() = (X.col(b).array() * r) * g;
-    }
-    m_hasForward = true;
-  }
+  void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y);
 
   // Same Y as forward, bit for bit (x̂ = X r is rounded before the gain multiplies it, as there);
   // caches nothing and allocates nothing once Y has its shape. Y may alias X.
-  void forwardInference(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) const {
-    checkShape("ddl::RmsNorm::forwardInference", "X", X, m_d, -1);
-    const Index B = X.cols();
-    Y.resize(m_d, B);  // a no-op when Y is X
-    const S invD = S(1) / static_cast<S>(m_d);
-    const auto g = m_g.value.col(0).array();
-    for (Index b = 0; b < B; ++b) {
-      const S r = S(1) / std::sqrt(X.col(b).squaredNorm() * invD + m_eps);
-      Y.col(b).array() = (X.col(b).array() * r) * g;
-    }
-  }
+  void forwardInference(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) const;
 
   // dY: (d, B) of the last forward -> dX: (d, B) overwritten; the gain gradient accumulates (+=).
   // dX may alias dY.
-  void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) {
-    const char* fn = "ddl::RmsNorm::backward";
-    if (!m_hasForward) throw Error(message(fn, "called before forward"));
-    checkShape(fn, "dY", dY, m_d, m_X.cols());
-    const auto X = m_X.map();
-    const Index B = dY.cols();
-    const S invD = S(1) / static_cast<S>(m_d);
-    auto g = m_g.value.col(0).array();
-    if (dX.rows() != m_d || dX.cols() != B) dX.resize(m_d, B);
-    m_dgWide.setZero(m_d);  // the gain gradient's sum over tokens, in double (core/reduce.hpp)
-    for (Index b = 0; b < B; ++b) {
-      const auto xh = X.col(b).array() * m_rstd(b);  // x̂ exactly as forward rounded it
-      auto dy = dY.col(b).array();
-      m_dgWide.array() += dy.template cast<SumType<S>>() * xh.template cast<SumType<S>>();
-      const S c = (g * dy * xh).sum() * invD;
-      dX.col(b).array() = m_rstd(b) * (g * dy - xh * c);
-    }
-    m_g.grad.col(0) += m_dgWide.template cast<S>();
-  }
+  void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX);
 
   // Parameters: "weight" [d] (held as (d, 1)), the gain.
   template <class F>
@@ -112,5 +66,66 @@ class RmsNorm {
   VecX<S> m_rstd;  // (B)
   VecX<SumType<S>> m_dgWide;  // (d) scratch of backward
 };
+
+template <class S>
+void RmsNorm<S>::forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) {
+  checkShape("ddl::RmsNorm::forward", "X", X, m_d, -1);
+  if (detail::sharesStorage(X, Y)) {
+    m_copy = X;
+    m_X.bind(m_copy);
+  } else {
+    m_X.bind(X);
+  }
+  const Index B = X.cols();
+  m_rstd.resize(B);
+  Y.resize(m_d, B);  // a no-op when Y is X
+  const S invD = S(1) / static_cast<S>(m_d);
+  const auto g = m_g.value.col(0).array();
+  for (Index b = 0; b < B; ++b) {
+    const S r = S(1) / std::sqrt(X.col(b).squaredNorm() * invD + m_eps);
+    m_rstd(b) = r;
+    Y.col(b).array() = (X.col(b).array() * r) * g;
+  }
+  m_hasForward = true;
+}
+
+template <class S>
+void RmsNorm<S>::forwardInference(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) const {
+  checkShape("ddl::RmsNorm::forwardInference", "X", X, m_d, -1);
+  const Index B = X.cols();
+  Y.resize(m_d, B);  // a no-op when Y is X
+  const S invD = S(1) / static_cast<S>(m_d);
+  const auto g = m_g.value.col(0).array();
+  for (Index b = 0; b < B; ++b) {
+    const S r = S(1) / std::sqrt(X.col(b).squaredNorm() * invD + m_eps);
+    Y.col(b).array() = (X.col(b).array() * r) * g;
+  }
+}
+
+template <class S>
+void RmsNorm<S>::backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) {
+  const char* fn = "ddl::RmsNorm::backward";
+  if (!m_hasForward) throw Error(message(fn, "called before forward"));
+  checkShape(fn, "dY", dY, m_d, m_X.cols());
+  const auto X = m_X.map();
+  const Index B = dY.cols();
+  const S invD = S(1) / static_cast<S>(m_d);
+  auto g = m_g.value.col(0).array();
+  if (dX.rows() != m_d || dX.cols() != B) dX.resize(m_d, B);
+  m_dgWide.setZero(m_d);  // the gain gradient's sum over tokens, in double (core/reduce.hpp)
+  for (Index b = 0; b < B; ++b) {
+    const auto xh = X.col(b).array() * m_rstd(b);  // x̂ exactly as forward rounded it
+    auto dy = dY.col(b).array();
+    m_dgWide.array() += dy.template cast<SumType<S>>() * xh.template cast<SumType<S>>();
+    const S c = (g * dy * xh).sum() * invD;
+    dX.col(b).array() = m_rstd(b) * (g * dy - xh * c);
+  }
+  m_g.grad.col(0) += m_dgWide.template cast<S>();
+}
+
+#if DDL_EXTERN_LAYERS  // compiled once in the library ddl::compiled (docs/building.md)
+extern template class RmsNorm<float>;
+extern template class RmsNorm<double>;
+#endif
 
 }  // namespace ddl

@@ -157,11 +157,7 @@ class StateKernel {
   };
 
   // d, dv, kernel >= 1, else ValueError naming owner (the module, "ddl::StateConv"); returns d.
-  static Index checkDims(const char* owner, Index d, Index dv, Index kernel) {
-    require(d >= 1 && dv >= 1 && kernel >= 1, owner, "d, dv and kernel must be >= 1, got d = ", d, ", dv = ", dv,
-            ", kernel = ", kernel);
-    return d;
-  }
+  static Index checkDims(const char* owner, Index d, Index dv, Index kernel);
 
   // Seeded initialisation by scheme (init.hpp) with fan_in = K, as torch.nn.Conv1d with groups = its
   // input channels (d*dv for StateConv, d for ConvExpansion); draws the (d*dv, K) weight column-major.
@@ -171,10 +167,7 @@ class StateKernel {
 
   // w[:, K-1] = 1, everything else 0: every channel copies the current token (StateConv: Y = X exactly;
   // ConvExpansion: X_j = x exactly).
-  void initIdentity() {
-    m_w.value.setZero();
-    m_w.value.col(m_K - 1).setOnes();
-  }
+  void initIdentity();
 
   // Decoding: a fresh cache for a new sequence (allocates).
   void startStep(StepCache& cache) const { cache.ring.start(m_d * m_dv, m_K); }
@@ -218,51 +211,25 @@ class StateKernel {
 
   // A decoding step's checks: ring started by a kernel of this shape; in is (d, cols).
   void beginStep(const char* fn, const detail::ConvStepRing<S>& ring, const char* inName,
-                 const Eigen::Ref<const MatX<S>>& in, Index cols) const {
-    if (ring.t < 0 || ring.slots.rows() != m_d * m_dv || ring.slots.cols() != m_K)
-      throw Error(message(fn, "called before startStep (or with the cache of another module)"));
-    checkShape(fn, inName, in, m_d, cols);
-  }
+                 const Eigen::Ref<const MatX<S>>& in, Index cols) const;
 
   // The weights by value channel, (d, dv*K) (detail::channelWeights), each channel j scaled by
   // (*scale)(j, 0) when given; kept in a workspace until the next call.
-  const MatX<S>& channelWeights(const MatX<S>* scale = nullptr) {
-    detail::channelWeights(m_w.value, m_d, m_dv, m_wj, scale);
-    return m_wj;
-  }
+  const MatX<S>& channelWeights(const MatX<S>* scale = nullptr);
 
   // G (d, dv*K): per value channel j the weight-gradient sums over tokens, in double, of dOut_j with
   // x_j (detail::stateConvWeightGrad; a (d, N) operand serves every channel); kept until the next call.
   const MatX<SumType<S>>& channelWeightGrad(const Eigen::Ref<const MatX<S>>& dOut, const Eigen::Ref<const MatX<S>>& x,
-                                            Index N, Index T) {
-    m_wide.setZero(m_d, m_dv * m_K);
-    detail::stateConvWeightGrad<S>(dOut, x, m_dv, N, T, m_wide);
-    return m_wide;
-  }
+                                            Index N, Index T);
 
   // out: (d, dv*N), out_j = the causal conv of in_j with channel j's (d, K) weights, where in_j =
   // in.middleCols(j*N, N) when inState (in: (d, dv*N)), else in itself (d, N) for every j.
-  void forwardChannels(const Eigen::Ref<const MatX<S>>& in, const TokenLayout& layout, bool inState, MatX<S>& out) {
-    const Index N = layout.tokens();
-    const MatX<S>& wj = channelWeights();
-    out.resize(m_d, m_dv * N);
-    for (Index j = 0; j < m_dv; ++j)
-      detail::causalConvForward<S>(wj.middleCols(j * m_K, m_K), in.middleCols(inState ? j * N : 0, N), layout.length,
-                                   out.middleCols(j * N, N));
-  }
+  void forwardChannels(const Eigen::Ref<const MatX<S>>& in, const TokenLayout& layout, bool inState, MatX<S>& out);
 
   // The backward of forwardChannels for the application in cache, dOut: (d, dv*N) -> dIn overwritten:
   // (d, dv*N) with block j channel j's input gradient when inState, else (d, N) their sum over j (added
   // in the order j = 0, 1, ...); weight.grad accumulates (addWeightGrad).
-  void backwardChannels(const Eigen::Ref<const MatX<S>>& dOut, const Cache& cache, bool inState, MatX<S>& dIn) {
-    const Index N = cache.N, T = cache.layout.length;
-    const MatX<S>& wj = channelWeights();
-    dIn.resize(m_d, (inState ? m_dv : 1) * N);
-    for (Index j = 0; j < m_dv; ++j)
-      detail::causalConvBackwardInput<S>(wj.middleCols(j * m_K, m_K), dOut.middleCols(j * N, N), T,
-                                         dIn.middleCols(inState ? j * N : 0, N), /*accumulate=*/!inState && j > 0);
-    addWeightGrad(dOut, cache.X.map(), N, T);
-  }
+  void backwardChannels(const Eigen::Ref<const MatX<S>>& dOut, const Cache& cache, bool inState, MatX<S>& dIn);
 
   // weight.grad[i*dv + j, s] += G(i, j*K + s), rounded once to S.
   void addWeightGrad(const Eigen::Ref<const MatX<S>>& dOut, const Eigen::Ref<const MatX<S>>& x, Index N, Index T) {
@@ -297,6 +264,64 @@ class StateKernel {
   MatX<SumType<S>> m_wide;  // (d, dv*K) weight-gradient sums over tokens, in double
 };
 
+template <class S>
+Index StateKernel<S>::checkDims(const char* owner, Index d, Index dv, Index kernel) {
+  require(d >= 1 && dv >= 1 && kernel >= 1, owner, "d, dv and kernel must be >= 1, got d = ", d, ", dv = ", dv,
+          ", kernel = ", kernel);
+  return d;
+}
+
+template <class S>
+void StateKernel<S>::initIdentity() {
+  m_w.value.setZero();
+  m_w.value.col(m_K - 1).setOnes();
+}
+
+template <class S>
+void StateKernel<S>::beginStep(const char* fn, const detail::ConvStepRing<S>& ring, const char* inName,
+                               const Eigen::Ref<const MatX<S>>& in, Index cols) const {
+  if (ring.t < 0 || ring.slots.rows() != m_d * m_dv || ring.slots.cols() != m_K)
+    throw Error(message(fn, "called before startStep (or with the cache of another module)"));
+  checkShape(fn, inName, in, m_d, cols);
+}
+
+template <class S>
+const MatX<S>& StateKernel<S>::channelWeights(const MatX<S>* scale) {
+  detail::channelWeights(m_w.value, m_d, m_dv, m_wj, scale);
+  return m_wj;
+}
+
+template <class S>
+const MatX<SumType<S>>& StateKernel<S>::channelWeightGrad(const Eigen::Ref<const MatX<S>>& dOut,
+                                                          const Eigen::Ref<const MatX<S>>& x, Index N, Index T) {
+  m_wide.setZero(m_d, m_dv * m_K);
+  detail::stateConvWeightGrad<S>(dOut, x, m_dv, N, T, m_wide);
+  return m_wide;
+}
+
+template <class S>
+void StateKernel<S>::forwardChannels(const Eigen::Ref<const MatX<S>>& in, const TokenLayout& layout, bool inState,
+                                     MatX<S>& out) {
+  const Index N = layout.tokens();
+  const MatX<S>& wj = channelWeights();
+  out.resize(m_d, m_dv * N);
+  for (Index j = 0; j < m_dv; ++j)
+    detail::causalConvForward<S>(wj.middleCols(j * m_K, m_K), in.middleCols(inState ? j * N : 0, N), layout.length,
+                                 out.middleCols(j * N, N));
+}
+
+template <class S>
+void StateKernel<S>::backwardChannels(const Eigen::Ref<const MatX<S>>& dOut, const Cache& cache, bool inState,
+                                      MatX<S>& dIn) {
+  const Index N = cache.N, T = cache.layout.length;
+  const MatX<S>& wj = channelWeights();
+  dIn.resize(m_d, (inState ? m_dv : 1) * N);
+  for (Index j = 0; j < m_dv; ++j)
+    detail::causalConvBackwardInput<S>(wj.middleCols(j * m_K, m_K), dOut.middleCols(j * N, N), T,
+                                       dIn.middleCols(inState ? j * N : 0, N), /*accumulate=*/!inState && j > 0);
+  addWeightGrad(dOut, cache.X.map(), N, T);
+}
+
 // ------------------------------------------------------------------------------------------- StateConv
 
 template <class S>
@@ -317,34 +342,46 @@ class StateConv : public StateKernel<S> {
   }
 
   // The same, recording this application in cache.
-  void forward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y, Cache& cache) {
-    this->beginForward("ddl::StateConv::forward", "X", X, layout, true, "Y", Y, &cache);
-    this->forwardChannels(X, layout, true, Y);
-  }
+  void forward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y, Cache& cache);
 
   // Same Y as forward, bit for bit; records nothing and allocates nothing once Y has its shape.
-  void forwardInference(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
-    this->beginForward("ddl::StateConv::forwardInference", "X", X, layout, true, "Y", Y, nullptr);
-    this->forwardChannels(X, layout, true, Y);
-  }
+  void forwardInference(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y);
 
   // dY: (d, dv*N) -> dX: (d, dv*N) overwritten; the weight gradient accumulates (sums over tokens in
   // double). dX must not alias dY.
   void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) { backward(dY, dX, this->m_cache); }
 
   // The same for the application recorded in cache.
-  void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX, const Cache& cache) {
-    this->beginBackward("ddl::StateConv::backward", cache, "dY", dY, true, "dX", dX);
-    this->backwardChannels(dY, cache, true, dX);
-  }
+  void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX, const Cache& cache);
 
   // Xt: (d, dv), the state of the next token -> Yt: (d, dv), the column of forwardInference over the whole
   // sequence for this token. Allocates nothing once Yt has its shape; Yt may be Xt.
-  void forwardStep(const Eigen::Ref<const MatX<S>>& Xt, StepCache& cache, MatX<S>& Yt) const {
-    this->beginStep("ddl::StateConv::forwardStep", cache.ring, "Xt", Xt, this->m_dv);
-    this->stepChannels(Xt, cache.ring, Yt);
-  }
+  void forwardStep(const Eigen::Ref<const MatX<S>>& Xt, StepCache& cache, MatX<S>& Yt) const;
 };
+
+template <class S>
+void StateConv<S>::forward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y, Cache& cache) {
+  this->beginForward("ddl::StateConv::forward", "X", X, layout, true, "Y", Y, &cache);
+  this->forwardChannels(X, layout, true, Y);
+}
+
+template <class S>
+void StateConv<S>::forwardInference(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
+  this->beginForward("ddl::StateConv::forwardInference", "X", X, layout, true, "Y", Y, nullptr);
+  this->forwardChannels(X, layout, true, Y);
+}
+
+template <class S>
+void StateConv<S>::backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX, const Cache& cache) {
+  this->beginBackward("ddl::StateConv::backward", cache, "dY", dY, true, "dX", dX);
+  this->backwardChannels(dY, cache, true, dX);
+}
+
+template <class S>
+void StateConv<S>::forwardStep(const Eigen::Ref<const MatX<S>>& Xt, StepCache& cache, MatX<S>& Yt) const {
+  this->beginStep("ddl::StateConv::forwardStep", cache.ring, "Xt", Xt, this->m_dv);
+  this->stepChannels(Xt, cache.ring, Yt);
+}
 
 // --------------------------------------------------------------------------------------- ConvExpansion
 
@@ -363,30 +400,51 @@ class ConvExpansion : public StateKernel<S> {
 
   // x: (d, N) under layout sequence(B, T) -> X: (d, dv*N). Keeps a view of x for backward: x must stay
   // alive and unchanged until then. X must not alias x.
-  void forward(const Eigen::Ref<const MatX<S>>& x, const TokenLayout& layout, MatX<S>& X) {
-    this->beginForward("ddl::ConvExpansion::forward", "x", x, layout, false, "X", X, &this->m_cache);
-    this->forwardChannels(x, layout, false, X);
-  }
+  void forward(const Eigen::Ref<const MatX<S>>& x, const TokenLayout& layout, MatX<S>& X);
 
   // Same X as forward, bit for bit; records nothing and allocates nothing once X has its shape.
-  void forwardInference(const Eigen::Ref<const MatX<S>>& x, const TokenLayout& layout, MatX<S>& X) {
-    this->beginForward("ddl::ConvExpansion::forwardInference", "x", x, layout, false, "X", X, nullptr);
-    this->forwardChannels(x, layout, false, X);
-  }
+  void forwardInference(const Eigen::Ref<const MatX<S>>& x, const TokenLayout& layout, MatX<S>& X);
 
   // dX: (d, dv*N) of the last forward -> dx: (d, N) overwritten (the sum over the channels); the weight
   // gradient accumulates (sums over tokens in double). dx must not alias dX.
-  void backward(const Eigen::Ref<const MatX<S>>& dX, MatX<S>& dx) {
-    this->beginBackward("ddl::ConvExpansion::backward", this->m_cache, "dX", dX, true, "dx", dx);
-    this->backwardChannels(dX, this->m_cache, false, dx);
-  }
+  void backward(const Eigen::Ref<const MatX<S>>& dX, MatX<S>& dx);
 
   // xt: (d, 1), the next token -> Xt: (d, dv), the column of forwardInference over the whole sequence
   // for this token. Allocates nothing once Xt has its shape.
-  void forwardStep(const Eigen::Ref<const MatX<S>>& xt, StepCache& cache, MatX<S>& Xt) const {
-    this->beginStep("ddl::ConvExpansion::forwardStep", cache.ring, "xt", xt, 1);
-    this->stepChannels(xt.replicate(1, this->m_dv), cache.ring, Xt);  // x repeated into the dv channels
-  }
+  void forwardStep(const Eigen::Ref<const MatX<S>>& xt, StepCache& cache, MatX<S>& Xt) const;
 };
+
+template <class S>
+void ConvExpansion<S>::forward(const Eigen::Ref<const MatX<S>>& x, const TokenLayout& layout, MatX<S>& X) {
+  this->beginForward("ddl::ConvExpansion::forward", "x", x, layout, false, "X", X, &this->m_cache);
+  this->forwardChannels(x, layout, false, X);
+}
+
+template <class S>
+void ConvExpansion<S>::forwardInference(const Eigen::Ref<const MatX<S>>& x, const TokenLayout& layout, MatX<S>& X) {
+  this->beginForward("ddl::ConvExpansion::forwardInference", "x", x, layout, false, "X", X, nullptr);
+  this->forwardChannels(x, layout, false, X);
+}
+
+template <class S>
+void ConvExpansion<S>::backward(const Eigen::Ref<const MatX<S>>& dX, MatX<S>& dx) {
+  this->beginBackward("ddl::ConvExpansion::backward", this->m_cache, "dX", dX, true, "dx", dx);
+  this->backwardChannels(dX, this->m_cache, false, dx);
+}
+
+template <class S>
+void ConvExpansion<S>::forwardStep(const Eigen::Ref<const MatX<S>>& xt, StepCache& cache, MatX<S>& Xt) const {
+  this->beginStep("ddl::ConvExpansion::forwardStep", cache.ring, "xt", xt, 1);
+  this->stepChannels(xt.replicate(1, this->m_dv), cache.ring, Xt);  // x repeated into the dv channels
+}
+
+#if DDL_EXTERN_LAYERS  // compiled once in the library ddl::compiled (docs/building.md)
+extern template class StateKernel<float>;
+extern template class StateKernel<double>;
+extern template class StateConv<float>;
+extern template class StateConv<double>;
+extern template class ConvExpansion<float>;
+extern template class ConvExpansion<double>;
+#endif
 
 }  // namespace ddl

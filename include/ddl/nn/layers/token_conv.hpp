@@ -108,51 +108,18 @@ class TokenConv {
   }
 
   // w[:, K-1] = 1, everything else 0: out = x exactly (each token copies itself).
-  void initIdentity() {
-    m_w.value.setZero();
-    m_w.value.col(m_K - 1).setOnes();
-    if (m_hasBias) m_b.value.setZero();
-  }
+  void initIdentity();
 
   // x: (C, B*T) under layout sequence(B, T) -> out: (C, B*T). Keeps a view of x for backward: x must
   // stay alive and unchanged until then. out must not alias x.
-  void forward(const Eigen::Ref<const MatX<S>>& x, const TokenLayout& layout, MatX<S>& out) {
-    const char* fn = "ddl::TokenConv::forward";
-    checkInput(fn, x, layout);
-    requireNoAlias(fn, "x", x, "out", out);
-    m_x.bind(x);
-    m_layout = layout;
-    m_hasForward = true;
-    convolve(x, layout, out);
-  }
+  void forward(const Eigen::Ref<const MatX<S>>& x, const TokenLayout& layout, MatX<S>& out);
 
   // Same out as forward, bit for bit; caches nothing (backward still refers to the last forward).
-  void forwardInference(const Eigen::Ref<const MatX<S>>& x, const TokenLayout& layout, MatX<S>& out) const {
-    const char* fn = "ddl::TokenConv::forwardInference";
-    checkInput(fn, x, layout);
-    requireNoAlias(fn, "x", x, "out", out);
-    convolve(x, layout, out);
-  }
+  void forwardInference(const Eigen::Ref<const MatX<S>>& x, const TokenLayout& layout, MatX<S>& out) const;
 
   // dOut: (C, B*T) of the last forward -> dx: (C, B*T) overwritten; weight (and bias) gradients
   // accumulate, summed over tokens in double (core/reduce.hpp). dx must not alias dOut.
-  void backward(const Eigen::Ref<const MatX<S>>& dOut, MatX<S>& dx) {
-    const char* fn = "ddl::TokenConv::backward";
-    if (!m_hasForward) throw Error(message(fn, "called before forward"));
-    checkShape(fn, "dOut", dOut, m_C, m_layout.tokens());
-    requireNoAlias(fn, "dOut", dOut, "dx", dx);
-    const Index T = m_layout.length;
-    dx.resize(m_C, m_layout.tokens());
-    detail::causalConvBackwardInput<S>(m_w.value, dOut, T, dx);
-    m_wide.setZero(m_C, m_K);
-    detail::addCausalConvWeightGrad<S>(dOut, m_x.map(), T, m_wide);
-    m_w.grad += m_wide.template cast<S>();
-    if (m_hasBias) {
-      m_wideBias.setZero(m_C);
-      addRowSums(dOut, m_wideBias);
-      m_b.grad.col(0) += m_wideBias.template cast<S>();
-    }
-  }
+  void backward(const Eigen::Ref<const MatX<S>>& dOut, MatX<S>& dx);
 
   // "weight" [C, 1, K], then "bias" [C] when present.
   template <class F>
@@ -163,10 +130,7 @@ class TokenConv {
 
   Param<S>& weight() { return m_w; }
   const Param<S>& weight() const { return m_w; }
-  Param<S>& bias() {
-    if (!m_hasBias) throw Error("ddl::TokenConv::bias: this layer was built without a bias");
-    return m_b;
-  }
+  Param<S>& bias();
   const Param<S>& bias() const { return const_cast<TokenConv*>(this)->bias(); }
   bool hasBias() const { return m_hasBias; }
   Index channels() const { return m_C; }
@@ -174,20 +138,10 @@ class TokenConv {
 
  private:
   // A vectors(B) layout is sequence(B, 1) (one token per sample) and is accepted as such.
-  void checkInput(const char* fn, const Eigen::Ref<const MatX<S>>& x, const TokenLayout& layout) const {
-    if (layout.height != 1 || layout.width != 1)
-      throw ShapeError(message(fn, "needs a sequence layout (H = W = 1), got ", toString(layout)));
-    if (x.rows() != m_C || x.cols() != layout.tokens())
-      throw ShapeError(message(fn, "x has shape ", shapeOf(x), ", expected (", m_C, ", ", layout.tokens(),
-                               ") for the layout ", toString(layout)));
-  }
+  void checkInput(const char* fn, const Eigen::Ref<const MatX<S>>& x, const TokenLayout& layout) const;
 
   // One output column at a time, taps from the current token backwards; columns are independent.
-  void convolve(const Eigen::Ref<const MatX<S>>& x, const TokenLayout& layout, MatX<S>& out) const {
-    out.resize(m_C, layout.tokens());
-    detail::causalConvForward<S>(m_w.value, x, layout.length, out);
-    if (m_hasBias) out.colwise() += m_b.value.col(0);
-  }
+  void convolve(const Eigen::Ref<const MatX<S>>& x, const TokenLayout& layout, MatX<S>& out) const;
 
   Index m_C, m_K;
   bool m_hasBias;
@@ -198,5 +152,77 @@ class TokenConv {
   MatX<SumType<S>> m_wide;      // (C, K) weight-gradient sums over tokens, in double
   VecX<SumType<S>> m_wideBias;  // (C) bias-gradient sums over tokens, in double
 };
+
+template <class S>
+void TokenConv<S>::initIdentity() {
+  m_w.value.setZero();
+  m_w.value.col(m_K - 1).setOnes();
+  if (m_hasBias) m_b.value.setZero();
+}
+
+template <class S>
+void TokenConv<S>::forward(const Eigen::Ref<const MatX<S>>& x, const TokenLayout& layout, MatX<S>& out) {
+  const char* fn = "ddl::TokenConv::forward";
+  checkInput(fn, x, layout);
+  requireNoAlias(fn, "x", x, "out", out);
+  m_x.bind(x);
+  m_layout = layout;
+  m_hasForward = true;
+  convolve(x, layout, out);
+}
+
+template <class S>
+void TokenConv<S>::forwardInference(const Eigen::Ref<const MatX<S>>& x, const TokenLayout& layout, MatX<S>& out) const {
+  const char* fn = "ddl::TokenConv::forwardInference";
+  checkInput(fn, x, layout);
+  requireNoAlias(fn, "x", x, "out", out);
+  convolve(x, layout, out);
+}
+
+template <class S>
+void TokenConv<S>::backward(const Eigen::Ref<const MatX<S>>& dOut, MatX<S>& dx) {
+  const char* fn = "ddl::TokenConv::backward";
+  if (!m_hasForward) throw Error(message(fn, "called before forward"));
+  checkShape(fn, "dOut", dOut, m_C, m_layout.tokens());
+  requireNoAlias(fn, "dOut", dOut, "dx", dx);
+  const Index T = m_layout.length;
+  dx.resize(m_C, m_layout.tokens());
+  detail::causalConvBackwardInput<S>(m_w.value, dOut, T, dx);
+  m_wide.setZero(m_C, m_K);
+  detail::addCausalConvWeightGrad<S>(dOut, m_x.map(), T, m_wide);
+  m_w.grad += m_wide.template cast<S>();
+  if (m_hasBias) {
+    m_wideBias.setZero(m_C);
+    addRowSums(dOut, m_wideBias);
+    m_b.grad.col(0) += m_wideBias.template cast<S>();
+  }
+}
+
+template <class S>
+Param<S>& TokenConv<S>::bias() {
+  if (!m_hasBias) throw Error("ddl::TokenConv::bias: this layer was built without a bias");
+  return m_b;
+}
+
+template <class S>
+void TokenConv<S>::checkInput(const char* fn, const Eigen::Ref<const MatX<S>>& x, const TokenLayout& layout) const {
+  if (layout.height != 1 || layout.width != 1)
+    throw ShapeError(message(fn, "needs a sequence layout (H = W = 1), got ", toString(layout)));
+  if (x.rows() != m_C || x.cols() != layout.tokens())
+    throw ShapeError(message(fn, "x has shape ", shapeOf(x), ", expected (", m_C, ", ", layout.tokens(),
+                             ") for the layout ", toString(layout)));
+}
+
+template <class S>
+void TokenConv<S>::convolve(const Eigen::Ref<const MatX<S>>& x, const TokenLayout& layout, MatX<S>& out) const {
+  out.resize(m_C, layout.tokens());
+  detail::causalConvForward<S>(m_w.value, x, layout.length, out);
+  if (m_hasBias) out.colwise() += m_b.value.col(0);
+}
+
+#if DDL_EXTERN_LAYERS  // compiled once in the library ddl::compiled (docs/building.md)
+extern template class TokenConv<float>;
+extern template class TokenConv<double>;
+#endif
 
 }  // namespace ddl

@@ -279,7 +279,11 @@ void ConvDeltaNet<S>::backward(const Eigen::Ref<const MatX<S>>& dLogits) {
   }
 }
 
-#if DDL_EXTERN_TEMPLATES  // compiled once in the library ddl::compiled (docs/building.md)
+#if DDL_EXTERN_LAYERS  // compiled once in the library ddl::compiled (docs/building.md)
+extern template class DeltaBlock<float, ConvBranch<float>>;
+extern template class DeltaBlock<double, ConvBranch<double>>;
+#endif
+#if DDL_EXTERN_TEMPLATES
 extern template class ConvDeltaNet<float>;
 extern template class ConvDeltaNet<double>;
 #endif

@@ -346,7 +346,8 @@ void DeltaLM<S>::backward(const MatX<S>& dLogits) {
 }
 
 template <class S>
-std::vector<int> DeltaLM<S>::generate(const std::vector<int>& prompt, Index n, double temperature, Index topK, std::uint64_t seed) {
+std::vector<int> DeltaLM<S>::generate(const std::vector<int>& prompt, Index n, double temperature, Index topK,
+                                      std::uint64_t seed) {
   const char* fn = "ddl::DeltaLM::generate";
   const Index P = static_cast<Index>(prompt.size());
   require(P >= 1, fn, "the prompt is empty (accepted: 1 .. ", m_cfg.context, " ids)");
