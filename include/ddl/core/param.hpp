@@ -14,10 +14,6 @@
 
 namespace ddl {
 
-// A parameter is held as a (rows, cols) matrix for the math; `shape` is its logical (PyTorch) shape,
-// the one checkpoints store: {rows, cols} by default, {n} for a vector held as (n, 1), {out, in, kh, kw}
-// for a conv weight held as (out, in*kh*kw). shape[0] == rows and the product of the remaining extents
-// == cols, so the row-major order of `value` is the row-major order of `shape`.
 // What a parameter is for, declared by the module that creates it: a model's initialisation reads
 // roles, never names, so renaming a parameter (for a checkpoint format) cannot change how it starts.
 enum class ParamRole {
@@ -27,6 +23,10 @@ enum class ParamRole {
   KeepsStart,      // keeps the structural start its module gave it (EC's expansion: a copy of the token)
 };
 
+// A parameter is held as a (rows, cols) matrix for the math; `shape` is its logical (PyTorch) shape,
+// the one checkpoints store: {rows, cols} by default, {n} for a vector held as (n, 1), {out, in, kh, kw}
+// for a conv weight held as (out, in*kh*kw). shape[0] == rows and the product of the remaining extents
+// == cols, so the row-major order of `value` is the row-major order of `shape`.
 template <class S>
 struct Param {
   MatX<S> value;      // (rows, cols)
