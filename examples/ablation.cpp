@@ -98,7 +98,7 @@ void trainOne(Net& net, const ddl::TrainValidation<float>& tv, const ddl::Datase
   r.valAcc = last.validation.accuracy;
   r.valLoss = last.validation.loss;
   r.trainLoss = last.trainLoss;
-  r.gates = last.gates;
+  r.gates = trainer.gates().stats();
   const ddl::EvalResult t = trainer.evaluate(test);
   r.testAcc = t.accuracy;
   r.testLoss = t.loss;

@@ -453,7 +453,7 @@ int trainAndReport(const std::string& program, const cli::CommandLine& cli, Net&
   };
   trainer.shouldStop = [] { return stopSignal() != 0; };
   AuditRecorder audit;
-  if (cli.has("audit") && rankZero) auditEveryEpoch(trainer, net, audit, run.out);
+  if (cli.has("audit") && rankZero) auditEveryEpoch(trainer, trainer.gates(), net, audit, run.out);
   const EpochMetrics last = trainer.run();
   if (trainer.stopped()) {
     const int sig = stopSignal() != 0 ? stopSignal() : SIGTERM;  // another rank may have been signalled

@@ -31,7 +31,7 @@ template <class TrainerT, class Config>
 int finalTest(const std::string& program, TrainerT& trainer, const EpochMetrics& last, const Dataset<float>& test,
               Index validationSize, const Config& cfg, int epochs, const std::string& outDir) {
   NetGateAccumulator gates;
-  const EvalResult tested = trainer.evaluate(test, &gates);
+  const EvalResult tested = trainer.evaluate(test, [&gates](const auto& net) { gates.add(net); });
   if (tested.stopped)
     return evaluationStopped(program, "the test set", tested, test.size(), "samples",
                              "the training is complete (checkpoint: " + trainer.checkpointPath() +

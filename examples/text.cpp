@@ -249,10 +249,12 @@ int run(const ddl::cli::CommandLine& cli) {
   };
   loop.shouldStop = [] { return ddl::stopSignal() != 0; };
   // --audit: one row per Delta sublayer (block <l> attn, block <l> mlp) over the validation windows.
+  ddl::GateColumns gates;
+  loop.addColumns(gates.columns<ddl::DeltaLM<float>>());
   ddl::AuditRecorder audit;
   if (cli.has("audit")) {
     if (validation.empty()) throw ddl::ValueError("--audit needs validation text (the corpus has none)");
-    if (loop.isRankZero()) ddl::auditEveryEpoch(loop, lm, audit, saved.out);  // rank 0 writes for the run
+    if (loop.isRankZero()) ddl::auditEveryEpoch(loop, gates, lm, audit, saved.out);  // rank 0 writes for the run
   }
   const ddl::EpochMetrics last = loop.run();
   if (loop.stopped()) {
@@ -284,7 +286,7 @@ int run(const ddl::cli::CommandLine& cli) {
   std::cout << "metrics: " << loop.metricsPath() << "\ncheckpoint: " << loop.checkpointPath() << "\n";
   if (cli.has("audit")) {
     std::cout << "gate audit of the last validation evaluation (" << saved.out << "/audit.csv, audit.json):\n"
-              << ddl::formatGateSummary(last.gates, ddl::gatedLabels(lm));
+              << ddl::formatGateSummary(gates.stats(), ddl::gatedLabels(lm));
   }
   ddl::plot::epochCurves(saved.out, ddl::plot::EpochColumns{{4, 6}, {5, 7}});
   return printSample(lm, cli, sampling, opt.seed);

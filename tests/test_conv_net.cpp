@@ -308,7 +308,7 @@ TEST_CASE("Trainer trains a ConvDeltaNet on a separable image task", "[train][co
   ddl::Trainer<float, ddl::ConvDeltaNet<float>> trainer(net, d, opt, nullptr, &d);
   const ddl::EpochMetrics m = trainer.run();
   CHECK(m.test.accuracy > 0.9);
-  CHECK(m.gates.size() == 2);  // the gate audit sees both blocks
+  CHECK(trainer.gates().stats().size() == 2);  // the gate audit sees both blocks
 }
 
 TEST_CASE("example path: write a tiny CIFAR-10 set", "[data][conv][example]") {

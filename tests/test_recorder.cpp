@@ -22,6 +22,7 @@
 #include "ddl/nn/models/conv_delta_net.hpp"
 #include "ddl/nn/models/delta_net.hpp"
 #include "ddl/train/epoch_audit.hpp"
+#include "ddl/train/trainer.hpp"
 
 using ddl::Index;
 using ddl::MatX;
@@ -556,7 +557,7 @@ TEST_CASE("auditEveryEpoch: files after every epoch, the onEpoch before it still
       if (m.epoch == 1) throw std::runtime_error("stop after epoch 1");  // a crash after the audit files
     };
     ddl::AuditRecorder audit;
-    ddl::auditEveryEpoch(t, net, audit, opt.outDir);
+    ddl::auditEveryEpoch(t, t.gates(), net, audit, opt.outDir);
     CHECK_THROWS_WITH(t.run(), "stop after epoch 1");
     CHECK(seen == 1);
     const std::vector<ddl::AuditRow> rows = ddl::readAuditJson(opt.outDir + "/audit.json");
@@ -569,7 +570,7 @@ TEST_CASE("auditEveryEpoch: files after every epoch, the onEpoch before it still
   ddl::Trainer<float> t(net, train, opt, nullptr, &test);
   t.resume(t.checkpointPath());
   ddl::AuditRecorder audit;
-  ddl::auditEveryEpoch(t, net, audit, opt.outDir);
+  ddl::auditEveryEpoch(t, t.gates(), net, audit, opt.outDir);
   CHECK(audit.rows().size() == 2);  // epoch 1 from the file
   const ddl::EpochMetrics last = t.run();
   REQUIRE(audit.rows().size() == 6);
@@ -580,8 +581,9 @@ TEST_CASE("auditEveryEpoch: files after every epoch, the onEpoch before it still
     CHECK(rows[i].block == static_cast<Index>(i % 2));
   }
   // the last rows are the statistics the Trainer reported for its last epoch
-  CHECK(rows[4].gate.betaMean == last.gates[0].betaMean);
-  CHECK(rows[5].gate.histogram == last.gates[1].histogram);
+  CHECK(rows[4].gate.betaMean == t.gates().stats()[0].betaMean);
+  CHECK(rows[5].gate.histogram == t.gates().stats()[1].histogram);
+  CHECK(last.extra.size() == 4);
   std::ifstream csv(opt.outDir + "/audit.csv");
   std::string line;
   int lines = 0;

@@ -22,6 +22,7 @@
 #include "ddl/io/safetensors.hpp"
 #include "ddl/nn/layers/cross_entropy.hpp"
 #include "ddl/train/sgd.hpp"
+#include "ddl/train/train_step.hpp"
 #include "ddl/train/training_loop.hpp"
 
 using ddl::Index;
@@ -240,6 +241,19 @@ TEST_CASE("TrainingLoop: a next-token model, task and window source with Sgd lea
   const double before = fullLoop.evaluate(validation).loss;
   std::vector<double> epochLoss;
   fullLoop.onEpoch = [&](const ddl::EpochMetrics& m) { epochLoss.push_back(m.validation.loss); };
+  // A column of the program's own (the batches of each evaluation): the loop calls it with the
+  // model, knowing nothing of either. The split runs below add it too, so their metrics compare.
+  auto countingColumn = [](int& starts, int& observed) {
+    return ddl::EvalColumns<BigramModel>{{"observed_batches"},
+                                         [&starts, &observed] {
+                                           ++starts;
+                                           observed = 0;
+                                         },
+                                         [&observed](const BigramModel&) { ++observed; },
+                                         [&observed] { return std::vector<std::string>{std::to_string(observed)}; }};
+  };
+  int starts = 0, observed = 0, splitStarts = 0, splitObserved = 0;
+  fullLoop.addColumns(countingColumn(starts, observed));
   const ddl::EpochMetrics last = fullLoop.run();
   CAPTURE(before, last.validation.loss, last.validation.accuracy);
   CHECK(fullLoop.step() == 15);
@@ -247,7 +261,19 @@ TEST_CASE("TrainingLoop: a next-token model, task and window source with Sgd lea
   CHECK(last.validation.loss < 0.6 * before);  // 2.05 -> 1.05 in 15 steps
   CHECK(last.validation.accuracy > 0.8);  // chance is 1/8
   REQUIRE(epochLoss.size() == 3);
-  CHECK(last.gates.empty());  // the model has no gated blocks
+  CHECK(starts == 3);
+  CHECK(observed >= 1);
+  CHECK(last.extra == std::vector<std::string>{std::to_string(observed)});
+  {
+    std::ifstream csv(fullLoop.metricsPath());
+    std::string header;
+    std::getline(csv, header);
+    CHECK(header.size() > 17);
+    CHECK(header.substr(header.size() - 17) == ",observed_batches");
+  }
+  // after run() opened metrics.csv
+  CHECK(ddl_test::thrownMessage<ddl::ValueError>([&] { fullLoop.addColumns(ddl::EvalColumns<BigramModel>{}); })
+            .find("ddl::TrainingLoop::addColumns") != std::string::npos);
 
   // What the checkpoint holds: the model's own configuration, the optimizer's settings and state.
   const ddl::CheckpointMeta meta = ddl::readCheckpointMetadata(fullLoop.checkpointPath());
@@ -271,6 +297,7 @@ TEST_CASE("TrainingLoop: a next-token model, task and window source with Sgd lea
     RandomWindows source(tokens, 4, 6, 5, 5);
     ddl::Sgd<float> sgd(momentumSgd());
     Loop loop(model, task, source, sgd, split, &validation);
+    loop.addColumns(countingColumn(splitStarts, splitObserved));
     loop.shouldStop = [&] { return loop.step() == 7; };
     loop.run();
     CHECK(loop.stopped());
@@ -282,6 +309,7 @@ TEST_CASE("TrainingLoop: a next-token model, task and window source with Sgd lea
   RandomWindows source(tokens, 4, 6, 5, 5);
   ddl::Sgd<float> sgd(momentumSgd());
   Loop loop(model, task, source, sgd, split, &validation);
+  loop.addColumns(countingColumn(splitStarts, splitObserved));
   loop.resume(loop.checkpointPath());
   CHECK(loop.step() == 7);
   CHECK(sgd.stepCount() == 7);

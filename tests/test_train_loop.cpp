@@ -506,11 +506,13 @@ TEST_CASE("example path: the Trainer learns a tiny IDX data set well above chanc
   CHECK(epochs == 4);
   CHECK(m.test.count == 200);
   CHECK(m.test.accuracy > 0.8);  // chance is 0.25
-  REQUIRE(m.gates.size() == 2);
-  CHECK(m.gates[0].tokens == 200);
-  CHECK(m.gatesAll.tokens == 400);
-  CHECK(m.gatesAll.betaMin >= 0.0);
-  CHECK(m.gatesAll.betaMax <= 2.0);
+  REQUIRE(trainer.gates().stats().size() == 2);
+  CHECK(trainer.gates().stats()[0].tokens == 200);
+  CHECK(trainer.gates().all().tokens == 400);
+  CHECK(trainer.gates().all().betaMin >= 0.0);
+  CHECK(trainer.gates().all().betaMax <= 2.0);
+  REQUIRE(m.extra.size() == 4);  // beta_mean, beta_min, beta_max, beta_saturated
+  CHECK(std::stod(m.extra[1]) == trainer.gates().all().betaMin);
   CHECK(std::filesystem::exists(trainer.checkpointPath()));
   CHECK(std::filesystem::exists(trainer.metricsPath()));
 }

@@ -94,6 +94,7 @@
 #include "ddl/train/step_hooks.hpp"
 #include "ddl/train/stop_signal.hpp"
 #include "ddl/train/task.hpp"
+#include "ddl/train/task_step.hpp"
 #include "ddl/train/text_windows.hpp"
 #include "ddl/train/train_step.hpp"
 #include "ddl/train/trainer.hpp"

@@ -5,10 +5,12 @@
 // then flushes, fsyncs, renames over `path` and fsyncs the directory. A crash or an exception at
 // any point before the rename leaves the previous file byte-identical; on failure the temporary
 // is removed and an IoError names the file, the byte offset and the system's reason.
+// prepareOutputFolder checks early that a folder takes new files.
 // POSIX only (open/fsync/rename); ddl targets Linux and macOS.
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <ostream>
 #include <streambuf>
 #include <string>
@@ -96,6 +98,20 @@ inline std::string parentDirectory(const std::string& path) {
 // Temporary name used while writing `path` from this process.
 inline std::string atomicTempPath(const std::string& path) {
   return path + ".tmp." + std::to_string(static_cast<long long>(::getpid()));
+}
+
+// Creates folder (and its parents) and checks that a file can be created at `path` inside it, by
+// creating and removing path's temporary name: a run learns of an unwritable output before it
+// trains, not when it first saves. Throws IoError naming fn, the folder and the system's reason.
+inline void prepareOutputFolder(const std::string& folder, const std::string& path, const char* fn) {
+  std::error_code ec;
+  std::filesystem::create_directories(folder, ec);
+  if (ec) throw IoError(message(fn, "cannot create output folder '", folder, "': ", ec.message()));
+  const std::string probe = atomicTempPath(path);
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) throw IoError(message(fn, "cannot write to output folder '", folder, "': ", detail::errnoText(errno)));
+  ::close(fd);
+  ::unlink(probe.c_str());
 }
 
 // Calls body(std::ostream&) to produce the new content of `path`, then replaces `path` atomically.

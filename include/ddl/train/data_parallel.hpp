@@ -27,7 +27,7 @@
 #include "ddl/core/error.hpp"
 #include "ddl/core/param_list.hpp"
 #include "ddl/core/types.hpp"
-#include "ddl/train/train_step.hpp"
+#include "ddl/train/task_step.hpp"
 
 namespace ddl {
 

@@ -2,11 +2,11 @@
 // ddl/train/epoch_audit.hpp: the audit recorder on a Trainer's epochs (the examples' --audit).
 //
 //   ddl::AuditRecorder audit;
-//   ddl::auditEveryEpoch(trainer, net, audit, outDir);   // after trainer.resume and setting onEpoch
+//   ddl::auditEveryEpoch(trainer, trainer.gates(), net, audit, outDir);  // after resume and setting onEpoch
 //   trainer.run();
 // After every epoch's evaluation the recorder adds one row per gated sublayer (diag/gated_sublayers.hpp:
-// a block of DeltaNet, the attention or SwiGLU of a DeltaLM block): the statistics the Trainer
-// gathered over the test set (else the validation set; EpochMetrics::gates) and the spectrum of the
+// a block of DeltaNet, the attention or SwiGLU of a DeltaLM block): the statistics the gate columns
+// gathered over the test set (else the validation set; train/gate_columns.hpp) and the spectrum of the
 // net's last evaluation forward; then <outDir>/audit.csv and audit.json are rewritten (atomically), and
 // the onEpoch set before is called. A resumed run keeps the rows of the epochs it does not repeat from
 // an existing audit.json. Nothing touches the training steps: the recorder only reads caches.
@@ -17,19 +17,21 @@
 
 #include "ddl/diag/audit_file.hpp"
 #include "ddl/diag/recorder.hpp"
-#include "ddl/train/trainer.hpp"
+#include "ddl/train/gate_columns.hpp"
+#include "ddl/train/training_loop.hpp"
 
 namespace ddl {
 
-// trainer: Trainer<S, Model> or TrainingLoop (ddl-text); model: the net it trains. trainer, model and
-// recorder must outlive run().
+// trainer: Trainer<S, Model> or TrainingLoop (ddl-text); gates: the GateColumns added to it; model: the
+// net it trains. trainer, gates, model and recorder must outlive run().
 template <class TrainerT, class Model>
-void auditEveryEpoch(TrainerT& trainer, const Model& model, AuditRecorder& recorder, const std::string& outDir) {
+void auditEveryEpoch(TrainerT& trainer, const GateColumns& gates, const Model& model, AuditRecorder& recorder,
+                     const std::string& outDir) {
   const std::string json = outDir + "/audit.json";
   if (trainer.epoch() > 0 && std::filesystem::exists(json)) recorder.restore(readAuditJson(json), trainer.epoch());
   auto next = std::move(trainer.onEpoch);
-  trainer.onEpoch = [&model, &recorder, outDir, next](const EpochMetrics& m) {
-    recorder.endEpoch(m.epoch, m.gates, model);
+  trainer.onEpoch = [&gates, &model, &recorder, outDir, next](const EpochMetrics& m) {
+    recorder.endEpoch(m.epoch, gates.stats(), model);
     writeAuditFiles(outDir, recorder.rows(), recorder.options().bins);
     if (next) next(m);
   };

@@ -11,7 +11,7 @@
 //   EvalResult evaluate(Model&, const EvalData&, Index batchSize, MatX<S>& scratch[, onBatch]);
 //       mean loss and accuracy over the data, without changing a parameter; with onBatch, the
 //       caching forward runs and onBatch() follows every batch (the gate audit reads the caches).
-//       Optionally also with a last argument const EvalStop& (train/train_step.hpp), in both forms:
+//       Optionally also with a last argument const EvalStop& (train/task_step.hpp), in both forms:
 //       asked after every batch, true ends the evaluation early (EvalResult::stopped); the loop
 //       then lets Ctrl-C stop a long evaluation. A task without it evaluates to the end.
 //   void checkEvalData(const Model&, const EvalData&, const char* fn) const;

@@ -13,7 +13,8 @@
 // metrics.csv, guards, stop requests, resume) with the parts it builds itself from the options:
 // ClassificationTask (options.labelSmoothing), DatasetBatches over train (options.batchSize, a fresh
 // order per epoch, options.augment, options.seed) and AdamW (options.adam; adam.lr is the peak
-// rate). Train another model, task, batch source or optimizer with TrainingLoop itself. With a
+// rate), and for a net with gates their statistics as columns of metrics.csv (GateColumns,
+// gates()). Train another model, task, batch source or optimizer with TrainingLoop itself. With a
 // communicator of several ranks, each rank trains on its part of every global batch of
 // options.batchSize (ShardedBatches) and the loop averages the gradients (TrainingLoop::distribute).
 // The model is anything with forward(X (inputDim, B), logits), backward(dLogits), visitParams,
@@ -23,6 +24,7 @@
 #include "ddl/train/adamw.hpp"
 #include "ddl/core/collective.hpp"
 #include "ddl/train/batch_source.hpp"
+#include "ddl/train/gate_columns.hpp"
 #include "ddl/train/model_config.hpp"
 #include "ddl/train/sharded_batches.hpp"
 #include "ddl/train/task.hpp"
@@ -57,6 +59,7 @@ struct ClassifierTrainingParts {
   DatasetBatches<S> ownSource;
   ShardedBatches<DatasetBatches<S>> ownShard;  // this rank's part (all of it on one process)
   AdamW<S> ownOptimizer;
+  GateColumns ownGates;
 };
 }  // namespace detail
 
@@ -73,8 +76,12 @@ class Trainer : private detail::ClassifierTrainingParts<S>,
           const Dataset<S>* validation = nullptr, const Dataset<S>* test = nullptr, Collective* comm = nullptr)
       : Parts(train, Parts::validated(options), comm),
         Loop(model, Parts::ownTask, Parts::ownShard, Parts::ownOptimizer, options, validation, test) {
+    if constexpr (detail::HasGateBlocks<Model>::value) Loop::addColumns(Parts::ownGates.template columns<Model>());
     if (comm) Loop::distribute(*comm);
   }
+
+  // The gate statistics of the last epoch's evaluation (train/gate_columns.hpp; empty without gates).
+  const GateColumns& gates() const { return Parts::ownGates; }
   Trainer(Model&, Dataset<S>&&, const TrainerOptions&, const Dataset<S>* = nullptr, const Dataset<S>* = nullptr,
           Collective* = nullptr) = delete;  // keeps a reference: a temporary would dangle
 };

@@ -17,7 +17,8 @@
 // Per step: lr from the schedule (warmup + cosine/step/constant over all epochs), then taskStep:
 // forward, the task's loss and gradient, backward, the hooks, the NaN/Inf guard, clipping, the
 // optimizer. Per epoch: evaluation on the validation and test sets, a checkpoint (atomic) and a
-// row of metrics.csv in options.outDir. The checkpoint holds the parameters, the optimizer's state
+// row of metrics.csv in options.outDir, with the columns a program adds (addColumns,
+// train/eval_columns.hpp; the loop includes nothing from nn/ or diag/, tests/include_rules.cmake). The checkpoint holds the parameters, the optimizer's state
 // tensors and step count, the epoch, the position inside the epoch (train_position: batches done
 // and the running loss and accuracy sums), the model configuration (model_config), the preset and
 // the training options (train_options, with the optimizer's settings); batch b of epoch e is a
@@ -42,7 +43,6 @@
 // metrics.csv (the other ranks' EpochMetrics have no validation or test results); a checkpoint
 // does not depend on the number of ranks, so a run resumes on any number of them.
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -53,9 +53,6 @@
 #include <utility>
 #include <vector>
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include "ddl/core/requires_json.hpp"  // before nlohmann: a clear error without it
 #include <nlohmann/json.hpp>
 
@@ -64,17 +61,17 @@
 #include "ddl/core/parse.hpp"
 #include "ddl/core/threading.hpp"
 #include "ddl/core/types.hpp"
-#include "ddl/diag/gate_audit.hpp"
 #include "ddl/io/atomic_file.hpp"
 #include "ddl/io/checkpoint.hpp"
 #include "ddl/io/metrics_csv.hpp"
 #include "ddl/train/data_parallel.hpp"
+#include "ddl/train/eval_columns.hpp"
 #include "ddl/train/finite_guard.hpp"
 #include "ddl/train/lr_schedule.hpp"
 #include "ddl/train/model.hpp"
 #include "ddl/train/optimizer.hpp"
 #include "ddl/train/step_hooks.hpp"
-#include "ddl/train/train_step.hpp"
+#include "ddl/train/task_step.hpp"
 #include "ddl/train/trainer_options.hpp"
 
 namespace ddl {
@@ -118,10 +115,7 @@ struct EpochMetrics {
   EvalResult validation, test;
   double seconds = 0.0;        // wall time of the epoch incl. evaluation
   double samplesPerSec = 0.0;  // training throughput
-  std::vector<GateStats> gates;  // per gated sublayer (diag/gated_sublayers.hpp: per block of DeltaNet,
-                                 // two per block of DeltaLM), over the test set (else validation); empty
-                                 // when additive or when the model has none (train/model.hpp)
-  GateStats gatesAll;            // all sublayers together (tokens == 0 when additive)
+  std::vector<std::string> extra;  // the cells of the columns added with addColumns, in their order
 };
 
 template <class Model, class Task, class Source, class Optimizer>
@@ -161,6 +155,16 @@ class TrainingLoop {
   std::function<void(int epoch)> onEpochStart;        // 0-based epoch about to run (or continue)
   std::function<void(const EpochMetrics&)> onEpoch;   // after evaluation, checkpoint and CSV row
   std::function<bool()> shouldStop;                   // after every step and evaluation batch: true = stop
+
+  // Columns of metrics.csv after the loop's own, filled from each epoch's evaluation
+  // (train/eval_columns.hpp; train/gate_columns.hpp gives the gate statistics). Before run().
+  void addColumns(EvalColumns<Model> columns) {
+    const char* fn = "ddl::TrainingLoop::addColumns";
+    require(!m_csv, fn, "columns must be added before run() opens metrics.csv");
+    require(!columns.names.empty() && columns.start && columns.observe && columns.cells, fn,
+            "the columns need names and all of start, observe and cells");
+    m_columns.push_back(std::move(columns));
+  }
 
   // Trains data-parallel over comm's ranks (see the header comment); the source must yield this
   // rank's part of each global batch. With one rank nothing changes.
@@ -268,23 +272,17 @@ class TrainingLoop {
     m_savedStep = m_step;
   }
 
-  // The task's mean loss and accuracy on data; gates, when given and the model has gated blocks
-  // (train/model.hpp), accumulates the gate statistics of every block over the whole set (it stays
-  // empty for an additive net) through the caching forward, which the audit reads; otherwise the
-  // evaluation is the forward that caches nothing. When the task takes an EvalStop (train/task.hpp),
-  // shouldStop is asked after every batch: true ends the evaluation there with result.stopped.
-  EvalResult evaluate(const EvalData& data, NetGateAccumulator* gates = nullptr) {
+  // The task's mean loss and accuracy on data. With observe, the evaluation runs the caching forward
+  // and calls observe(model) after every batch (what the gate statistics read); without, the forward
+  // that caches nothing. When the task takes an EvalStop (train/task.hpp), shouldStop is asked after
+  // every batch: true ends the evaluation there with result.stopped.
+  EvalResult evaluate(const EvalData& data, const std::function<void(const Model&)>& observe = {}) {
     if constexpr (detail::HasStoppableEvaluate<Task, Model>::value) {
       const EvalStop stop{shouldStop};
-      if constexpr (detail::HasGateBlocks<Model>::value) {
-        if (gates)
-          return m_task.evaluate(m_model, data, m_opt.evalBatch, m_logits, [&] { gates->add(m_model); }, stop);
-      }
+      if (observe) return m_task.evaluate(m_model, data, m_opt.evalBatch, m_logits, [&] { observe(m_model); }, stop);
       return m_task.evaluate(m_model, data, m_opt.evalBatch, m_logits, stop);
     } else {
-      if constexpr (detail::HasGateBlocks<Model>::value) {
-        if (gates) return m_task.evaluate(m_model, data, m_opt.evalBatch, m_logits, [&] { gates->add(m_model); });
-      }
+      if (observe) return m_task.evaluate(m_model, data, m_opt.evalBatch, m_logits, [&] { observe(m_model); });
       return m_task.evaluate(m_model, data, m_opt.evalBatch, m_logits);
     }
   }
@@ -303,10 +301,12 @@ class TrainingLoop {
   Source& source() { return m_source; }
   Index batchesPerEpoch() const { return m_source.batchesPerEpoch(); }
 
-  static std::vector<std::string> metricsColumns() {
-    return {"epoch",    "step",     "lr",        "train_loss",    "train_acc",   "val_loss", "val_acc",
-            "test_loss", "test_acc", "seconds",  "samples_per_s", "beta_mean",   "beta_min", "beta_max",
-            "beta_saturated"};
+  // The header of metrics.csv: the loop's own columns, then those added with addColumns.
+  std::vector<std::string> metricsColumns() const {
+    std::vector<std::string> names{"epoch",    "step",     "lr",      "train_loss", "train_acc",    "val_loss",
+                                   "val_acc",  "test_loss", "test_acc", "seconds",   "samples_per_s"};
+    for (const EvalColumns<Model>& c : m_columns) names.insert(names.end(), c.names.begin(), c.names.end());
+    return names;
   }
 
  private:
@@ -423,17 +423,8 @@ class TrainingLoop {
   }
 
   void openOutputs() {
-    const char* fn = "ddl::TrainingLoop";
-    std::error_code ec;
-    std::filesystem::create_directories(m_opt.outDir, ec);
-    if (ec) throw IoError(message(fn, "cannot create output folder '", m_opt.outDir, "': ", ec.message()));
-    // Fail now rather than after the first epoch: create (and remove) a file where the checkpoint goes.
-    const std::string probe = atomicTempPath(checkpointPath());
-    const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0)
-      throw IoError(message(fn, "cannot write to output folder '", m_opt.outDir, "': ", detail::errnoText(errno)));
-    ::close(fd);
-    ::unlink(probe.c_str());
+    // Fail now rather than after the first epoch.
+    prepareOutputFolder(m_opt.outDir, checkpointPath(), "ddl::TrainingLoop");
     if (!m_csv) m_csv = std::make_unique<MetricsCsv>(metricsPath(), metricsColumns(), /*append=*/m_resumed);
   }
 
@@ -518,19 +509,27 @@ class TrainingLoop {
     m.trainLoss = m_pos.lossSum / seen;
     m.trainAccuracy = static_cast<double>(m_pos.correct) / seen;
     m.samplesPerSec = m_trainSecs > 0 ? static_cast<double>(m_seenNow) / m_trainSecs : 0.0;
-    NetGateAccumulator gates;
-    if (m_val && isRankZero()) m.validation = evaluate(*m_val, m_test ? nullptr : &gates);
-    if (m_test && isRankZero() && !m.validation.stopped) m.test = evaluate(*m_test, &gates);
+    for (EvalColumns<Model>& c : m_columns) c.start();
+    std::function<void(const Model&)> observe, none;
+    if (!m_columns.empty())
+      observe = [this](const Model& model) {
+        for (EvalColumns<Model>& c : m_columns) c.observe(model);
+      };
+    if (m_val && isRankZero()) m.validation = evaluate(*m_val, m_test ? none : observe);
+    if (m_test && isRankZero() && !m.validation.stopped) m.test = evaluate(*m_test, observe);
     bool cut = m.validation.stopped || m.test.stopped;
     if (m_dp) cut = m_dp->anyRank(cut);  // rank 0 alone evaluates: every rank learns its answer
     if (cut) {
       m_stopped = true;
       return false;
     }
-    m.gates = gates.stats();
-    GateAccumulator all;
-    for (const GateAccumulator& b : gates.blocks()) all.merge(b);
-    m.gatesAll = all.stats();
+    for (EvalColumns<Model>& c : m_columns) {
+      std::vector<std::string> cells = c.cells();
+      if (cells.size() != c.names.size())
+        throw ValueError(message("ddl::TrainingLoop", "the columns ", c.names.front(), ".. gave ", cells.size(),
+                                 " cells for ", c.names.size(), " names"));
+      m.extra.insert(m.extra.end(), cells.begin(), cells.end());
+    }
     m.seconds = std::chrono::duration<double>(Clock::now() - m_epochStart).count();
     ++m_epoch;
     m_pos = EpochPosition{};
@@ -545,15 +544,14 @@ class TrainingLoop {
   void writeRow(const EpochMetrics& m) {
     auto num = [](double v) { return csvNumber(v); };
     auto opt = [&](const EvalResult& r, double v) { return r.count > 0 ? num(v) : std::string(); };
-    const GateStats& g = m.gatesAll;
-    const bool hasGates = g.tokens > 0;
-    auto gate = [&](double v) { return hasGates ? num(v) : std::string(); };
-    m_csv->writeRow({std::to_string(m.epoch), std::to_string(m.step), num(m.lr), num(m.trainLoss),
-                     num(m.trainAccuracy), opt(m.validation, m.validation.loss),
-                     opt(m.validation, m.validation.accuracy), opt(m.test, m.test.loss), opt(m.test, m.test.accuracy),
-                     num(m.seconds),
-                     m.samplesPerSec > 0 ? num(m.samplesPerSec) : std::string(),  // none: resumed at the epoch's end
-                     gate(g.betaMean), gate(g.betaMin), gate(g.betaMax), gate(g.saturatedFraction())});
+    std::vector<std::string> row{std::to_string(m.epoch), std::to_string(m.step), num(m.lr), num(m.trainLoss),
+                                 num(m.trainAccuracy), opt(m.validation, m.validation.loss),
+                                 opt(m.validation, m.validation.accuracy), opt(m.test, m.test.loss),
+                                 opt(m.test, m.test.accuracy), num(m.seconds),
+                                 // none: resumed at the epoch's end
+                                 m.samplesPerSec > 0 ? num(m.samplesPerSec) : std::string()};
+    row.insert(row.end(), m.extra.begin(), m.extra.end());
+    m_csv->writeRow(row);
   }
 
   Model& m_model;
@@ -565,6 +563,7 @@ class TrainingLoop {
   TrainerOptions m_opt;
   nlohmann::json m_optimizerJson;  // the optimizer's settings when it was passed in (train_options)
   std::vector<StepHook<S>> m_hooks;
+  std::vector<EvalColumns<Model>> m_columns;
   std::unique_ptr<DataParallel<S>> m_dp;  // null on one process
   bool m_synced = false;                   // ranks compared and given rank 0's state
   LrSchedule m_schedule;
