@@ -87,6 +87,7 @@
 #include "ddl/train/next_token_task.hpp"
 #include "ddl/train/optimizer.hpp"
 #include "ddl/train/optimizer_state.hpp"
+#include "ddl/train/run_record.hpp"
 #include "ddl/train/progress.hpp"
 #include "ddl/train/saved_model.hpp"
 #include "ddl/train/sgd.hpp"

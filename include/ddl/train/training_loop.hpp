@@ -70,6 +70,7 @@
 #include "ddl/train/lr_schedule.hpp"
 #include "ddl/train/model.hpp"
 #include "ddl/train/optimizer.hpp"
+#include "ddl/train/run_record.hpp"
 #include "ddl/train/step_hooks.hpp"
 #include "ddl/train/task_step.hpp"
 #include "ddl/train/trainer_options.hpp"
@@ -212,32 +213,12 @@ class TrainingLoop {
     if (head.modelConfig != mine)
       throw ValueError(message(fn, path, ": the checkpoint's model configuration differs from this model's\n  saved: ",
                                head.modelConfig, "\n  model: ", mine));
-    const auto it = head.extra.find("train_options");
-    if (it == head.extra.end()) throw IoError(message(fn, path, ": no train_options metadata (not a Trainer checkpoint)"));
-    // A malformed text parses to "discarded", which has no keys: it must not pass as "same options".
-    const nlohmann::json savedJson = nlohmann::json::parse(it->second, nullptr, false);
-    if (!savedJson.is_object())
-      throw IoError(message(fn, path, ": the train_options metadata is not a JSON object: ", it->second.substr(0, 200)));
-    TrainerOptions saved = m_opt;
-    saved.updateFromJson(savedJson);  // checks the types and ranges of the shared keys
-    nlohmann::json savedAll = trainOptionsJson(saved);
-    for (const auto& kv : m_optimizerJson.items())
-      if (savedJson.contains(kv.key())) savedAll[kv.key()] = savedJson.at(kv.key());
-    const nlohmann::json now = trainOptionsJson(m_opt);
-    std::string differing;
-    for (const auto& kv : now.items()) {
-      const bool same = savedAll.contains(kv.key()) && savedAll.at(kv.key()) == kv.value();
-      if (same || std::find(mayChange.begin(), mayChange.end(), kv.key()) != mayChange.end()) continue;
-      differing += (differing.empty() ? "" : ", ") + kv.key() + " (saved " +
-                   (savedAll.contains(kv.key()) ? savedAll.at(kv.key()).dump() : std::string("none")) + ", now " +
-                   kv.value().dump() + ")";
-    }
-    if (!differing.empty())
-      throw ValueError(message(fn, path, ": the training options differ from the saved run: ", differing,
-                               "\n  saved: ", savedAll.dump(), "\n  now:   ", now.dump()));
+    requireSameRunOptions(fn, path, head, m_opt, m_optimizerJson, mayChange);
     require(head.epoch >= 0 && head.epoch <= m_opt.epochs, fn, path, ": saved epoch ", head.epoch,
             " is outside [0, ", m_opt.epochs, "]");
-    const EpochPosition pos = readPosition(head, path, head.epoch == m_opt.epochs);
+    const EpochPosition pos =
+        readEpochPosition(fn, path, head, m_source.batchesPerEpoch(), m_opt.batchSize,
+                          [this](Index b) { return m_source.samplesIn(b); }, head.epoch == m_opt.epochs);
     const CheckpointMeta meta = loadCheckpoint(path, m_model, m_optimizer);
     m_epoch = static_cast<int>(meta.epoch);
     m_step = meta.step;
@@ -257,12 +238,8 @@ class TrainingLoop {
     meta.epoch = m_epoch;
     meta.step = m_step;
     meta.extra = m_opt.extraMeta;
-    meta.extra["train_options"] = trainOptionsJson(m_opt).dump();
-    meta.extra["train_position"] = nlohmann::json{{"batch", m_pos.batch},
-                                                  {"loss_sum", m_pos.lossSum},
-                                                  {"correct", m_pos.correct},
-                                                  {"seen", m_pos.seen}}
-                                       .dump();
+    meta.extra["train_options"] = runOptionsJson(m_opt, m_optimizerJson).dump();
+    meta.extra["train_position"] = positionJson(m_pos);
     try {
       ddl::saveCheckpoint(path, m_model, m_optimizer, meta);
     } catch (const IoError& e) {
@@ -316,15 +293,6 @@ class TrainingLoop {
     o.validate();
     return o;
   }
-  // The train_options metadata: the options' JSON with the optimizer's settings in place of adam's
-  // (for AdamW the options' own text, train/optimizer.hpp).
-  nlohmann::json trainOptionsJson(const TrainerOptions& o) const {
-    nlohmann::json j = o.toJson();
-    for (const char* key : {"lr", "beta1", "beta2", "adam_eps", "weight_decay"}) j.erase(key);
-    j.update(m_optimizerJson);
-    return j;
-  }
-
   LrSchedule makeSchedule() const {
     const std::int64_t total = static_cast<std::int64_t>(m_opt.epochs) * m_source.batchesPerEpoch();
     const double lr = m_optimizerJson.at("lr").get<double>();  // the optimizer's rate when it was passed in
@@ -340,38 +308,6 @@ class TrainingLoop {
       }
     }
     return LrSchedule::constant(lr);
-  }
-
-  // Where training stands inside the current epoch, and the running sums of its batches so far.
-  struct EpochPosition {
-    Index batch = 0;
-    double lossSum = 0.0;  // sum over samples of the per-sample loss
-    Index correct = 0, seen = 0;
-  };
-
-  // The train_position metadata, checked against this training set (absent = start of the epoch).
-  EpochPosition readPosition(const CheckpointMeta& head, const std::string& path, bool finished) const {
-    const char* fn = "ddl::TrainingLoop::resume";
-    EpochPosition pos;
-    const auto it = head.extra.find("train_position");
-    if (it == head.extra.end()) return pos;
-    const nlohmann::json j = nlohmann::json::parse(it->second, nullptr, false);
-    try {
-      if (!j.is_object()) throw ValueError("it is not a JSON object: " + it->second);
-      const Index batches = m_source.batchesPerEpoch();
-      pos.batch = detail::jsonInteger<Index>("batch", j.at("batch"), 0, finished ? 0 : batches);
-      const Index seen = m_source.samplesIn(pos.batch);
-      pos.seen = detail::jsonInteger<Index>("seen", j.at("seen"), seen, seen);
-      pos.correct = detail::jsonInteger<Index>("correct", j.at("correct"), 0, seen);
-      if (!j.at("loss_sum").is_number()) throw ValueError("loss_sum is not a number");
-      pos.lossSum = numberInRange("loss_sum", j.at("loss_sum").get<double>(), 0.0);
-    } catch (const nlohmann::json::exception& e) {
-      throw IoError(message(fn, path, ": bad train_position metadata: ", e.what()));
-    } catch (const ValueError& e) {
-      throw IoError(message(fn, path, ": bad train_position metadata (", m_source.batchesPerEpoch(), " batches of ",
-                            m_opt.batchSize, " per epoch here): ", e.what()));
-    }
-    return pos;
   }
 
   // A collective vote when data-parallel: every rank calls this at the same points.
@@ -409,7 +345,7 @@ class TrainingLoop {
   void synchronizeRanks() {
     requireShardedSource();
     nlohmann::json j{{"model_config", modelConfigJson(m_model)},
-                     {"train_options", trainOptionsJson(m_opt)},
+                     {"train_options", runOptionsJson(m_opt, m_optimizerJson)},
                      {"batches_per_epoch", m_source.batchesPerEpoch()},
                      {"samples_per_epoch", m_source.samplesIn(m_source.batchesPerEpoch())},
                      {"validation", m_val != nullptr},
@@ -434,43 +370,12 @@ class TrainingLoop {
     m_epochStart = Clock::now();
     m_source.startEpoch(static_cast<std::uint64_t>(m_epoch));
     m_source.seek(m_pos.batch);
-    const TrainStepOptions stepOpt{m_opt.clipNorm};
     Index seenNow = 0;  // samples of this call, for the throughput
     while (m_source.next(m_X, m_y)) {
       m_lr = m_schedule.lrAt(m_optimizer.stepCount());
       m_optimizer.setLr(m_lr);
       const std::int64_t stepNo = m_step + 1;
-      StepStats s;
-      bool reduced = false;  // this rank took part in the step's collective calls
-      try {
-        try {
-          s = taskStep(m_model, m_task, m_optimizer, m_X, m_y, m_buf, stepOpt, [&](StepStats& st) {
-            reduced = true;
-            if (m_dp) m_dp->reduceStep(st, m_buf.params);  // global stats and gradients first
-            StepContext<S> context{stepNo, m_epoch, m_pos.batch, m_lr, st, m_buf.params};
-            for (StepHook<S>& hook : m_hooks) hook(context);
-            if (m_opt.checkFinite) m_guard.check(st.loss, stepNo);
-          });
-        } catch (...) {
-          if (m_dp && !reduced) m_dp->failStep();  // the other ranks wait in reduceStep: tell them
-          throw;
-        }
-      } catch (const RankFailedError& e) {
-        throw RankFailedError(message("ddl::TrainingLoop", "training stopped in epoch ", m_epoch + 1, ", batch ",
-                                      m_pos.batch + 1, " (step ", stepNo, "): ", e.what(), lastCheckpointNote()));
-      } catch (const NonFiniteError& e) {
-        throw NonFiniteError(message("ddl::TrainingLoop", "training stopped in epoch ", m_epoch + 1, ", batch ",
-                                     m_pos.batch + 1, ": ", e.what(), lastCheckpointNote()),
-                             e.step());
-      } catch (const MathError& e) {
-        // A layer met a NaN/Inf itself (e.g. a direction of norm NaN after the weights blew up).
-        if (!m_opt.checkFinite) throw;
-        throw NonFiniteError(message("ddl::TrainingLoop", "training stopped in epoch ", m_epoch + 1, ", batch ",
-                                     m_pos.batch + 1, ": step ", stepNo, " failed: ", e.what(), "; ",
-                                     m_guard.parameterReport(), " (check the learning rate and the input data)",
-                                     lastCheckpointNote()),
-                             stepNo);
-      }
+      const StepStats s = step(stepNo);
       ++m_step;
       ++m_pos.batch;
       m_pos.lossSum += s.loss * static_cast<double>(s.count);
@@ -489,6 +394,52 @@ class TrainingLoop {
     m_trainSecs = std::chrono::duration<double>(Clock::now() - m_epochStart).count();
     m_seenNow = seenNow;
     return true;
+  }
+
+  // One step (train/task_step.hpp): forward, loss, backward, afterBackward, clipping, the update.
+  // An error is rethrown naming the epoch, the batch and the last checkpoint.
+  StepStats step(std::int64_t stepNo) {
+    bool reduced = false;  // this rank took part in the step's collective calls
+    try {
+      return taskStep(m_model, m_task, m_optimizer, m_X, m_y, m_buf, TrainStepOptions{m_opt.clipNorm},
+                      [&](StepStats& st) {
+                        reduced = true;
+                        afterBackward(st, stepNo);
+                      });
+    } catch (...) {
+      if (m_dp && !reduced) m_dp->failStep();  // the other ranks wait in reduceStep: tell them
+      rethrowAtPosition(stepNo);
+    }
+  }
+
+  // Between backward and the update, in this order: data-parallel, the statistics and gradients of
+  // the global batch (the sum over the ranks); the hooks; the NaN/Inf guard. So hooks, guard and
+  // clipping see the global batch, and every rank takes the same decisions.
+  void afterBackward(StepStats& st, std::int64_t stepNo) {
+    if (m_dp) m_dp->reduceStep(st, m_buf.params);
+    StepContext<S> context{stepNo, m_epoch, m_pos.batch, m_lr, st, m_buf.params};
+    for (StepHook<S>& hook : m_hooks) hook(context);
+    if (m_opt.checkFinite) m_guard.check(st.loss, stepNo);
+  }
+
+  // Called in a catch block: the current exception again, its message naming where training stopped.
+  [[noreturn]] void rethrowAtPosition(std::int64_t stepNo) const {
+    const std::string where =
+        "training stopped in epoch " + std::to_string(m_epoch + 1) + ", batch " + std::to_string(m_pos.batch + 1);
+    try {
+      throw;
+    } catch (const RankFailedError& e) {
+      throw RankFailedError(message("ddl::TrainingLoop", where, " (step ", stepNo, "): ", e.what(), lastCheckpointNote()));
+    } catch (const NonFiniteError& e) {
+      throw NonFiniteError(message("ddl::TrainingLoop", where, ": ", e.what(), lastCheckpointNote()), e.step());
+    } catch (const MathError& e) {
+      // A layer met a NaN/Inf itself (e.g. a direction of norm NaN after the weights blew up).
+      if (!m_opt.checkFinite) throw;
+      throw NonFiniteError(message("ddl::TrainingLoop", where, ": step ", stepNo, " failed: ", e.what(), "; ",
+                                   m_guard.parameterReport(), " (check the learning rate and the input data)",
+                                   lastCheckpointNote()),
+                           stepNo);
+    }
   }
 
   std::string lastCheckpointNote() const {

@@ -1,0 +1,103 @@
+#pragma once
+// ddl/train/run_record.hpp: what a training loop's checkpoint records besides the tensors, and how
+// a resume checks it (train/training_loop.hpp):
+//   train_options   the run's options as JSON, with the optimizer's settings in place of adam's
+//                   (train/optimizer.hpp); a resume refuses any key that differs, except those the
+//                   caller lets change (a program's "epochs" or "lr" given on the command line);
+//   train_position  where the run stands inside the current epoch: batches done and the running
+//                   sums of their loss and accuracy (EpochPosition), checked against the training set.
+#include <algorithm>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ddl/core/requires_json.hpp"  // before nlohmann: a clear error without it
+#include <nlohmann/json.hpp>
+
+#include "ddl/core/error.hpp"
+#include "ddl/core/parse.hpp"
+#include "ddl/core/types.hpp"
+#include "ddl/io/checkpoint.hpp"
+#include "ddl/train/trainer_options.hpp"
+
+namespace ddl {
+
+// Where training stands inside the current epoch, and the running sums of its batches so far.
+struct EpochPosition {
+  Index batch = 0;
+  double lossSum = 0.0;  // sum over samples of the per-sample loss
+  Index correct = 0, seen = 0;
+};
+
+// The train_position metadata text of pos.
+inline std::string positionJson(const EpochPosition& pos) {
+  return nlohmann::json{{"batch", pos.batch}, {"loss_sum", pos.lossSum}, {"correct", pos.correct}, {"seen", pos.seen}}
+      .dump();
+}
+
+// The train_options metadata: the options' JSON with the optimizer's settings in place of adam's.
+inline nlohmann::json runOptionsJson(const TrainerOptions& o, const nlohmann::json& optimizer) {
+  nlohmann::json j = o.toJson();
+  for (const char* key : {"lr", "beta1", "beta2", "adam_eps", "weight_decay"}) j.erase(key);
+  j.update(optimizer);
+  return j;
+}
+
+// Throws (naming fn and path) when the checkpoint's train_options differ from now's in a key that is
+// not in mayChange; the message names every such key with both values.
+inline void requireSameRunOptions(const char* fn, const std::string& path, const CheckpointMeta& head,
+                                  const TrainerOptions& now, const nlohmann::json& optimizer,
+                                  const std::vector<std::string>& mayChange) {
+  const auto it = head.extra.find("train_options");
+  if (it == head.extra.end()) throw IoError(message(fn, path, ": no train_options metadata (not a Trainer checkpoint)"));
+  // A malformed text parses to "discarded", which has no keys: it must not pass as "same options".
+  const nlohmann::json savedJson = nlohmann::json::parse(it->second, nullptr, false);
+  if (!savedJson.is_object())
+    throw IoError(message(fn, path, ": the train_options metadata is not a JSON object: ", it->second.substr(0, 200)));
+  TrainerOptions saved = now;
+  saved.updateFromJson(savedJson);  // checks the types and ranges of the shared keys
+  nlohmann::json savedAll = runOptionsJson(saved, optimizer);
+  for (const auto& kv : optimizer.items())
+    if (savedJson.contains(kv.key())) savedAll[kv.key()] = savedJson.at(kv.key());
+  const nlohmann::json current = runOptionsJson(now, optimizer);
+  std::string differing;
+  for (const auto& kv : current.items()) {
+    const bool same = savedAll.contains(kv.key()) && savedAll.at(kv.key()) == kv.value();
+    if (same || std::find(mayChange.begin(), mayChange.end(), kv.key()) != mayChange.end()) continue;
+    differing += (differing.empty() ? "" : ", ") + kv.key() + " (saved " +
+                 (savedAll.contains(kv.key()) ? savedAll.at(kv.key()).dump() : std::string("none")) + ", now " +
+                 kv.value().dump() + ")";
+  }
+  if (!differing.empty())
+    throw ValueError(message(fn, path, ": the training options differ from the saved run: ", differing,
+                             "\n  saved: ", savedAll.dump(), "\n  now:   ", current.dump()));
+}
+
+// The train_position metadata of head (absent = the start of the epoch), checked against a training
+// set of `batches` batches of batchSize, where samplesIn(b) samples make the first b batches;
+// finished: the saved epoch is the run's last, so no batch of it may remain. IoError names fn, path.
+inline EpochPosition readEpochPosition(const char* fn, const std::string& path, const CheckpointMeta& head,
+                                       Index batches, Index batchSize, const std::function<Index(Index)>& samplesIn,
+                                       bool finished) {
+  EpochPosition pos;
+  const auto it = head.extra.find("train_position");
+  if (it == head.extra.end()) return pos;
+  const nlohmann::json j = nlohmann::json::parse(it->second, nullptr, false);
+  try {
+    if (!j.is_object()) throw ValueError("it is not a JSON object: " + it->second);
+    pos.batch = detail::jsonInteger<Index>("batch", j.at("batch"), 0, finished ? 0 : batches);
+    const Index seen = samplesIn(pos.batch);
+    pos.seen = detail::jsonInteger<Index>("seen", j.at("seen"), seen, seen);
+    pos.correct = detail::jsonInteger<Index>("correct", j.at("correct"), 0, seen);
+    if (!j.at("loss_sum").is_number()) throw ValueError("loss_sum is not a number");
+    pos.lossSum = numberInRange("loss_sum", j.at("loss_sum").get<double>(), 0.0);
+  } catch (const nlohmann::json::exception& e) {
+    throw IoError(message(fn, path, ": bad train_position metadata: ", e.what()));
+  } catch (const ValueError& e) {
+    throw IoError(message(fn, path, ": bad train_position metadata (", batches, " batches of ", batchSize,
+                          " per epoch here): ", e.what()));
+  }
+  return pos;
+}
+
+}  // namespace ddl
