@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "curves.hpp"
-#include "ddl/diag/gate_audit.hpp"
+#include "ddl/diag/net_gate_audit.hpp"
 #include "ddl/diag/t_test.hpp"
 #include "ddl/io/atomic_file.hpp"
 #include "ddl/train/next_token_task.hpp"

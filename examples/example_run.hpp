@@ -22,7 +22,7 @@
 #include "cli.hpp"
 #include "final_report.hpp"
 #include "run_folder.hpp"
-#include "ddl/diag/gate_audit.hpp"
+#include "ddl/diag/net_gate_audit.hpp"
 #include "ddl/train/epoch_audit.hpp"
 #include "ddl/train/progress.hpp"
 #include "ddl/train/stop_signal.hpp"

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "curves.hpp"
-#include "ddl/diag/gate_audit.hpp"
+#include "ddl/diag/net_gate_audit.hpp"
 #include "ddl/train/stop_signal.hpp"
 #include "ddl/train/trainer.hpp"
 

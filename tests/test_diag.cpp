@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "catch_compat.hpp"
-#include "ddl/diag/gate_audit.hpp"
+#include "ddl/diag/net_gate_audit.hpp"
 #include "ddl/diag/spectral.hpp"
 
 using ddl::Index;

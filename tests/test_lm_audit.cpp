@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "catch_compat.hpp"
-#include "ddl/diag/gate_audit.hpp"
+#include "ddl/diag/net_gate_audit.hpp"
 #include "ddl/diag/recorder.hpp"
 #include "ddl/nn/models/delta_lm.hpp"
 #include "ddl/train/next_token_task.hpp"

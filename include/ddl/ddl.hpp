@@ -56,6 +56,7 @@
 
 #include "ddl/diag/audit_file.hpp"
 #include "ddl/diag/gate_audit.hpp"
+#include "ddl/diag/net_gate_audit.hpp"
 #include "ddl/diag/recorder.hpp"
 #include "ddl/diag/spectral.hpp"
 #include "ddl/diag/t_test.hpp"
@@ -72,12 +73,14 @@
 
 #include "ddl/io/atomic_file.hpp"
 #include "ddl/io/checkpoint.hpp"
+#include "ddl/io/checkpoint_meta.hpp"
 #include "ddl/io/metrics_csv.hpp"
 #include "ddl/io/safetensors.hpp"
 
 #include "ddl/train/adamw.hpp"
 #include "ddl/train/batch_source.hpp"
 #include "ddl/train/data_parallel.hpp"
+#include "ddl/train/epoch_metrics.hpp"
 #include "ddl/train/epoch_audit.hpp"
 #include "ddl/train/finite_guard.hpp"
 #include "ddl/train/grad_clip.hpp"

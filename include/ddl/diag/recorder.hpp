@@ -29,7 +29,7 @@
 
 #include "ddl/core/error.hpp"
 #include "ddl/core/types.hpp"
-#include "ddl/diag/gate_audit.hpp"
+#include "ddl/diag/net_gate_audit.hpp"
 #include "ddl/diag/spectral.hpp"
 #include "ddl/nn/blocks/delta_residual.hpp"
 #include "ddl/ops/delta_write.hpp"

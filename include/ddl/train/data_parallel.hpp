@@ -21,6 +21,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <type_traits>
 #include <vector>
 
 #include "ddl/core/collective.hpp"
@@ -179,5 +181,34 @@ class DataParallel {
   double m_commSeconds = 0.0;
   std::int64_t m_steps = 0, m_messages = 0;
 };
+
+namespace detail {
+// A batch source that says which rank's part of each global batch it yields.
+template <class Source, class = void>
+struct IsShardedSource : std::false_type {};
+template <class Source>
+struct IsShardedSource<Source, std::void_t<decltype(int(std::declval<const Source&>().rank())),
+                                           decltype(int(std::declval<const Source&>().ranks()))>> : std::true_type {};
+}  // namespace detail
+
+// A source that yields the whole global batch on every rank would train every rank on the same
+// samples: P times the compute for one process's result. So a data-parallel source must say which
+// part it yields (rank(), ranks(): ShardedBatches, TextWindows::shard) and that part must be this
+// rank's; ValueError naming fn otherwise.
+template <class S, class Source>
+void requireShardOf(const Source& source, const DataParallel<S>& dp, const char* fn) {
+  if constexpr (detail::IsShardedSource<Source>::value) {
+    if (source.ranks() != dp.size() || source.rank() != dp.rank())
+      throw ValueError(message(fn, "data-parallel on rank ", dp.rank(), " of ", dp.size(),
+                               ", but the batch source yields rank ", source.rank(), " of ", source.ranks(),
+                               "'s part of each batch (shard the source for this communicator: ShardedBatches, "
+                               "TextWindows::shard)"));
+  } else {
+    throw ValueError(message(fn, "data-parallel over ", dp.size(),
+                             " ranks needs a batch source that yields this rank's part of each global batch "
+                             "(rank() and ranks(): ShardedBatches, TextWindows::shard); this one would give "
+                             "every rank the same samples"));
+  }
+}
 
 }  // namespace ddl

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "ddl/core/types.hpp"
-#include "ddl/diag/gate_audit.hpp"
+#include "ddl/diag/net_gate_audit.hpp"
 #include "ddl/io/metrics_csv.hpp"
 #include "ddl/train/eval_columns.hpp"
 

@@ -65,6 +65,7 @@
 #include "ddl/io/checkpoint.hpp"
 #include "ddl/io/metrics_csv.hpp"
 #include "ddl/train/data_parallel.hpp"
+#include "ddl/train/epoch_metrics.hpp"
 #include "ddl/train/eval_columns.hpp"
 #include "ddl/train/finite_guard.hpp"
 #include "ddl/train/lr_schedule.hpp"
@@ -78,13 +79,6 @@
 namespace ddl {
 
 namespace detail {
-// A batch source that says which rank's part of each global batch it yields.
-template <class Source, class = void>
-struct IsShardedSource : std::false_type {};
-template <class Source>
-struct IsShardedSource<Source, std::void_t<decltype(int(std::declval<const Source&>().rank())),
-                                           decltype(int(std::declval<const Source&>().ranks()))>> : std::true_type {};
-
 // A task whose evaluate takes an EvalStop (train/task.hpp): the loop's evaluations then answer shouldStop.
 template <class Task, class Model, class = void>
 struct HasStoppableEvaluate : std::false_type {};
@@ -95,29 +89,6 @@ struct HasStoppableEvaluate<Task, Model,
                                 std::declval<MatX<typename Task::Scalar>&>(), std::declval<void (*)()>(),
                                 std::declval<const EvalStop&>()))>> : std::true_type {};
 }  // namespace detail
-
-// Reported after every training batch (running means over the epoch so far).
-struct BatchProgress {
-  int epoch = 0;        // 0-based
-  int epochs = 0;
-  Index batch = 0;      // batches done in this epoch
-  Index batches = 0;    // batches per epoch
-  double loss = 0.0;
-  double accuracy = 0.0;
-  double samplesPerSec = 0.0;
-};
-
-// One epoch's results; a data set that was not given has count == 0.
-struct EpochMetrics {
-  int epoch = 0;  // 1-based: epochs completed
-  std::int64_t step = 0;
-  double lr = 0.0;  // learning rate of the epoch's last step
-  double trainLoss = 0.0, trainAccuracy = 0.0;
-  EvalResult validation, test;
-  double seconds = 0.0;        // wall time of the epoch incl. evaluation
-  double samplesPerSec = 0.0;  // training throughput
-  std::vector<std::string> extra;  // the cells of the columns added with addColumns, in their order
-};
 
 template <class Model, class Task, class Source, class Optimizer>
 class TrainingLoop {
@@ -321,29 +292,10 @@ class TrainingLoop {
   // Only rank 0 writes the checkpoint and metrics.csv.
   bool writes() const { return !m_opt.outDir.empty() && isRankZero(); }
 
-  // A source that yields the whole global batch on every rank would train every rank on the same
-  // samples: P times the compute for one process's result. The source must say which part it yields
-  // (rank(), ranks(): ShardedBatches, TextWindows::shard) and that part must be this rank's.
-  void requireShardedSource() const {
-    const char* fn = "ddl::TrainingLoop::run";
-    if constexpr (detail::IsShardedSource<Source>::value) {
-      if (m_source.ranks() != m_dp->size() || m_source.rank() != m_dp->rank())
-        throw ValueError(message(fn, "data-parallel on rank ", m_dp->rank(), " of ", m_dp->size(),
-                                 ", but the batch source yields rank ", m_source.rank(), " of ", m_source.ranks(),
-                                 "'s part of each batch (shard the source for this communicator: ShardedBatches, "
-                                 "TextWindows::shard)"));
-    } else {
-      throw ValueError(message(fn, "data-parallel over ", m_dp->size(),
-                               " ranks needs a batch source that yields this rank's part of each global batch "
-                               "(rank() and ranks(): ShardedBatches, TextWindows::shard); this one would give "
-                               "every rank the same samples"));
-    }
-  }
-
   // Every rank runs the same configuration from the same state: compared by digest, then rank 0's
   // parameters and optimizer state are broadcast.
   void synchronizeRanks() {
-    requireShardedSource();
+    requireShardOf(m_source, *m_dp, "ddl::TrainingLoop::run");
     nlohmann::json j{{"model_config", modelConfigJson(m_model)},
                      {"train_options", runOptionsJson(m_opt, m_optimizerJson)},
                      {"batches_per_epoch", m_source.batchesPerEpoch()},
