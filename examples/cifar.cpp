@@ -39,7 +39,14 @@ void declareOptions(ddl::cli::CommandLine& cli) {
       .option("dv", "V", "value channels of the expanded state", "1")
       .option("stem-stride", "S", "1 | 2: a stride-2 stem runs every stage at half the resolution", "2");
   // Chosen on the validation split (docs/cifar_defaults.md).
-  declareTrainingOptions(cli, {"18", "0.003", "0.05", "training images: none | flip | crop | both", "both", "0.1"});
+  TrainingDefaults d;
+  d.epochs = "18";
+  d.lr = "0.003";
+  d.weightDecay = "0.05";
+  d.augmentHelp = "training images: none | flip | crop | both";
+  d.augment = "both";
+  d.labelSmoothing = "0.1";
+  declareTrainingOptions(cli, d);
   cli.option("crop-pad", "P", "random crop offsets in [-P, P] pixels (zero padding)", "2");
   declareOutputOptions(cli, "out/cifar");
 }

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -59,27 +60,37 @@ inline bool gnuplot(const std::string& script, const std::vector<std::string>& a
   return rc == 0;
 }
 
-// Which columns of metrics.csv (1-based, as gnuplot counts; column 1 is the epoch) to draw in the
-// loss panel and in the accuracy panel. Each column's header names its line.
+// Which columns of metrics.csv to draw in the loss panel and in the accuracy panel, by their header
+// names (train_loss, val_loss, ...); each column's name labels its line.
 struct EpochColumns {
-  std::vector<int> loss, accuracy;
+  std::vector<std::string> loss, accuracy;
 };
 
-// out/curves.png from out/metrics.csv (the Trainer's columns): loss and accuracy against the epoch.
-// Writes the script as out/curves.gp so the plot can be redrawn by hand.
+// out/curves.png from out/metrics.csv (the training loop's columns): loss and accuracy against the
+// epoch. Writes the script as out/curves.gp so the plot can be redrawn by hand. Throws ValueError
+// when a named column is not in the file's header.
 inline bool epochCurves(const std::string& out, const EpochColumns& columns) {
   const std::string script = out + "/curves.gp", png = out + "/curves.png";
-  auto plotLine = [](const std::vector<int>& cols) {
+  std::ifstream csv(out + "/metrics.csv");
+  std::string line, header, firstEpoch;
+  std::getline(csv, header);
+  auto plotLine = [&header, &out](const std::vector<std::string>& names) {
     std::string line = "plot ";
-    for (std::size_t i = 0; i < cols.size(); ++i)
-      line += (i ? ", '' using 1:" : "ARG1 using 1:") + std::to_string(cols[i]) + " with linespoints";
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      std::istringstream cells(header);
+      std::string cell;
+      int column = 0, found = 0;  // 1-based, as gnuplot counts
+      while (found == 0 && std::getline(cells, cell, ',')) {
+        ++column;
+        if (cell == names[i]) found = column;
+      }
+      if (found == 0)
+        throw ValueError(message("ddl::plot::epochCurves", out, "/metrics.csv has no column ", names[i]));
+      line += (i ? ", '' using 1:" : "ARG1 using 1:") + std::to_string(found) + " with linespoints";
+    }
     return line + "\n";
   };
-  // One row (a 1-epoch run) is a single x: gnuplot would warn "empty x range" on every run; a
-  // range of one epoch either side says nothing and keeps its output quiet.
-  std::ifstream csv(out + "/metrics.csv");
-  std::string line, firstEpoch;
-  int rows = -1;  // the header is not a row
+  int rows = 0;  // after the header
   while (std::getline(csv, line))
     if (++rows == 1) firstEpoch = line.substr(0, line.find(','));
   const bool single = rows == 1 && !firstEpoch.empty() && firstEpoch.find_first_not_of("0123456789") == std::string::npos;

@@ -193,14 +193,15 @@ struct DataError : IoError {
   using IoError::IoError;
 };
 
-// The defaults and the augmentation modes in which the two programs differ.
-struct TrainingDefaults {  // augmentHelp null: no --augment and --label-smoothing (not images)
-  const char* epochs;
-  const char* lr;
-  const char* weightDecay;
-  const char* augmentHelp;
-  const char* augment;
-  const char* labelSmoothing;
+// The defaults in which the programs differ, set by name. augmentHelp null: no --augment and
+// --label-smoothing (not images).
+struct TrainingDefaults {
+  const char* epochs = "10";
+  const char* lr = "0.001";
+  const char* weightDecay = "0.01";
+  const char* augmentHelp = nullptr;
+  const char* augment = "none";
+  const char* labelSmoothing = "0";
   const char* batch = "128";
 };
 

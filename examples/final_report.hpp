@@ -44,7 +44,8 @@ int finalTest(const std::string& program, TrainerT& trainer, const EpochMetrics&
   std::cout << formatGateSummary(gates.stats()) << "metrics: " << trainer.metricsPath()
             << "\ncheckpoint: " << trainer.checkpointPath() << "\n";
   // metrics.csv columns: 4 train_loss, 5 train_acc, 6 val_loss, 7 val_acc (the test set has no rows).
-  plot::epochCurves(outDir, validationSize > 0 ? plot::EpochColumns{{4, 6}, {5, 7}} : plot::EpochColumns{{4}, {5}});
+  plot::epochCurves(outDir, validationSize > 0 ? plot::EpochColumns{{"train_loss", "val_loss"}, {"train_acc", "val_acc"}}
+                                                     : plot::EpochColumns{{"train_loss"}, {"train_acc"}});
   return 0;
 }
 

@@ -38,10 +38,15 @@ void declareOptions(ddl::cli::CommandLine& cli) {
   // Chosen by validation accuracy on the held-out split (docs/mnist_defaults.md: the wide, shallow net of
   // the third sweep; with the histograms 7 epochs are within 0.1 points of 8 and keep the main job's
   // three minutes with a margin).
-  declareTrainingOptions(cli, {"7", "0.0005", "0.01",
-                               "training images: none | flip (mirror left-right at random) | shift (random shift by "
-                               "up to 2 pixels) | both",
-                               "none", "0"});
+  TrainingDefaults d;
+  d.epochs = "7";
+  d.lr = "0.0005";
+  d.weightDecay = "0.01";
+  d.augmentHelp =
+      "training images: none | flip (mirror left-right at random) | shift (random shift by up to 2 pixels) | both";
+  d.augment = "none";
+  d.labelSmoothing = "0";
+  declareTrainingOptions(cli, d);
   declareOutputOptions(cli, "out/mnist");
 }
 

@@ -45,7 +45,12 @@ void declareOptions(ddl::cli::CommandLine& cli) {
       .option("heads", "H", "attention heads (d / H features each)", "4")
       .option("context", "T", "bytes per training window and longest context", "128");
   // Chosen on the validation text (docs/text_defaults.md).
-  declareTrainingOptions(cli, {"10", "0.002", "0.1", nullptr, nullptr, nullptr, "32"});
+  TrainingDefaults d;  // bytes: no augmentation, no label smoothing
+  d.epochs = "10";
+  d.lr = "0.002";
+  d.weightDecay = "0.1";
+  d.batch = "32";
+  declareTrainingOptions(cli, d);
   cli.option("steps", "S", "steps per epoch", "100")
       .option("clip", "C", "global gradient-norm clipping (0 = off)", "1");
   declareOutputOptions(cli, "out/text");
@@ -288,7 +293,7 @@ int run(const ddl::cli::CommandLine& cli) {
     std::cout << "gate audit of the last validation evaluation (" << saved.out << "/audit.csv, audit.json):\n"
               << ddl::formatGateSummary(gates.stats(), ddl::gatedLabels(lm));
   }
-  ddl::plot::epochCurves(saved.out, ddl::plot::EpochColumns{{4, 6}, {5, 7}});
+  ddl::plot::epochCurves(saved.out, ddl::plot::EpochColumns{{"train_loss", "val_loss"}, {"train_acc", "val_acc"}});
   return printSample(lm, cli, sampling, opt.seed);
 }
 
