@@ -202,7 +202,7 @@ int run(const ddl::cli::CommandLine& cli) {
   if (!saved.evalOnly) requireSameData(saved, identity, opt);
 
   Net net(cfg, opt.seed);
-  std::cout << "model: ConvDeltaNet, preset " << cfg.preset << ", residual " << ddl::toString(cfg.block.residual.residual)
+  std::cout << "model: ConvDeltaNet, preset " << ddl::toString(cfg.preset) << ", residual " << ddl::toString(cfg.block.residual.residual)
             << ", stem stride " << cfg.stemStride << ", widths " << joinList(cfg.widths) << ", depths "
             << joinList(cfg.depths) << ", dv " << cfg.dv << ", " << ddl::numParams(net) << " parameters, "
             << ddl::numThreads() << " threads" << ranks().note() << "\n";

@@ -40,7 +40,7 @@ int finalTest(const std::string& program, TrainerT& trainer, const EpochMetrics&
     std::printf("final validation accuracy: %.2f%% (%lld held-out training samples)\n", 100.0 * last.validation.accuracy,
                 static_cast<long long>(validationSize));
   std::printf("final test loss %.4f, final test accuracy: %.2f%% (%s, %s residual, %d epochs)\n", tested.loss,
-              100.0 * tested.accuracy, cfg.preset.c_str(), toString(cfg.block.residual.residual), epochs);
+              100.0 * tested.accuracy, toString(cfg.preset), toString(cfg.block.residual.residual), epochs);
   std::cout << formatGateSummary(gates.stats()) << "metrics: " << trainer.metricsPath()
             << "\ncheckpoint: " << trainer.checkpointPath() << "\n";
   // metrics.csv columns: 4 train_loss, 5 train_acc, 6 val_loss, 7 val_acc (the test set has no rows).

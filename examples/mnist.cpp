@@ -179,7 +179,7 @@ int run(const ddl::cli::CommandLine& cli) {
   if (!saved.evalOnly) requireSameData(saved, identity, opt);
 
   ddl::DeltaNet<float> net(cfg, opt.seed);
-  std::cout << "ddl-mnist: preset " << cfg.preset << ", residual " << ddl::toString(cfg.block.residual.residual)
+  std::cout << "ddl-mnist: preset " << ddl::toString(cfg.preset) << ", residual " << ddl::toString(cfg.block.residual.residual)
             << ", d " << cfg.d << ", depth " << cfg.depth << ", dv " << cfg.dv << ", hidden " << cfg.block.hidden
             << ", " << ddl::numParams(net) << " parameters, " << ddl::numThreads() << " threads" << ranks().note() << "\n"
             << "config: " << ddl::configJson(cfg) << "\n";

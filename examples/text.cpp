@@ -198,7 +198,7 @@ int run(const ddl::cli::CommandLine& cli) {
     requireSameData(saved, identity, opt);
   }
   const std::vector<std::uint8_t> validation = evaluatedPrefix(corpus.validation, evalBytes);
-  std::cout << "model: DeltaLM " << cfg.variant() << ", preset " << cfg.preset << ", residual "
+  std::cout << "model: DeltaLM " << cfg.variant() << ", preset " << ddl::toString(cfg.preset) << ", residual "
             << ddl::toString(cfg.block.residual.residual) << ", d " << cfg.d << ", depth " << cfg.depth << ", heads "
             << cfg.heads << ", dv " << cfg.dv << ", context " << cfg.context << ", " << ddl::numParams(lm)
             << " parameters, " << ddl::numThreads() << " threads" << ranks().note() << "\n";
@@ -286,7 +286,7 @@ int run(const ddl::cli::CommandLine& cli) {
   std::printf("final validation loss %.4f (%.3f bits per byte); final test loss %.4f nats, %.3f bits per byte "
               "(%s, %s, %s residual, %lld steps)\n",
               last.validation.loss, ddl::bitsPerByte(last.validation.loss), tested.loss, ddl::bitsPerByte(tested.loss),
-              cfg.variant().c_str(), cfg.preset.c_str(), ddl::toString(cfg.block.residual.residual),
+              cfg.variant().c_str(), ddl::toString(cfg.preset), ddl::toString(cfg.block.residual.residual),
               static_cast<long long>(loop.step()));
   std::cout << "metrics: " << loop.metricsPath() << "\ncheckpoint: " << loop.checkpointPath() << "\n";
   if (cli.has("audit")) {

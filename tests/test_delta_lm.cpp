@@ -337,8 +337,12 @@ TEST_CASE("DeltaLMConfig round-trips through its key-values and names every vari
   CHECK(custom.variant() == "tc");
   custom.dv = 1;
   CHECK(custom.variant() == "dv1");
-  custom.preset = "mine";
+  custom.preset = ddl::Preset::V1;  // DeltaNet's preset
   CHECK(contains(thrownMessage<ddl::ValueError>([&] { custom.validate(); }), "preset must be code or paper"));
+  ddl::KeyValues unknown = ddl::DeltaLMConfig().toKeyValues();
+  unknown["preset"] = "mine";
+  CHECK(contains(thrownMessage<ddl::ValueError>([&] { ddl::DeltaLMConfig::fromKeyValues(unknown); }),
+                 "unknown preset 'mine', expected one of code, paper, v1"));
 }
 
 TEST_CASE("DeltaLM refuses bad input with clear errors and keeps its state", "[delta_lm][errors]") {

@@ -307,7 +307,7 @@ TEST_CASE("config survives its key/value form", "[nn][delta_net]") {
   const auto kv = cfg.toKeyValues();
   const ddl::DeltaNetConfig back = ddl::DeltaNetConfig::fromKeyValues(kv);
   CHECK(back.toKeyValues() == kv);
-  CHECK(back.preset == "v1");
+  CHECK(back.preset == ddl::Preset::V1);
   CHECK(back.block.residual.residual == ddl::ResidualKind::WriteOnly);
   CHECK(back.block.residual.beta0 == 0.3);
   auto broken = kv;

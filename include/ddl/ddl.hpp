@@ -36,6 +36,7 @@
 #include "ddl/nn/models/delta_lm_config.hpp"
 #include "ddl/nn/models/delta_net.hpp"
 #include "ddl/nn/models/delta_net_config.hpp"
+#include "ddl/nn/models/preset.hpp"
 #include "ddl/nn/blocks/delta_residual.hpp"
 #include "ddl/nn/blocks/delta_transformer_block.hpp"
 #include "ddl/nn/layers/dropout.hpp"

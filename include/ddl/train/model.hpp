@@ -7,7 +7,7 @@
 //   backward(const MatX<S>& dOut)                  adds its parameters' gradients
 //   visitParams(prefix, f), f(const std::string&, Param<S>&)     the parameter walk
 //   config()  whose result has toKeyValues() -> std::map<std::string, std::string>
-//             and, optionally, a std::string member `preset`
+//             and, optionally, a member `preset`: a std::string or an enum with toString
 // and, optionally, forwardInference(X, out) (evaluation without caches) and blocks(),
 // blockInput(i), blockOutput(i) or sublayerCount(), sublayerResidual(i), sublayerInput(i),
 // sublayerOutput(i) (the gate audit of the evaluation, diag/gated_sublayers.hpp).
@@ -34,7 +34,7 @@ namespace detail {
 template <class Config, class = void>
 struct HasPreset : std::false_type {};
 template <class Config>
-struct HasPreset<Config, std::void_t<decltype(std::string(std::declval<const Config&>().preset))>> : std::true_type {};
+struct HasPreset<Config, std::void_t<decltype(std::declval<const Config&>().preset)>> : std::true_type {};
 
 // Whether the evaluation can gather gate statistics of Model (NetGateAccumulator::add): a net of gated
 // blocks (blocks(), blockInput(i), blockOutput(i)) or of gated sublayers (sublayerCount(),
@@ -65,13 +65,18 @@ std::string modelConfigJson(const Model& model) {
   return configJson(model.config());
 }
 
-// The preset metadata of model: config().preset when the configuration has one, else empty.
+// The preset metadata of model: the name of config().preset when the configuration has one, else empty.
 template <class Model>
 std::string modelPreset(const Model& model) {
-  if constexpr (detail::HasPreset<std::decay_t<decltype(model.config())>>::value)
-    return model.config().preset;
-  else
+  if constexpr (detail::HasPreset<std::decay_t<decltype(model.config())>>::value) {
+    const auto& preset = model.config().preset;
+    if constexpr (std::is_convertible<decltype(preset), std::string>::value)
+      return preset;
+    else
+      return toString(preset);  // found by argument-dependent lookup, e.g. ddl::toString(Preset)
+  } else {
     return std::string();
+  }
 }
 
 }  // namespace ddl

@@ -32,7 +32,7 @@ struct ConvDeltaNetConfig {
   Index dv = 1;
   bool learnedExpansion = false;  // EC (per-channel scale) or repetition, dv > 1 only
   double finalNormEps = 1e-5;
-  std::string preset = "code";
+  Preset preset = Preset::Code;  // the preset applied last (applyPreset)
   DeltaBlockOptions block;  // residual options, activation, norm eps, compressor; hidden unused (0)
 
   Index inputDim() const { return channels * height * width; }
@@ -112,8 +112,8 @@ struct ConvDeltaNetConfig {
 };
 
 // Sets the options a preset fixes (docs/spec.md §7), as applyPreset(DeltaNetConfig&) does; shapes and the
-// residual kind are left alone. Throws ValueError for an unknown preset.
-inline void applyPreset(ConvDeltaNetConfig& c, const std::string& preset) {
+// residual kind are left alone.
+inline void applyPreset(ConvDeltaNetConfig& c, Preset preset) {
   DeltaNetConfig v;
   v.block = c.block;
   applyPreset(v, preset);
@@ -121,6 +121,11 @@ inline void applyPreset(ConvDeltaNetConfig& c, const std::string& preset) {
   c.block.hidden = 0;
   c.finalNormEps = v.finalNormEps;
   c.preset = v.preset;
+}
+
+// The same by name (a command line's --preset). Throws ValueError for an unknown preset.
+inline void applyPreset(ConvDeltaNetConfig& c, const std::string& preset) {
+  applyPreset(c, parsePreset(preset, "ddl::applyPreset"));
 }
 
 }  // namespace ddl

@@ -45,7 +45,7 @@ struct DeltaLMConfig {
   double ropeBase = 10000;
   bool qkNorm = true;
   double finalNormEps = 1e-5;
-  std::string preset = "code";  // the residual preset applied (applyPreset): code | paper
+  Preset preset = Preset::Code;  // the residual preset applied last (applyPreset): code | paper
   DeltaBlockOptions block = defaultBlock();  // residual options, norm eps, CC form; activation SiLU
 
   static DeltaBlockOptions defaultBlock() {
@@ -91,8 +91,8 @@ struct DeltaLMConfig {
     require(context >= 1, fn, "context must be >= 1, got ", context);
     require(hidden >= 0, fn, "hidden must be >= 0 (0 means floor(8 d / 3)), got ", hidden);
     require(dv >= 1, fn, "dv must be >= 1, got ", dv);
-    require(preset == "code" || preset == "paper", fn, "preset must be code or paper (applyPreset), got '", preset,
-            "'");
+    require(preset == Preset::Code || preset == Preset::Paper, fn,
+            "preset must be code or paper (applyPreset), got '", toString(preset), "'");
     require(convKernel >= 1, fn, "conv_kernel must be >= 1, got ", convKernel);
     require(ropeBase > 0 && std::isfinite(ropeBase), fn, "rope_base must be finite and > 0, got ", ropeBase);
     require(block.normEps >= 0 && finalNormEps >= 0, fn, "RMSNorm eps must be >= 0");
@@ -170,9 +170,9 @@ inline void applyVariant(DeltaLMConfig& c, const std::string& variant) {
 }
 
 // The residual presets of docs/spec.md §7 that apply to a language model: code (default) and paper.
-inline void applyPreset(DeltaLMConfig& c, const std::string& preset) {
-  if (preset != "code" && preset != "paper")
-    throw ValueError(message("ddl::applyPreset", "unknown language-model preset '", preset,
+inline void applyPreset(DeltaLMConfig& c, Preset preset) {
+  if (preset != Preset::Code && preset != Preset::Paper)
+    throw ValueError(message("ddl::applyPreset", "unknown language-model preset '", toString(preset),
                              "', expected one of code, paper (v1's auxiliary direction is for DeltaNet)"));
   DeltaResidualOptions& r = c.block.residual;
   const ResidualKind kind = r.residual;
@@ -180,13 +180,20 @@ inline void applyPreset(DeltaLMConfig& c, const std::string& preset) {
   r.residual = kind;
   c.block.normEps = 1e-5;
   c.finalNormEps = 1e-5;
-  if (preset == "code") {
+  if (preset == Preset::Code) {
     c.block.compressor = CompressorKind::Structured;
   } else {
     r.value = ValueKind::LinearOnC;
     c.block.compressor = CompressorKind::Free;
   }
   c.preset = preset;
+}
+
+// The same by name (a command line's --preset).
+inline void applyPreset(DeltaLMConfig& c, const std::string& preset) {
+  if (preset == "code" || preset == "paper") return applyPreset(c, parsePreset(preset));
+  throw ValueError(message("ddl::applyPreset", "unknown language-model preset '", preset,
+                           "', expected one of code, paper (v1's auxiliary direction is for DeltaNet)"));
 }
 
 }  // namespace ddl

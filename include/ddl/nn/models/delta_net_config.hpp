@@ -17,6 +17,7 @@
 #include "ddl/nn/blocks/compressor.hpp"
 #include "ddl/nn/blocks/delta_block.hpp"
 #include "ddl/nn/blocks/delta_residual.hpp"
+#include "ddl/nn/models/preset.hpp"
 
 namespace ddl {
 
@@ -30,7 +31,7 @@ struct DeltaNetConfig {
   Index dv = 1;
   bool learnedExpansion = false;  // EC (true) or plain repetition (false), dv > 1 only
   double finalNormEps = 1e-5;
-  std::string preset = "code";
+  Preset preset = Preset::Code;  // the preset applied last (applyPreset)
   DeltaBlockOptions block;
 
   // Throws ValueError naming the option and its value.
@@ -63,7 +64,7 @@ void putSharedOptions(KeyValueWriter& w, const Config& c) {
   w.put("dv", c.dv);
   w.put("learned_expansion", c.learnedExpansion);
   w.put("final_norm_eps", c.finalNormEps);
-  w.put("preset", c.preset);
+  w.put("preset", std::string(toString(c.preset)));
   w.put("activation", toString(c.block.activation));
   w.put("norm_eps", c.block.normEps);
   w.put("compressor", toString(c.block.compressor));
@@ -87,7 +88,7 @@ void readSharedOptions(const KeyValueReader& in, Config& c) {
   c.dv = in.size("dv", 1);
   c.learnedExpansion = in.flag("learned_expansion");
   c.finalNormEps = in.number("final_norm_eps");
-  c.preset = in.text("preset");
+  c.preset = parsePreset(in.text("preset"), "ddl::readSharedOptions");
   c.block.activation = parseActivation(in.text("activation"));
   c.block.normEps = in.number("norm_eps");
   c.block.compressor = parseCompressorKind(in.text("compressor"));
@@ -134,29 +135,34 @@ inline DeltaNetConfig DeltaNetConfig::fromKeyValues(const KeyValues& kv) {
 }
 
 // Sets the options a preset fixes (docs/spec.md §7) and records its name; the shape fields and the residual
-// kind are left alone. Throws ValueError for an unknown preset.
-inline void applyPreset(DeltaNetConfig& c, const std::string& preset) {
+// kind are left alone.
+inline void applyPreset(DeltaNetConfig& c, Preset preset) {
   DeltaResidualOptions& r = c.block.residual;
   const ResidualKind kind = r.residual;
   r = DeltaResidualOptions{};
   r.residual = kind;
   c.block.normEps = 1e-5;
   c.finalNormEps = 1e-5;
-  if (preset == "code") {
-    c.block.compressor = CompressorKind::Structured;
-  } else if (preset == "paper") {
-    r.value = ValueKind::LinearOnC;
-    c.block.compressor = CompressorKind::Free;
-  } else if (preset == "v1") {
-    r.direction = DirectionSource::AuxiliaryMlp;
-    r.norm = DirectionNorm::AddEps;
-    r.gate = GateKind::TwoLayerTanh;
-    r.value = ValueKind::FromBranch;
-    c.block.compressor = CompressorKind::Free;
-  } else {
-    throw ValueError(message("ddl::applyPreset", "unknown preset '", preset, "', expected one of code, paper, v1"));
+  switch (preset) {
+    case Preset::Code: c.block.compressor = CompressorKind::Structured; break;
+    case Preset::Paper:
+      r.value = ValueKind::LinearOnC;
+      c.block.compressor = CompressorKind::Free;
+      break;
+    case Preset::V1:
+      r.direction = DirectionSource::AuxiliaryMlp;
+      r.norm = DirectionNorm::AddEps;
+      r.gate = GateKind::TwoLayerTanh;
+      r.value = ValueKind::FromBranch;
+      c.block.compressor = CompressorKind::Free;
+      break;
   }
   c.preset = preset;
+}
+
+// The same by name (a command line's --preset). Throws ValueError for an unknown preset.
+inline void applyPreset(DeltaNetConfig& c, const std::string& preset) {
+  applyPreset(c, parsePreset(preset, "ddl::applyPreset"));
 }
 
 }  // namespace ddl
