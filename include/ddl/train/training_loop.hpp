@@ -14,34 +14,26 @@
 // optimizer, hooks") says who owns what. The caller owns model, task, source, optimizer and the
 // evaluation data, which must outlive the loop; the loop owns its scratch, the guard and the CSV.
 //
-// Per step: lr from the schedule (warmup + cosine/step/constant over all epochs), then taskStep:
-// forward, the task's loss and gradient, backward, the hooks, the NaN/Inf guard, clipping, the
-// optimizer. Per epoch: evaluation on the validation and test sets, a checkpoint (atomic) and a
-// row of metrics.csv in options.outDir, with the columns a program adds (addColumns,
-// train/eval_columns.hpp; the loop includes nothing from nn/ or diag/, tests/include_rules.cmake). The checkpoint holds the parameters, the optimizer's state
-// tensors and step count, the epoch, the position inside the epoch (train_position: batches done
-// and the running loss and accuracy sums), the model configuration (model_config), the preset and
-// the training options (train_options, with the optimizer's settings); batch b of epoch e is a
-// function of (seed, e, b) (the batch source's contract), so a run resumed from any checkpoint,
-// also one written mid-epoch, is bit-identical to one that never stopped.
+// Per step: lr from the schedule, then step(): forward, the task's loss and gradient, backward,
+// afterBackward (the sum over the ranks when data-parallel, the hooks, the NaN/Inf guard), clipping,
+// the optimizer. Per epoch: evaluation of the validation and test sets, an atomic checkpoint and a
+// row of metrics.csv in options.outDir, with the columns a program adds (addColumns). The checkpoint
+// holds parameters, optimizer state, epoch, model_config, preset, train_options and train_position
+// (train/run_record.hpp); batch b of epoch e is a function of (seed, e, b), so a run resumed from any
+// checkpoint, also one written mid-epoch, is bit-identical to one that never stopped. The loop
+// includes nothing of nn/ or diag/ (tests/include_rules.cmake).
 //
-// Guards: with options.checkFinite (default on) a NaN/Inf loss or gradient stops training with a
-// NonFiniteError naming the step and the first bad parameter, before the update (finite_guard.hpp);
-// nothing is written then, so the last checkpoint stays the last good state; a hook that throws
-// ends run() the same way. shouldStop, polled after every step and every evaluation batch, ends run()
-// early with a mid-epoch checkpoint (stopped() tells; stop_signal.hpp turns SIGINT/SIGTERM into it); a
-// stop in the epoch's evaluation leaves the epoch at its last batch, evaluated again on resume. A
-// failed write throws IoError; the previous checkpoint stays intact. Errors name ddl::TrainingLoop.
+// Guards: with options.checkFinite a NaN/Inf loss or gradient stops training with NonFiniteError
+// before the update (finite_guard.hpp), writing nothing, as a hook that throws does. shouldStop,
+// polled after every step and evaluation batch, ends run() with a mid-epoch checkpoint (stopped();
+// stop_signal.hpp maps SIGINT/SIGTERM to it). A failed write throws IoError and keeps the previous
+// checkpoint. Errors name ddl::TrainingLoop.
 //
 // Data-parallel (distribute(comm), train/data_parallel.hpp): the source yields this rank's part of
-// every global batch (train/sharded_batches.hpp). run() first checks that every rank has the same
-// model configuration, options, data sizes and position (else every rank throws ValueError) and
-// gives every rank rank 0's parameters and optimizer state; every step sums the statistics and
-// averages the gradients over the ranks before the hooks and the guard, so clipping, the guard and
-// the position see the global batch and every rank takes the same decisions; a stop request on any
-// rank stops every rank after the same step. Rank 0 alone evaluates and writes the checkpoint and
-// metrics.csv (the other ranks' EpochMetrics have no validation or test results); a checkpoint
-// does not depend on the number of ranks, so a run resumes on any number of them.
+// every global batch (train/sharded_batches.hpp; an unsharded source is refused). run() checks that
+// every rank has the same configuration, options, data sizes and position, then gives every rank rank
+// 0's parameters and optimizer state; a stop request on any rank stops all after the same step. Rank 0
+// alone evaluates and writes; a checkpoint does not depend on the number of ranks.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -132,7 +124,7 @@ class TrainingLoop {
   // (train/eval_columns.hpp; train/gate_columns.hpp gives the gate statistics). Before run().
   void addColumns(EvalColumns<Model> columns) {
     const char* fn = "ddl::TrainingLoop::addColumns";
-    require(!m_csv, fn, "columns must be added before run() opens metrics.csv");
+    require(!m_ran, fn, "columns must be added before run()");
     require(!columns.names.empty() && columns.start && columns.observe && columns.cells, fn,
             "the columns need names and all of start, observe and cells");
     m_columns.push_back(std::move(columns));
@@ -155,6 +147,7 @@ class TrainingLoop {
   // checkpoint of that position (when outDir is set and anything changed since the last one).
   // Throws NonFiniteError (checkFinite), IoError for an output that cannot be written.
   EpochMetrics run() {
+    m_ran = true;
     setNumThreads(m_opt.threads);
     if (m_dp && !m_synced) synchronizeRanks();
     m_stopped = false;
@@ -480,6 +473,7 @@ class TrainingLoop {
   double m_trainSecs = 0.0, m_lr = 0.0;
   Index m_seenNow = 0;
   bool m_resumed = false;
+  bool m_ran = false;  // run() was called: the columns are fixed
   bool m_stopped = false;
   typename Source::Input m_X;
   typename Source::Target m_y;
