@@ -47,20 +47,9 @@ class ConvScratch {
     for (int t = 0; t < tasks; ++t) {
       Task& task = (*this)[t];
       const Index len = rangeLength(t);
-      const Index sizes[2] = {len >= chunk ? chunk : 0, len % chunk};
       ensureShape(task.P, m_K, chunk);
-      for (int s = 0; s < 2; ++s) {
-        if (sizes[s] == 0) continue;
-        if (forwardProducts) {
-          task.forward[s].reserve(m_out, sizes[s], m_K);
-        } else {
-          task.weight[s].reserve(m_out, m_K, sizes[s]);
-          if (inputProducts) task.input[s].reserve(m_K, sizes[s], m_out);
-        }
-      }
-      if (forwardProducts) continue;
-      reserveGradients(task);
-      if (inputProducts) ensureShape(task.dP, m_K, chunk);
+      reserveProducts(task, {len >= chunk ? chunk : 0, len % chunk}, m_K, !forwardProducts, inputProducts);
+      if (!forwardProducts && inputProducts) ensureShape(task.dP, m_K, chunk);
     }
   }
 
@@ -82,10 +71,9 @@ class ConvScratch {
   void grow(int tasks) {
     if (m_tasks.size() < static_cast<std::size_t>(tasks)) m_tasks.resize(static_cast<std::size_t>(tasks));
   }
-  void reserveGradients(Task& task) const {
-    task.dWp.resize(m_out, m_K);
-    task.db.resize(m_out);
-  }
+  // The products of pieces of cols[0] and cols[1] columns (0: none) with inner size k (forward) and,
+  // for backward, the weight products, the input gradient's (when input) and the gradient partials.
+  void reserveProducts(Task& task, const Index (&cols)[2], Index k, bool backward, bool input);
 
   Index m_in, m_out, m_K;
   std::vector<Task> m_tasks;
@@ -95,25 +83,30 @@ class ConvScratch {
 template <class S>
 void ConvScratch<S>::reserveBands(int tasks, const ConvBands& g, Index kh, bool backward, bool inputGradient) {
   grow(tasks);
-  const Index rows[2] = {g.rows, g.lastRows != g.rows ? g.lastRows : 0};
+  const Index L[2] = {g.extended(g.rows), g.lastRows != g.rows ? g.extended(g.lastRows) : 0};
   for (int t = 0; t < tasks; ++t) {
     Task& task = (*this)[t];
     ensureShape(task.Xpad, m_in, g.padded(g.rows, kh));
     ensureShape(task.Yext, m_out, g.extended(g.rows));
-    for (int s = 0; s < 2; ++s) {
-      if (rows[s] == 0) continue;
-      const Index L = g.extended(rows[s]);
-      if (!backward) {
-        task.forward[s].reserve(m_out, L, m_in);
-      } else {
-        task.weight[s].reserve(m_out, m_in, L);
-        if (inputGradient) task.input[s].reserve(m_in, L, m_out);
-      }
-    }
-    if (!backward) continue;
-    reserveGradients(task);
-    if (inputGradient) ensureShape(task.dXpad, m_in, g.padded(g.rows, kh));
+    reserveProducts(task, L, m_in, backward, inputGradient);
+    if (backward && inputGradient) ensureShape(task.dXpad, m_in, g.padded(g.rows, kh));
   }
+}
+
+template <class S>
+void ConvScratch<S>::reserveProducts(Task& task, const Index (&cols)[2], Index k, bool backward, bool input) {
+  for (int s = 0; s < 2; ++s) {
+    if (cols[s] == 0) continue;
+    if (!backward) {
+      task.forward[s].reserve(m_out, cols[s], k);
+    } else {
+      task.weight[s].reserve(m_out, k, cols[s]);
+      if (input) task.input[s].reserve(k, cols[s], m_out);
+    }
+  }
+  if (!backward) return;
+  task.dWp.resize(m_out, m_K);
+  task.db.resize(m_out);
 }
 
 template <class S>
