@@ -125,7 +125,7 @@ void DeltaBlock<S, Branch>::run(const char* fn, const Eigen::Ref<const MatX<S>>&
   requireNoAlias(fn, "X", X, "Y", Y);
   checkInput(fn, X, layout);
   if (m_dv > 1) forwardAs(mode, m_compress, X, a.xin);
-  const Eigen::Ref<const MatX<S>> xin = m_dv == 1 ? Eigen::Ref<const MatX<S>>(X) : Eigen::Ref<const MatX<S>>(a.xin);
+  const Eigen::Ref<const MatX<S>> xin = m_dv == 1 ? X : Eigen::Ref<const MatX<S>>(a.xin);
   forwardAs(mode, m_norm, xin, a.c);
   forwardAs(mode, m_branch, a.c, layout, a.h);
   forwardAs(mode, m_delta, X, xin, a.c, a.h, Y);

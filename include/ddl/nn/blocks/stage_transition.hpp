@@ -82,15 +82,10 @@ void StageTransition<S>::run(const char* fn, const Eigen::Ref<const MatX<S>>& X,
   if (X.rows() != m_cin || X.cols() != m_dv * layout.tokens())
     throw ShapeError(message(fn, "X has shape ", shapeOf(X), ", expected (", m_cin, ", ", m_dv, "*", layout.tokens(),
                              ") for the layout ", toString(layout)));
-  if (m_dv == 1) {
-    forwardAs(mode, m_norm, X, a.c);
-    forwardAs(mode, m_conv, a.c, layout, Y);
-  } else {
-    forwardAs(mode, m_compress, X, a.xin);
-    forwardAs(mode, m_norm, a.xin, a.c);
-    forwardAs(mode, m_conv, a.c, layout, a.y);
-    forwardAs(mode, m_expand, a.y, Y);
-  }
+  if (m_dv > 1) forwardAs(mode, m_compress, X, a.xin);
+  forwardAs(mode, m_norm, m_dv == 1 ? X : Eigen::Ref<const MatX<S>>(a.xin), a.c);
+  forwardAs(mode, m_conv, a.c, layout, m_dv == 1 ? Y : a.y);
+  if (m_dv > 1) forwardAs(mode, m_expand, a.y, Y);
 }
 
 template <class S>

@@ -198,14 +198,10 @@ void ConvDeltaNet<S>::run(const char* fn, const Eigen::Ref<const MatX<S>>& X, Ma
   auto state = [&](std::size_t node, Index s, Index k) -> MatX<S>& {
     return mode == ForwardMode::Train ? a.states[node] : a.states[static_cast<std::size_t>(2 * s + k % 2)];
   };
-  if (m_cfg.dv == 1) {
-    forwardAs(mode, m_stem, a.pixels, input, state(0, 0, 0));
-  } else {
-    forwardAs(mode, m_stem, a.pixels, input, a.x);
-    forwardAs(mode, m_expand, a.x, state(0, 0, 0));
-  }
-  std::size_t node = 0, b = 0;
   MatX<S>* cur = &state(0, 0, 0);
+  forwardAs(mode, m_stem, a.pixels, input, m_cfg.dv == 1 ? *cur : a.x);
+  if (m_cfg.dv > 1) forwardAs(mode, m_expand, a.x, *cur);
+  std::size_t node = 0, b = 0;
   for (Index s = 0; s < m_cfg.stages(); ++s) {
     Index k = s == 0 ? 1 : 0;  // states of stage s so far (stage 0 starts with the stem's output)
     if (s > 0) {
@@ -221,12 +217,8 @@ void ConvDeltaNet<S>::run(const char* fn, const Eigen::Ref<const MatX<S>>& X, Ma
       cur = &next;
     }
   }
-  if (m_cfg.dv == 1) {
-    forwardAs(mode, m_norm, *cur, a.z);
-  } else {
-    forwardAs(mode, m_readout, *cur, a.xin);
-    forwardAs(mode, m_norm, a.xin, a.z);
-  }
+  if (m_cfg.dv > 1) forwardAs(mode, m_readout, *cur, a.xin);
+  forwardAs(mode, m_norm, m_cfg.dv == 1 ? *cur : a.xin, a.z);
   forwardAs(mode, m_pool, a.z, layout, a.pooled);
   forwardAs(mode, m_head, a.pooled, logits);
 }

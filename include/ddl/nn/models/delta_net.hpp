@@ -140,20 +140,12 @@ void DeltaNet<S>::run(const char* fn, const Eigen::Ref<const MatX<S>>& X, MatX<S
   if (mode == ForwardMode::Train) a.input = X;
   const Eigen::Ref<const MatX<S>> in = mode == ForwardMode::Train ? Eigen::Ref<const MatX<S>>(a.input) : X;
   auto state = [&a](std::size_t i) -> MatX<S>& { return a.states[i % a.states.size()]; };
-  if (m_cfg.dv == 1) {
-    forwardAs(mode, m_input, in, state(0));
-  } else {
-    forwardAs(mode, m_input, in, a.x);
-    forwardAs(mode, m_expand, a.x, state(0));
-  }
+  forwardAs(mode, m_input, in, m_cfg.dv == 1 ? state(0) : a.x);
+  if (m_cfg.dv > 1) forwardAs(mode, m_expand, a.x, state(0));
   for (std::size_t i = 0; i < m_blocks.size(); ++i) forwardAs(mode, m_blocks[i], state(i), state(i + 1));
   const MatX<S>& last = state(m_blocks.size());
-  if (m_cfg.dv == 1) {
-    forwardAs(mode, m_norm, last, a.z);
-  } else {
-    forwardAs(mode, m_readout, last, a.xin);
-    forwardAs(mode, m_norm, a.xin, a.z);
-  }
+  if (m_cfg.dv > 1) forwardAs(mode, m_readout, last, a.xin);
+  forwardAs(mode, m_norm, m_cfg.dv == 1 ? last : a.xin, a.z);
   forwardAs(mode, m_head, a.z, logits);
 }
 
