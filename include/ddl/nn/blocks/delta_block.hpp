@@ -87,7 +87,7 @@ class DeltaBlock {
   Index valueChannels() const { return m_dv; }
 
  private:
-  // What one forward computes and backward reads (the residual keeps views of all three).
+  // What one forward computes and backward reads (the branch and the residual keep views of them).
   struct Activations {
     MatX<S> xin;  // (d, N) the branch input CC(X); dv > 1 only (for dv = 1 it is X itself)
     MatX<S> c;    // (d, N) RMSNorm(x_in)

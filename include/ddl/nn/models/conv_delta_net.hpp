@@ -193,8 +193,8 @@ void ConvDeltaNet<S>::run(const char* fn, const Eigen::Ref<const MatX<S>>& X, Ma
   const TokenLayout input = TokenLayout::image(X.cols(), m_cfg.height, m_cfg.width);
   imagesToPixels(X, a.pixels);
   TokenLayout layout = m_stem.outputLayout(input);
-  // The k-th state of stage s, node the k-th state overall: one buffer per node (Train), or the two
-  // buffers of stage s in turn (Inference: every buffer keeps one width).
+  // The buffer of state `node` (in forward order), the k-th state of stage s: one per node (Train), or
+  // the two of stage s in turn (Inference: every buffer keeps one width).
   auto state = [&](std::size_t node, Index s, Index k) -> MatX<S>& {
     return mode == ForwardMode::Train ? a.states[node] : a.states[static_cast<std::size_t>(2 * s + k % 2)];
   };
