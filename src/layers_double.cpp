@@ -13,6 +13,7 @@
 
 template class ddl::ActivationLayer<double>;
 template class ddl::Conv2d<double>;
+template class ddl::detail::ConvScratch<double>;
 template class ddl::SoftmaxCrossEntropy<double>;
 template class ddl::Dropout<double>;
 template class ddl::Embedding<double>;

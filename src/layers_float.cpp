@@ -13,6 +13,7 @@
 
 template class ddl::ActivationLayer<float>;
 template class ddl::Conv2d<float>;
+template class ddl::detail::ConvScratch<float>;
 template class ddl::SoftmaxCrossEntropy<float>;
 template class ddl::Dropout<float>;
 template class ddl::Embedding<float>;

@@ -61,11 +61,15 @@ class Compressor {
   void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Xin) { forward(X, Xin, m_cache); }
 
   // The same, recording this application in cache.
-  void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Xin, Cache& cache);
+  void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Xin, Cache& cache) {
+    run("ddl::Compressor::forward", X, Xin, &cache);
+  }
 
   // Same Xin as forward, bit for bit; caches nothing (backward still refers to the last forward) and
   // allocates nothing once Xin has its shape. Xin must not alias X.
-  void forwardInference(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Xin);
+  void forwardInference(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Xin) {
+    run("ddl::Compressor::forwardInference", X, Xin, nullptr);
+  }
 
   // dXin: (d, N) -> dX: (d, dv*N) overwritten; parameter gradients accumulate.
   void backward(const Eigen::Ref<const MatX<S>>& dXin, MatX<S>& dX) { backward(dXin, dX, m_cache); }
@@ -88,6 +92,10 @@ class Compressor {
  private:
   Index checkedTokens(const char* fn, const Eigen::Ref<const MatX<S>>& X) const;
 
+  // The forward of both modes: with a cache (training) it records the application there and computes
+  // the effective weights into m_weff, which backward reads; without one into m_weffInference.
+  void run(const char* fn, const Eigen::Ref<const MatX<S>>& X, MatX<S>& Xin, Cache* cache);
+
   // Xin = sum_j W_j ⊙ X_j (Free) or sum_j weff[j] X_j (Structured).
   void compress(const Eigen::Ref<const MatX<S>>& X, Index N, const VecX<S>& weff, MatX<S>& Xin) const;
 
@@ -103,21 +111,16 @@ class Compressor {
 };
 
 template <class S>
-void Compressor<S>::forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Xin, Cache& cache) {
-  const Index N = checkedTokens("ddl::Compressor::forward", X);
-  requireNoAlias("ddl::Compressor::forward", "X", X, "Xin", Xin);
-  cache.X.bind(X);
-  cache.N = N;
-  if (m_kind == CompressorKind::Structured) effectiveWeights(m_weff);  // depends on the parameters only
-  compress(X, N, m_weff, Xin);
-}
-
-template <class S>
-void Compressor<S>::forwardInference(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Xin) {
-  const Index N = checkedTokens("ddl::Compressor::forwardInference", X);
-  requireNoAlias("ddl::Compressor::forwardInference", "X", X, "Xin", Xin);
-  if (m_kind == CompressorKind::Structured) effectiveWeights(m_weffInference);
-  compress(X, N, m_weffInference, Xin);
+void Compressor<S>::run(const char* fn, const Eigen::Ref<const MatX<S>>& X, MatX<S>& Xin, Cache* cache) {
+  const Index N = checkedTokens(fn, X);
+  requireNoAlias(fn, "X", X, "Xin", Xin);
+  if (cache) {
+    cache->X.bind(X);
+    cache->N = N;
+  }
+  VecX<S>& weff = cache ? m_weff : m_weffInference;
+  if (m_kind == CompressorKind::Structured) effectiveWeights(weff);  // depends on the parameters only
+  compress(X, N, weff, Xin);
 }
 
 template <class S>

@@ -13,6 +13,7 @@
 #include "ddl/core/token_layout.hpp"
 #include "ddl/core/types.hpp"
 #include "ddl/nn/layers/activation.hpp"
+#include "ddl/nn/layers/forward_mode.hpp"
 #include "ddl/nn/layers/conv2d.hpp"
 #include "ddl/nn/blocks/mlp_branch.hpp"
 
@@ -32,10 +33,15 @@ class ConvBranch {
   void init(Rng& rng);
 
   // C: (d, N) -> H: (d, N), N = layout.tokens().
-  void forward(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H);
+  void forward(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H) {
+    run(C, layout, H, m_acts, ForwardMode::Train);
+  }
 
-  // Same H as forward, bit for bit; caches nothing (one hidden scratch, reused in place).
-  void forwardInference(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H);
+  // Same H as forward, bit for bit; keeps nothing backward reads (its activations live in buffers of
+  // their own, the hidden one overwritten in place).
+  void forwardInference(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H) {
+    run(C, layout, H, m_inferActs, ForwardMode::Inference);
+  }
 
   // dH: (d, N) -> dC: (d, N) overwritten; parameter gradients accumulate.
   void backward(const Eigen::Ref<const MatX<S>>& dH, MatX<S>& dC);
@@ -49,12 +55,23 @@ class ConvBranch {
   Index hidden() const { return m_hidden; }
 
  private:
+  // What backward reads of one forward (the layers keep views of them).
+  struct Activations {
+    MatX<S> pre;  // (hidden, N) conv1(c)
+    MatX<S> hid;  // (hidden, N) act(pre); Inference mode writes it into pre instead
+  };
+
+  // The forward of both modes (the convolutions check C against the layout).
+  void run(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H, Activations& a,
+           ForwardMode mode);
+
   Index m_d, m_hidden;
   Conv2d<S> m_conv1;
   ActivationLayer<S> m_act;
   Conv2d<S> m_conv2;
-  MatX<S> m_pre, m_hid, m_dHid;
-  MatX<S> m_inference;  // (hidden, N) scratch of forwardInference
+  Activations m_acts;       // of the last forward, read by backward
+  Activations m_inferActs;  // of the last forwardInference
+  MatX<S> m_dHid;
 };
 
 template <class S>
@@ -64,17 +81,12 @@ void ConvBranch<S>::init(Rng& rng) {
 }
 
 template <class S>
-void ConvBranch<S>::forward(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H) {
-  m_conv1.forward(C, layout, m_pre);
-  m_act.forward(m_pre, m_hid);
-  m_conv2.forward(m_hid, layout, H);
-}
-
-template <class S>
-void ConvBranch<S>::forwardInference(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H) {
-  m_conv1.forwardInference(C, layout, m_inference);
-  m_act.forwardInference(m_inference, m_inference);  // in place: nothing is kept
-  m_conv2.forwardInference(m_inference, layout, H);
+void ConvBranch<S>::run(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H, Activations& a,
+                        ForwardMode mode) {
+  forwardAs(mode, m_conv1, C, layout, a.pre);
+  MatX<S>& hid = mode == ForwardMode::Train ? a.hid : a.pre;  // in place: nothing is kept
+  forwardAs(mode, m_act, a.pre, hid);
+  forwardAs(mode, m_conv2, hid, layout, H);
 }
 
 template <class S>

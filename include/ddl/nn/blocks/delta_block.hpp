@@ -20,6 +20,7 @@
 #include "ddl/core/token_layout.hpp"
 #include "ddl/core/types.hpp"
 #include "ddl/nn/layers/activation.hpp"
+#include "ddl/nn/layers/forward_mode.hpp"
 #include "ddl/nn/blocks/compressor.hpp"
 #include "ddl/nn/blocks/delta_residual.hpp"
 #include "ddl/nn/blocks/mlp_branch.hpp"
@@ -49,16 +50,20 @@ class DeltaBlock {
   void init(Rng& rng);
 
   // X: (d, dv*N) with N = layout.tokens() -> Y: (d, dv*N). Y must not alias X.
-  void forward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y);
+  void forward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
+    run("ddl::DeltaBlock::forward", X, layout, Y, m_acts, ForwardMode::Train);
+  }
 
   // Vector tokens: X: (d, dv*N), one token per column of each value channel.
   void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) {
     forward(X, vectorLayout("ddl::DeltaBlock::forward", X), Y);
   }
 
-  // Same Y as forward, bit for bit; writes none of the caches backward reads (it has buffers of its
-  // own, so steady state allocates nothing). The residual's diagnostics then describe this call.
-  void forwardInference(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y);
+  // Same Y as forward, bit for bit; writes none of the activations backward reads (it has buffers of
+  // its own, so steady state allocates nothing). The residual's diagnostics then describe this call.
+  void forwardInference(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
+    run("ddl::DeltaBlock::forwardInference", X, layout, Y, m_inferActs, ForwardMode::Inference);
+  }
 
   void forwardInference(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) {
     forwardInference(X, vectorLayout("ddl::DeltaBlock::forwardInference", X), Y);
@@ -82,7 +87,18 @@ class DeltaBlock {
   Index valueChannels() const { return m_dv; }
 
  private:
+  // What one forward computes and backward reads (the branch and the residual keep views of them).
+  struct Activations {
+    MatX<S> xin;  // (d, N) the branch input CC(X); dv > 1 only (for dv = 1 it is X itself)
+    MatX<S> c;    // (d, N) RMSNorm(x_in)
+    MatX<S> h;    // (d, N) the branch output F(c)
+  };
+
   static Index checked(Index d, Index dv, const DeltaBlockOptions& opt);
+
+  // The forward of both modes; fn names the public caller in errors.
+  void run(const char* fn, const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y,
+           Activations& a, ForwardMode mode);
 
   void checkInput(const char* fn, const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout) const;
   TokenLayout vectorLayout(const char* fn, const Eigen::Ref<const MatX<S>>& X) const;
@@ -92,8 +108,8 @@ class DeltaBlock {
   RmsNorm<S> m_norm;
   Branch m_branch;
   DeltaResidual<S> m_delta;
-  MatX<S> m_xin, m_c, m_h;                     // forward
-  MatX<S> m_inferXin, m_inferC, m_inferH;      // forwardInference
+  Activations m_acts;       // of the last forward, read by backward
+  Activations m_inferActs;  // of the last forwardInference
   MatX<S> m_dXin, m_dC, m_dH, m_dTmp, m_dXc;  // backward workspaces
 };
 
@@ -104,38 +120,15 @@ void DeltaBlock<S, Branch>::init(Rng& rng) {
 }
 
 template <class S, class Branch>
-void DeltaBlock<S, Branch>::forward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
-  const char* fn = "ddl::DeltaBlock::forward";
+void DeltaBlock<S, Branch>::run(const char* fn, const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout,
+                                MatX<S>& Y, Activations& a, ForwardMode mode) {
   requireNoAlias(fn, "X", X, "Y", Y);
   checkInput(fn, X, layout);
-  if (m_dv == 1) {
-    m_norm.forward(X, m_c);
-    m_branch.forward(m_c, layout, m_h);
-    m_delta.forward(X, X, m_c, m_h, Y);
-  } else {
-    m_compress.forward(X, m_xin);
-    m_norm.forward(m_xin, m_c);
-    m_branch.forward(m_c, layout, m_h);
-    m_delta.forward(X, m_xin, m_c, m_h, Y);
-  }
-}
-
-template <class S, class Branch>
-void DeltaBlock<S, Branch>::forwardInference(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout,
-                                             MatX<S>& Y) {
-  const char* fn = "ddl::DeltaBlock::forwardInference";
-  requireNoAlias(fn, "X", X, "Y", Y);
-  checkInput(fn, X, layout);
-  if (m_dv == 1) {
-    m_norm.forwardInference(X, m_inferC);
-    m_branch.forwardInference(m_inferC, layout, m_inferH);
-    m_delta.forwardInference(X, X, m_inferC, m_inferH, Y);
-  } else {
-    m_compress.forwardInference(X, m_inferXin);
-    m_norm.forwardInference(m_inferXin, m_inferC);
-    m_branch.forwardInference(m_inferC, layout, m_inferH);
-    m_delta.forwardInference(X, m_inferXin, m_inferC, m_inferH, Y);
-  }
+  if (m_dv > 1) forwardAs(mode, m_compress, X, a.xin);
+  const Eigen::Ref<const MatX<S>> xin = m_dv == 1 ? X : Eigen::Ref<const MatX<S>>(a.xin);
+  forwardAs(mode, m_norm, xin, a.c);
+  forwardAs(mode, m_branch, a.c, layout, a.h);
+  forwardAs(mode, m_delta, X, xin, a.c, a.h, Y);
 }
 
 template <class S, class Branch>

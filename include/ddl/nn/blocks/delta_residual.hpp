@@ -32,6 +32,7 @@
 #include "ddl/core/types.hpp"
 #include "ddl/core/view.hpp"
 #include "ddl/nn/layers/activation.hpp"
+#include "ddl/nn/layers/forward_mode.hpp"
 #include "ddl/nn/layers/linear.hpp"
 #include "ddl/ops/delta_write.hpp"
 #include "ddl/ops/direction.hpp"
@@ -145,13 +146,17 @@ class DeltaResidual {
   // Keeps views of X, C and (through the value and aux layers) Xin or H: all four must stay alive and
   // unchanged until backward.
   void forward(const Eigen::Ref<const MatX<S>>& X, const Eigen::Ref<const MatX<S>>& Xin,
-               const Eigen::Ref<const MatX<S>>& C, const Eigen::Ref<const MatX<S>>& H, MatX<S>& Y);
+               const Eigen::Ref<const MatX<S>>& C, const Eigen::Ref<const MatX<S>>& H, MatX<S>& Y) {
+    run("ddl::DeltaResidual::forward", X, Xin, C, H, Y, ForwardMode::Train);
+  }
 
   // Same Y as forward, bit for bit; writes none of forward's caches, so backward still refers to the
   // last forward. The diagnostics (beta(), directions(), ...) then describe this call; they live in
   // buffers of their own, so steady state allocates nothing. Y must not alias X.
   void forwardInference(const Eigen::Ref<const MatX<S>>& X, const Eigen::Ref<const MatX<S>>& Xin,
-                        const Eigen::Ref<const MatX<S>>& C, const Eigen::Ref<const MatX<S>>& H, MatX<S>& Y);
+                        const Eigen::Ref<const MatX<S>>& C, const Eigen::Ref<const MatX<S>>& H, MatX<S>& Y) {
+    run("ddl::DeltaResidual::forwardInference", X, Xin, C, H, Y, ForwardMode::Inference);
+  }
 
   // dY: (d, dv*N) -> dX: (d, dv*N), dXin, dC, dH: (d, N); all overwritten. Parameter grads accumulate.
   void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX, MatX<S>& dXin, MatX<S>& dC, MatX<S>& dH);
@@ -188,18 +193,21 @@ class DeltaResidual {
  private:
   // What one forward computes per token: kept for backward (training) or for the diagnostics only.
   struct Tensors {
-    MatX<S> K, Kt, V, delta, gateHid, pool, auxPre, auxHid;  // (d|dv|hg, N)
-    RowX<S> kNorm, Z, beta;                                   // (1, N)
+    MatX<S> K;        // (d, N) unit directions k
+    MatX<S> Kt;       // (d, N) raw directions k~ of the aux MLP (the branch output H otherwise)
+    MatX<S> V;        // (dv, N) values v
+    MatX<S> delta;    // (dv, N) v - X^T k (Delta kind)
+    MatX<S> gateHid;  // (hg, N) tanh(W1 c) (TwoLayerTanh)
+    MatX<S> pool, auxPre, auxHid;  // (d, N), (ha, N), (ha, N): aux MLP input, pre-activation, hidden
+    RowX<S> kNorm;    // (1, N) n (SqrtEps) or |k~| (AddEps)
+    RowX<S> Z, beta;  // (1, N) gate logits and beta = 2 sigma(Z)
   };
   const Tensors& last() const { return m_lastInference ? m_inference : m_train; }
 
-  Index checkForward(const char* fn, const Eigen::Ref<const MatX<S>>& X, const Eigen::Ref<const MatX<S>>& Xin,
-                     const Eigen::Ref<const MatX<S>>& C, const Eigen::Ref<const MatX<S>>& H, const MatX<S>& Y) const;
-
-  // Direction, gate, value and the write of a non-additive residual into t; training selects the
-  // caching forward of the inner layers.
-  void run(const Eigen::Ref<const MatX<S>>& X, const Eigen::Ref<const MatX<S>>& Xin, const Eigen::Ref<const MatX<S>>& C,
-           const Eigen::Ref<const MatX<S>>& H, MatX<S>& Y, Tensors& t, bool training);
+  // The forward of both modes (fn names the public caller in errors): Train binds the views backward
+  // reads and fills m_train, Inference fills m_inference.
+  void run(const char* fn, const Eigen::Ref<const MatX<S>>& X, const Eigen::Ref<const MatX<S>>& Xin,
+           const Eigen::Ref<const MatX<S>>& C, const Eigen::Ref<const MatX<S>>& H, MatX<S>& Y, ForwardMode mode);
 
   static Index auxHiddenOf(Index d, const DeltaResidualOptions& opt);
   bool usesAuxMlp() const {
@@ -242,34 +250,6 @@ void DeltaResidual<S>::init(Rng& rng) {
     initLinearParams<S>(m_value.weight().value, nullptr, rng, InitScheme::pytorchDefault());
     m_value.bias().value.setZero();
   }
-}
-
-template <class S>
-void DeltaResidual<S>::forward(const Eigen::Ref<const MatX<S>>& X, const Eigen::Ref<const MatX<S>>& Xin,
-                               const Eigen::Ref<const MatX<S>>& C, const Eigen::Ref<const MatX<S>>& H, MatX<S>& Y) {
-  const Index N = checkForward("ddl::DeltaResidual::forward", X, Xin, C, H, Y);
-  m_N = N;
-  m_lastInference = false;
-  if (m_opt.residual == ResidualKind::Additive) {
-    additiveResidual(H, X, Y);
-    return;
-  }
-  m_C.bind(C);  // the gate's backward needs c
-  if (m_opt.residual == ResidualKind::Delta) m_X.bind(X);  // the write's backward needs the old state
-  run(X, Xin, C, H, Y, m_train, /*training=*/true);
-}
-
-template <class S>
-void DeltaResidual<S>::forwardInference(const Eigen::Ref<const MatX<S>>& X, const Eigen::Ref<const MatX<S>>& Xin,
-                                        const Eigen::Ref<const MatX<S>>& C, const Eigen::Ref<const MatX<S>>& H,
-                                        MatX<S>& Y) {
-  checkForward("ddl::DeltaResidual::forwardInference", X, Xin, C, H, Y);
-  m_lastInference = true;
-  if (m_opt.residual == ResidualKind::Additive) {
-    additiveResidual(H, X, Y);
-    return;
-  }
-  run(X, Xin, C, H, Y, m_inference, /*training=*/false);
 }
 
 template <class S>
@@ -331,38 +311,33 @@ void DeltaResidual<S>::backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX
 }
 
 template <class S>
-Index DeltaResidual<S>::checkForward(const char* fn, const Eigen::Ref<const MatX<S>>& X,
-                                     const Eigen::Ref<const MatX<S>>& Xin, const Eigen::Ref<const MatX<S>>& C,
-                                     const Eigen::Ref<const MatX<S>>& H, const MatX<S>& Y) const {
+void DeltaResidual<S>::run(const char* fn, const Eigen::Ref<const MatX<S>>& X, const Eigen::Ref<const MatX<S>>& Xin,
+                           const Eigen::Ref<const MatX<S>>& C, const Eigen::Ref<const MatX<S>>& H, MatX<S>& Y,
+                           ForwardMode mode) {
   requireNoAlias(fn, "X", X, "Y", Y);
   const Index N = H.cols();
   checkShape(fn, "H", H, m_d, -1);
   checkShape(fn, "X", X, m_d, m_dv * N);
   checkShape(fn, "Xin", Xin, m_d, N);
   checkShape(fn, "C", C, m_d, N);
-  return N;
-}
-
-template <class S>
-void DeltaResidual<S>::run(const Eigen::Ref<const MatX<S>>& X, const Eigen::Ref<const MatX<S>>& Xin,
-                           const Eigen::Ref<const MatX<S>>& C, const Eigen::Ref<const MatX<S>>& H, MatX<S>& Y,
-                           Tensors& t, bool training) {
-  const Index N = H.cols();
-  auto linear = [training](Linear<S>& layer, const Eigen::Ref<const MatX<S>>& in, MatX<S>& out) {
-    if (training)
-      layer.forward(in, out);
-    else
-      layer.forwardInference(in, out);
-  };
+  const bool training = mode == ForwardMode::Train;
+  if (training) m_N = N;
+  m_lastInference = !training;
+  if (m_opt.residual == ResidualKind::Additive) {
+    additiveResidual(H, X, Y);
+    return;
+  }
+  if (training) {
+    m_C.bind(C);  // the gate's backward needs c
+    if (m_opt.residual == ResidualKind::Delta) m_X.bind(X);  // the write's backward needs the old state
+  }
+  Tensors& t = training ? m_train : m_inference;
   // direction
   if (usesAuxMlp()) {
     poolChannels(X, t.pool);
-    linear(m_auxFc1, t.pool, t.auxPre);
-    if (training)
-      m_auxAct.forward(t.auxPre, t.auxHid);
-    else
-      m_auxAct.forwardInference(t.auxPre, t.auxHid);
-    linear(m_auxFc2, t.auxHid, t.Kt);
+    forwardAs(mode, m_auxFc1, t.pool, t.auxPre);
+    forwardAs(mode, m_auxAct, t.auxPre, t.auxHid);
+    forwardAs(mode, m_auxFc2, t.auxHid, t.Kt);
     normalizeDirections(t.Kt, m_opt.norm, static_cast<S>(m_opt.epsK), t.K, t.kNorm);
   } else {
     normalizeDirections(H, m_opt.norm, static_cast<S>(m_opt.epsK), t.K, t.kNorm);
@@ -376,7 +351,7 @@ void DeltaResidual<S>::run(const Eigen::Ref<const MatX<S>>& X, const Eigen::Ref<
   // value
   switch (m_opt.value) {
     case ValueKind::SigmoidScaled: {
-      linear(m_value, Xin, t.V);
+      forwardAs(mode, m_value, Xin, t.V);
       const S s = static_cast<S>(m_opt.valueScale);
       MatX<S>& V = t.V;  // per token, so split over threads like the rest of the residual
       DDL_OMP(parallel for schedule(static) if (m_dv * N >= detail::kParallelMinWork))
@@ -384,8 +359,8 @@ void DeltaResidual<S>::run(const Eigen::Ref<const MatX<S>>& X, const Eigen::Ref<
         for (Index j = 0; j < m_dv; ++j) V(j, n) = s * stableSigmoid(V(j, n));
       break;
     }
-    case ValueKind::LinearOnC: linear(m_value, C, t.V); break;
-    case ValueKind::FromBranch: linear(m_value, H, t.V); break;
+    case ValueKind::LinearOnC: forwardAs(mode, m_value, C, t.V); break;
+    case ValueKind::FromBranch: forwardAs(mode, m_value, H, t.V); break;
     case ValueKind::Constant: t.V.setConstant(m_dv, N, static_cast<S>(m_opt.valueConstant)); break;
   }
   // rewrite

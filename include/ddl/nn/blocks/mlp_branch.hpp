@@ -18,6 +18,7 @@
 #include "ddl/core/token_layout.hpp"
 #include "ddl/core/types.hpp"
 #include "ddl/nn/layers/activation.hpp"
+#include "ddl/nn/layers/forward_mode.hpp"
 #include "ddl/nn/layers/linear.hpp"
 
 namespace ddl {
@@ -43,10 +44,15 @@ class MlpBranch {
   void init(Rng& rng);
 
   // C: (d, N) -> H: (d, N); N == layout.tokens().
-  void forward(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H);
+  void forward(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H) {
+    run("ddl::MlpBranch::forward", C, layout, H, m_acts, ForwardMode::Train);
+  }
 
-  // Same H as forward, bit for bit; caches nothing (one hidden scratch, reused in place).
-  void forwardInference(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H);
+  // Same H as forward, bit for bit; keeps nothing backward reads (its activations live in buffers of
+  // their own, the hidden one overwritten in place).
+  void forwardInference(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H) {
+    run("ddl::MlpBranch::forwardInference", C, layout, H, m_inferActs, ForwardMode::Inference);
+  }
 
   // dH: (d, N) -> dC: (d, N) overwritten; parameter gradients accumulate.
   void backward(const Eigen::Ref<const MatX<S>>& dH, MatX<S>& dC);
@@ -60,14 +66,23 @@ class MlpBranch {
   Index hidden() const { return m_hidden; }
 
  private:
-  static void checkLayout(const char* fn, const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout);
+  // What backward reads of one forward (the layers keep views of them).
+  struct Activations {
+    MatX<S> pre;  // (hidden, N) fc1(c)
+    MatX<S> hid;  // (hidden, N) act(pre); Inference mode writes it into pre instead
+  };
+
+  // The forward of both modes; fn names the public caller in errors.
+  void run(const char* fn, const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H,
+           Activations& a, ForwardMode mode);
 
   Index m_d, m_hidden;
   Linear<S> m_fc1;
   ActivationLayer<S> m_act;
   Linear<S> m_fc2;
-  MatX<S> m_pre, m_hid, m_dHid;
-  MatX<S> m_inference;  // (hidden, N) scratch of forwardInference
+  Activations m_acts;       // of the last forward, read by backward
+  Activations m_inferActs;  // of the last forwardInference
+  MatX<S> m_dHid;
 };
 
 template <class S>
@@ -77,19 +92,15 @@ void MlpBranch<S>::init(Rng& rng) {
 }
 
 template <class S>
-void MlpBranch<S>::forward(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H) {
-  checkLayout("ddl::MlpBranch::forward", C, layout);
-  m_fc1.forward(C, m_pre);
-  m_act.forward(m_pre, m_hid);
-  m_fc2.forward(m_hid, H);
-}
-
-template <class S>
-void MlpBranch<S>::forwardInference(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H) {
-  checkLayout("ddl::MlpBranch::forwardInference", C, layout);
-  m_fc1.forwardInference(C, m_inference);
-  m_act.forwardInference(m_inference, m_inference);  // in place: nothing is kept
-  m_fc2.forwardInference(m_inference, H);
+void MlpBranch<S>::run(const char* fn, const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H,
+                       Activations& a, ForwardMode mode) {
+  if (C.cols() != layout.tokens())
+    throw ShapeError(message(fn, "C has ", C.cols(), " columns but the layout ", toString(layout), " has ",
+                             layout.tokens(), " tokens"));
+  forwardAs(mode, m_fc1, C, a.pre);
+  MatX<S>& hid = mode == ForwardMode::Train ? a.hid : a.pre;  // in place: nothing is kept
+  forwardAs(mode, m_act, a.pre, hid);
+  forwardAs(mode, m_fc2, hid, H);
 }
 
 template <class S>
@@ -97,13 +108,6 @@ void MlpBranch<S>::backward(const Eigen::Ref<const MatX<S>>& dH, MatX<S>& dC) {
   m_fc2.backward(dH, m_dHid);
   m_act.backward(m_dHid, m_dHid);
   m_fc1.backward(m_dHid, dC);
-}
-
-template <class S>
-void MlpBranch<S>::checkLayout(const char* fn, const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout) {
-  if (C.cols() != layout.tokens())
-    throw ShapeError(message(fn, "C has ", C.cols(), " columns but the layout ", toString(layout), " has ",
-                             layout.tokens(), " tokens"));
 }
 
 #if DDL_EXTERN_LAYERS  // compiled once in the library ddl::compiled (docs/building.md)

@@ -15,6 +15,7 @@
 #include "ddl/core/types.hpp"
 #include "ddl/nn/blocks/compressor.hpp"
 #include "ddl/nn/layers/conv2d.hpp"
+#include "ddl/nn/layers/forward_mode.hpp"
 #include "ddl/nn/blocks/expansion.hpp"
 #include "ddl/nn/layers/rms_norm.hpp"
 
@@ -33,10 +34,14 @@ class StageTransition {
   TokenLayout outputLayout(const TokenLayout& in) const { return m_conv.outputLayout(in); }
 
   // X: (cin, dv*N), N = layout.tokens() -> Y: (cout, dv*N'), N' = outputLayout(layout).tokens().
-  void forward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y);
+  void forward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
+    run("ddl::StageTransition::forward", X, layout, Y, m_acts, ForwardMode::Train);
+  }
 
-  // Same Y as forward, bit for bit; caches nothing (buffers of its own). Y must not alias X.
-  void forwardInference(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y);
+  // Same Y as forward, bit for bit; keeps nothing backward reads (buffers of its own). Y must not alias X.
+  void forwardInference(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
+    run("ddl::StageTransition::forwardInference", X, layout, Y, m_inferActs, ForwardMode::Inference);
+  }
 
   // dY: (cout, dv*N') -> dX: (cin, dv*N) overwritten; parameter gradients accumulate.
   void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX);
@@ -50,47 +55,37 @@ class StageTransition {
   }
 
  private:
+  // What one forward computes and backward reads (the layers keep views of them).
+  struct Activations {
+    MatX<S> xin;  // (cin, N) CC(X); dv > 1 only (for dv = 1 it is X itself)
+    MatX<S> c;    // (cin, N) RMSNorm(x_in)
+    MatX<S> y;    // (cout, N') the strided conv's output; dv > 1 only (for dv = 1 it is Y itself)
+  };
+
+  // The forward of both modes; fn names the public caller in errors.
+  void run(const char* fn, const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y,
+           Activations& a, ForwardMode mode);
+
   Index m_cin, m_cout, m_dv;
   Compressor<S> m_compress;
   RmsNorm<S> m_norm;
   Conv2d<S> m_conv;
   Expansion<S> m_expand;
-  MatX<S> m_xin, m_c, m_y, m_dy, m_dC;
-  MatX<S> m_inferXin, m_inferC, m_inferY;  // forwardInference
+  Activations m_acts;       // of the last forward, read by backward
+  Activations m_inferActs;  // of the last forwardInference
+  MatX<S> m_dy, m_dC;
 };
 
 template <class S>
-void StageTransition<S>::forward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
-  const char* fn = "ddl::StageTransition::forward";
+void StageTransition<S>::run(const char* fn, const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout,
+                             MatX<S>& Y, Activations& a, ForwardMode mode) {
   if (X.rows() != m_cin || X.cols() != m_dv * layout.tokens())
     throw ShapeError(message(fn, "X has shape ", shapeOf(X), ", expected (", m_cin, ", ", m_dv, "*", layout.tokens(),
                              ") for the layout ", toString(layout)));
-  if (m_dv == 1) {
-    m_norm.forward(X, m_c);
-    m_conv.forward(m_c, layout, Y);
-  } else {
-    m_compress.forward(X, m_xin);
-    m_norm.forward(m_xin, m_c);
-    m_conv.forward(m_c, layout, m_y);
-    m_expand.forward(m_y, Y);
-  }
-}
-
-template <class S>
-void StageTransition<S>::forwardInference(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
-  const char* fn = "ddl::StageTransition::forwardInference";
-  if (X.rows() != m_cin || X.cols() != m_dv * layout.tokens())
-    throw ShapeError(message(fn, "X has shape ", shapeOf(X), ", expected (", m_cin, ", ", m_dv, "*", layout.tokens(),
-                             ") for the layout ", toString(layout)));
-  if (m_dv == 1) {
-    m_norm.forwardInference(X, m_inferC);
-    m_conv.forwardInference(m_inferC, layout, Y);
-  } else {
-    m_compress.forwardInference(X, m_inferXin);
-    m_norm.forwardInference(m_inferXin, m_inferXin);
-    m_conv.forwardInference(m_inferXin, layout, m_inferY);
-    m_expand.forwardInference(m_inferY, Y);
-  }
+  if (m_dv > 1) forwardAs(mode, m_compress, X, a.xin);
+  forwardAs(mode, m_norm, m_dv == 1 ? X : Eigen::Ref<const MatX<S>>(a.xin), a.c);
+  forwardAs(mode, m_conv, a.c, layout, m_dv == 1 ? Y : a.y);
+  if (m_dv > 1) forwardAs(mode, m_expand, a.y, Y);
 }
 
 template <class S>

@@ -209,7 +209,7 @@ class ActivationLayer {
 
   // Same Y as forward, bit for bit; caches nothing (backward still refers to the last forward) and
   // allocates nothing once Y has its shape. Y may alias X.
-  void forwardInference(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) const;
+  void forwardInference(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) const { activate(m_kind, X, Y); }
 
   // dY: (d, B) of the last forward -> dX: (d, B) overwritten. dX may alias dY.
   void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX);
@@ -229,29 +229,17 @@ class ActivationLayer {
 
 template <class S>
 void ActivationLayer<S>::forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) {
-  const Index rows = X.rows(), cols = X.cols();
-  const Activation kind = m_kind;
-  const bool inPlace = detail::sharesStorage(X, Y);
-  if (inPlace && !activationNeedsOutput(kind)) {
-    m_copy = X;  // Y overwrites the input the derivative reads
-    m_cache.bind(m_copy);
+  if (!activationNeedsOutput(m_kind)) {
+    if (detail::sharesStorage(X, Y)) {
+      m_copy = X;  // Y overwrites the input the derivative reads
+      m_cache.bind(m_copy);
+    } else {
+      m_cache.bind(X);
+    }
   }
-  Y.resize(rows, cols);  // a no-op when Y is X
-  if (!inPlace && !activationNeedsOutput(kind)) m_cache.bind(X);
-  detail::forColumnRanges(rows, cols, [&](Index j0, Index n) {
-    detail::activateRange(kind, X.middleCols(j0, n), Y.middleCols(j0, n));
-  });
-  if (activationNeedsOutput(kind)) m_cache.bind(Y);
+  forwardInference(X, Y);
+  if (activationNeedsOutput(m_kind)) m_cache.bind(Y);
   m_hasForward = true;
-}
-
-template <class S>
-void ActivationLayer<S>::forwardInference(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) const {
-  Y.resize(X.rows(), X.cols());  // a no-op when Y is X
-  const Activation kind = m_kind;
-  detail::forColumnRanges(X.rows(), X.cols(), [&](Index j0, Index n) {
-    detail::activateRange(kind, X.middleCols(j0, n), Y.middleCols(j0, n));
-  });
 }
 
 template <class S>

@@ -115,7 +115,9 @@ class TokenConv {
   void forward(const Eigen::Ref<const MatX<S>>& x, const TokenLayout& layout, MatX<S>& out);
 
   // Same out as forward, bit for bit; caches nothing (backward still refers to the last forward).
-  void forwardInference(const Eigen::Ref<const MatX<S>>& x, const TokenLayout& layout, MatX<S>& out) const;
+  void forwardInference(const Eigen::Ref<const MatX<S>>& x, const TokenLayout& layout, MatX<S>& out) const {
+    convolve("ddl::TokenConv::forwardInference", x, layout, out);
+  }
 
   // dOut: (C, B*T) of the last forward -> dx: (C, B*T) overwritten; weight (and bias) gradients
   // accumulate, summed over tokens in double (core/reduce.hpp). dx must not alias dOut.
@@ -137,11 +139,10 @@ class TokenConv {
   Index kernel() const { return m_K; }
 
  private:
-  // A vectors(B) layout is sequence(B, 1) (one token per sample) and is accepted as such.
-  void checkInput(const char* fn, const Eigen::Ref<const MatX<S>>& x, const TokenLayout& layout) const;
-
   // One output column at a time, taps from the current token backwards; columns are independent.
-  void convolve(const Eigen::Ref<const MatX<S>>& x, const TokenLayout& layout, MatX<S>& out) const;
+  // Checks x against the layout first (fn names the caller); a vectors(B) layout is sequence(B, 1)
+  // (one token per sample) and is accepted as such.
+  void convolve(const char* fn, const Eigen::Ref<const MatX<S>>& x, const TokenLayout& layout, MatX<S>& out) const;
 
   Index m_C, m_K;
   bool m_hasBias;
@@ -162,21 +163,10 @@ void TokenConv<S>::initIdentity() {
 
 template <class S>
 void TokenConv<S>::forward(const Eigen::Ref<const MatX<S>>& x, const TokenLayout& layout, MatX<S>& out) {
-  const char* fn = "ddl::TokenConv::forward";
-  checkInput(fn, x, layout);
-  requireNoAlias(fn, "x", x, "out", out);
-  m_x.bind(x);
+  convolve("ddl::TokenConv::forward", x, layout, out);
+  m_x.bind(x);  // a view: x must stay alive and unchanged until backward
   m_layout = layout;
   m_hasForward = true;
-  convolve(x, layout, out);
-}
-
-template <class S>
-void TokenConv<S>::forwardInference(const Eigen::Ref<const MatX<S>>& x, const TokenLayout& layout, MatX<S>& out) const {
-  const char* fn = "ddl::TokenConv::forwardInference";
-  checkInput(fn, x, layout);
-  requireNoAlias(fn, "x", x, "out", out);
-  convolve(x, layout, out);
 }
 
 template <class S>
@@ -205,16 +195,14 @@ Param<S>& TokenConv<S>::bias() {
 }
 
 template <class S>
-void TokenConv<S>::checkInput(const char* fn, const Eigen::Ref<const MatX<S>>& x, const TokenLayout& layout) const {
+void TokenConv<S>::convolve(const char* fn, const Eigen::Ref<const MatX<S>>& x, const TokenLayout& layout,
+                            MatX<S>& out) const {
   if (layout.height != 1 || layout.width != 1)
     throw ShapeError(message(fn, "needs a sequence layout (H = W = 1), got ", toString(layout)));
   if (x.rows() != m_C || x.cols() != layout.tokens())
     throw ShapeError(message(fn, "x has shape ", shapeOf(x), ", expected (", m_C, ", ", layout.tokens(),
                              ") for the layout ", toString(layout)));
-}
-
-template <class S>
-void TokenConv<S>::convolve(const Eigen::Ref<const MatX<S>>& x, const TokenLayout& layout, MatX<S>& out) const {
+  requireNoAlias(fn, "x", x, "out", out);
   out.resize(m_C, layout.tokens());
   detail::causalConvForward<S>(m_w.value, x, layout.length, out);
   if (m_hasBias) out.colwise() += m_b.value.col(0);

@@ -27,6 +27,7 @@
 #include "ddl/nn/models/conv_delta_net_config.hpp"
 #include "ddl/nn/blocks/delta_block.hpp"
 #include "ddl/nn/blocks/expansion.hpp"
+#include "ddl/nn/layers/forward_mode.hpp"
 #include "ddl/nn/layers/global_avg_pool.hpp"
 #include "ddl/nn/layers/linear.hpp"
 #include "ddl/nn/layers/rms_norm.hpp"
@@ -62,11 +63,15 @@ class ConvDeltaNet {
  public:
 
   // X: (channels*height*width, B), one CHW image per column -> logits: (classes, B)
-  void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& logits);
+  void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& logits) {
+    run("ddl::ConvDeltaNet::forward", X, logits, m_acts, ForwardMode::Train);
+  }
 
   // Same logits as forward, bit for bit; writes none of the caches backward reads and allocates nothing
   // once its buffers have the batch's shapes (two states per width, used in turn).
-  void forwardInference(const Eigen::Ref<const MatX<S>>& X, MatX<S>& logits);
+  void forwardInference(const Eigen::Ref<const MatX<S>>& X, MatX<S>& logits) {
+    run("ddl::ConvDeltaNet::forwardInference", X, logits, m_inferActs, ForwardMode::Inference);
+  }
 
   // dLogits: (classes, B) -> parameter gradients accumulate (the input needs no gradient).
   void backward(const Eigen::Ref<const MatX<S>>& dLogits);
@@ -92,9 +97,11 @@ class ConvDeltaNet {
   Index stageOfBlock(std::size_t i) const { return m_stageOfBlock.at(i); }
   // Input and output (width, dv*pixels) of block i in the last forward (what the gate audit measures
   // on); the s transitions before stage s sit between the blocks in the state list.
-  const MatX<S>& blockInput(std::size_t i) const { return m_states.at(i + static_cast<std::size_t>(stageOfBlock(i))); }
+  const MatX<S>& blockInput(std::size_t i) const {
+    return m_acts.states.at(i + static_cast<std::size_t>(stageOfBlock(i)));
+  }
   const MatX<S>& blockOutput(std::size_t i) const {
-    return m_states.at(i + static_cast<std::size_t>(stageOfBlock(i)) + 1);
+    return m_acts.states.at(i + static_cast<std::size_t>(stageOfBlock(i)) + 1);
   }
 
   // images (C*H*W, B) CHW per column -> pixels (C, B*H*W), column (b*H + y)*W + x.
@@ -113,6 +120,22 @@ class ConvDeltaNet {
   void imagesToPixels(const Eigen::Ref<const MatX<S>>& X, MatX<S>& P) const {
     imagesToPixels(X, m_cfg.channels, m_cfg.height * m_cfg.width, P);
   }
+
+  // What one forward computes; the layers keep views of them for backward.
+  struct Activations {
+    MatX<S> pixels;  // (channels, B*H*W) the input images as pixels
+    MatX<S> x;       // (widths[0], N0) the stem's output; dv > 1 only (for dv = 1 it is the first state)
+    // (width, dv*pixels) the inputs and outputs of transitions and blocks in forward order (Train);
+    // Inference uses two per stage, in turn: [2s] and [2s + 1] hold the states of stage s
+    std::vector<MatX<S>> states;
+    MatX<S> xin;     // (widths.back(), N) the readout CC(last state); dv > 1 only
+    MatX<S> z;       // (widths.back(), N) RMSNorm per pixel
+    MatX<S> pooled;  // (widths.back(), B) the global average pool, the head's input
+  };
+
+  // The forward of both modes; fn names the public caller in errors.
+  void run(const char* fn, const Eigen::Ref<const MatX<S>>& X, MatX<S>& logits, Activations& a, ForwardMode mode);
+
   ConvDeltaNetConfig m_cfg;
   Conv2d<S> m_stem;
   Expansion<S> m_expand;
@@ -123,12 +146,10 @@ class ConvDeltaNet {
   RmsNorm<S> m_norm;
   GlobalAvgPool<S> m_pool;
   Linear<S> m_head;
-  std::vector<MatX<S>> m_states;  // inputs and outputs of transitions and blocks in forward order
-  MatX<S> m_pixels, m_x, m_xin, m_z, m_pooled;
+  Activations m_acts;       // of the last forward, read by backward and the audit
+  Activations m_inferActs;  // of the last forwardInference
   MatX<S> m_dPooled, m_dz, m_dx;
   std::vector<MatX<S>> m_dStage;  // two gradient buffers per stage (backward)
-  std::vector<MatX<S>> m_inferStates;  // forwardInference: two per stage
-  MatX<S> m_inferPixels, m_inferX, m_inferZ, m_inferPooled;
 };
 
 template <class S>
@@ -153,7 +174,8 @@ ConvDeltaNet<S>::ConvDeltaNet(const ConvDeltaNetConfig& config, std::uint64_t se
       m_stageOfBlock.push_back(s);
     }
   }
-  m_states.resize(m_blocks.size() + m_transitions.size() + 1);
+  m_acts.states.resize(m_blocks.size() + m_transitions.size() + 1);
+  m_inferActs.states.resize(2 * static_cast<std::size_t>(stages));
   m_dStage.resize(2 * static_cast<std::size_t>(stages));
   drawParams(seed);
 }
@@ -165,82 +187,40 @@ void ConvDeltaNet<S>::init(std::uint64_t seed) {
 }
 
 template <class S>
-void ConvDeltaNet<S>::forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& logits) {
-  checkShape("ddl::ConvDeltaNet::forward", "X", X, m_cfg.inputDim(), -1);
-  const Index B = X.cols();
-  TokenLayout layout = TokenLayout::image(B, m_cfg.height, m_cfg.width);
-  imagesToPixels(X, m_pixels);
-  const TokenLayout input = layout;
-  layout = m_stem.outputLayout(input);
-  if (m_cfg.dv == 1) {
-    m_stem.forward(m_pixels, input, m_states[0]);
-  } else {
-    m_stem.forward(m_pixels, input, m_x);
-    m_expand.forward(m_x, m_states[0]);
-  }
+void ConvDeltaNet<S>::run(const char* fn, const Eigen::Ref<const MatX<S>>& X, MatX<S>& logits, Activations& a,
+                          ForwardMode mode) {
+  checkShape(fn, "X", X, m_cfg.inputDim(), -1);
+  const TokenLayout input = TokenLayout::image(X.cols(), m_cfg.height, m_cfg.width);
+  imagesToPixels(X, a.pixels);
+  TokenLayout layout = m_stem.outputLayout(input);
+  // The buffer of state `node` (in forward order), the k-th state of stage s: one per node (Train), or
+  // the two of stage s in turn (Inference: every buffer keeps one width).
+  auto state = [&](std::size_t node, Index s, Index k) -> MatX<S>& {
+    return mode == ForwardMode::Train ? a.states[node] : a.states[static_cast<std::size_t>(2 * s + k % 2)];
+  };
+  MatX<S>* cur = &state(0, 0, 0);
+  forwardAs(mode, m_stem, a.pixels, input, m_cfg.dv == 1 ? *cur : a.x);
+  if (m_cfg.dv > 1) forwardAs(mode, m_expand, a.x, *cur);
   std::size_t node = 0, b = 0;
   for (Index s = 0; s < m_cfg.stages(); ++s) {
+    Index k = s == 0 ? 1 : 0;  // states of stage s so far (stage 0 starts with the stem's output)
     if (s > 0) {
       StageTransition<S>& t = m_transitions[static_cast<std::size_t>(s - 1)];
-      t.forward(m_states[node], layout, m_states[node + 1]);
+      MatX<S>& next = state(++node, s, k++);
+      forwardAs(mode, t, *cur, layout, next);
       layout = t.outputLayout(layout);
-      ++node;
-    }
-    for (Index i = 0; i < m_cfg.depths[static_cast<std::size_t>(s)]; ++i, ++b, ++node) {
-      m_blocks[b].forward(m_states[node], layout, m_states[node + 1]);
-    }
-  }
-  const MatX<S>& last = m_states.back();
-  if (m_cfg.dv == 1) {
-    m_norm.forward(last, m_z);
-  } else {
-    m_readout.forward(last, m_xin);
-    m_norm.forward(m_xin, m_z);
-  }
-  m_pool.forward(m_z, layout, m_pooled);
-  m_head.forward(m_pooled, logits);
-}
-
-template <class S>
-void ConvDeltaNet<S>::forwardInference(const Eigen::Ref<const MatX<S>>& X, MatX<S>& logits) {
-  checkShape("ddl::ConvDeltaNet::forwardInference", "X", X, m_cfg.inputDim(), -1);
-  const Index B = X.cols();
-  const TokenLayout input = TokenLayout::image(B, m_cfg.height, m_cfg.width);
-  imagesToPixels(X, m_inferPixels);
-  TokenLayout layout = m_stem.outputLayout(input);
-  const Index stages = m_cfg.stages();
-  m_inferStates.resize(static_cast<std::size_t>(2 * stages));  // [2s], [2s+1]: the states of stage s
-  MatX<S>* cur = &m_inferStates[0];
-  if (m_cfg.dv == 1) {
-    m_stem.forwardInference(m_inferPixels, input, *cur);
-  } else {
-    m_stem.forwardInference(m_inferPixels, input, m_inferX);
-    m_expand.forwardInference(m_inferX, *cur);
-  }
-  std::size_t b = 0;
-  for (Index s = 0; s < stages; ++s) {
-    MatX<S>* a = &m_inferStates[static_cast<std::size_t>(2 * s)];
-    MatX<S>* other = &m_inferStates[static_cast<std::size_t>(2 * s + 1)];
-    if (s > 0) {
-      StageTransition<S>& t = m_transitions[static_cast<std::size_t>(s - 1)];
-      t.forwardInference(*cur, layout, *a);
-      layout = t.outputLayout(layout);
-      cur = a;
+      cur = &next;
     }
     for (Index i = 0; i < m_cfg.depths[static_cast<std::size_t>(s)]; ++i, ++b) {
-      MatX<S>* next = cur == a ? other : a;
-      m_blocks[b].forwardInference(*cur, layout, *next);
-      cur = next;
+      MatX<S>& next = state(++node, s, k++);
+      forwardAs(mode, m_blocks[b], *cur, layout, next);
+      cur = &next;
     }
   }
-  if (m_cfg.dv == 1) {
-    m_norm.forwardInference(*cur, m_inferZ);
-  } else {
-    m_readout.forwardInference(*cur, m_inferZ);
-    m_norm.forwardInference(m_inferZ, m_inferZ);
-  }
-  m_pool.forwardInference(m_inferZ, layout, m_inferPooled);
-  m_head.forwardInference(m_inferPooled, logits);
+  if (m_cfg.dv > 1) forwardAs(mode, m_readout, *cur, a.xin);
+  forwardAs(mode, m_norm, m_cfg.dv == 1 ? *cur : a.xin, a.z);
+  forwardAs(mode, m_pool, a.z, layout, a.pooled);
+  forwardAs(mode, m_head, a.pooled, logits);
 }
 
 template <class S>

@@ -19,6 +19,7 @@
 #include "ddl/nn/blocks/delta_block.hpp"
 #include "ddl/nn/models/delta_net_config.hpp"
 #include "ddl/nn/blocks/expansion.hpp"
+#include "ddl/nn/layers/forward_mode.hpp"
 #include "ddl/nn/layers/linear.hpp"
 #include "ddl/nn/layers/rms_norm.hpp"
 
@@ -45,12 +46,16 @@ class DeltaNet {
  public:
 
   // X: (inputDim, N) one column per sample -> logits: (classes, N)
-  void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& logits);
+  void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& logits) {
+    run("ddl::DeltaNet::forward", X, logits, m_acts, ForwardMode::Train);
+  }
 
   // Same logits as forward, bit for bit; writes none of the caches backward reads and allocates nothing
   // once its buffers have the batch's shape (two states, used in turn). states() still describes the
   // last forward; the blocks' residual diagnostics describe this call.
-  void forwardInference(const Eigen::Ref<const MatX<S>>& X, MatX<S>& logits);
+  void forwardInference(const Eigen::Ref<const MatX<S>>& X, MatX<S>& logits) {
+    run("ddl::DeltaNet::forwardInference", X, logits, m_inferActs, ForwardMode::Inference);
+  }
 
   // dLogits: (classes, N) -> parameter gradients accumulate; dX: (inputDim, N) when requested.
   void backward(const Eigen::Ref<const MatX<S>>& dLogits, MatX<S>* dX = nullptr);
@@ -71,16 +76,30 @@ class DeltaNet {
   Index classes() const { return m_cfg.classes; }
   const std::vector<DeltaBlock<S>>& blocks() const { return m_blocks; }
   // States of the last forward: states()[i] is the input of block i, back() the last block's output.
-  const std::vector<MatX<S>>& states() const { return m_states; }
+  const std::vector<MatX<S>>& states() const { return m_acts.states; }
   // Input and output (d, dv*N) of block i in the last forward (what the gate audit measures on).
-  const MatX<S>& blockInput(std::size_t i) const { return m_states.at(i); }
-  const MatX<S>& blockOutput(std::size_t i) const { return m_states.at(i + 1); }
+  const MatX<S>& blockInput(std::size_t i) const { return m_acts.states.at(i); }
+  const MatX<S>& blockOutput(std::size_t i) const { return m_acts.states.at(i + 1); }
 
  private:
   static const DeltaNetConfig& validated(const DeltaNetConfig& c) {
     c.validate();
     return c;
   }
+
+  // What one forward computes; the layers keep views of them for backward.
+  struct Activations {
+    MatX<S> input;  // (inputDim, N) a copy of the net's input (Train only: the caller owns X)
+    MatX<S> x;      // (d, N) the input layer's output; dv > 1 only (for dv = 1 it is states[0])
+    // (d, dv*N) states[i] the input of block i, states[depth] the last output (Train); Inference
+    // uses two, in turn: block i reads states[i % 2]
+    std::vector<MatX<S>> states;
+    MatX<S> xin;  // (d, N) the readout CC(last state); dv > 1 only
+    MatX<S> z;    // (d, N) RMSNorm of the readout, the head's input
+  };
+
+  // The forward of both modes; fn names the public caller in errors.
+  void run(const char* fn, const Eigen::Ref<const MatX<S>>& X, MatX<S>& logits, Activations& a, ForwardMode mode);
 
   DeltaNetConfig m_cfg;
   Linear<S> m_input;
@@ -89,10 +108,9 @@ class DeltaNet {
   Compressor<S> m_readout;
   RmsNorm<S> m_norm;
   Linear<S> m_head;
-  std::vector<MatX<S>> m_states;  // m_states[i] is the input of block i; back() the last output
-  MatX<S> m_inputCopy, m_x, m_xin, m_z;
+  Activations m_acts;       // of the last forward, read by backward and the audit
+  Activations m_inferActs;  // of the last forwardInference
   MatX<S> m_dz, m_dA, m_dB, m_dx;
-  MatX<S> m_inferX, m_inferA, m_inferB, m_inferZ;  // forwardInference
 };
 
 template <class S>
@@ -102,7 +120,8 @@ DeltaNet<S>::DeltaNet(const DeltaNetConfig& config, std::uint64_t seed)
       m_norm(config.d, config.finalNormEps), m_head(config.d, config.classes) {
   m_blocks.reserve(static_cast<std::size_t>(config.depth));
   for (Index i = 0; i < config.depth; ++i) m_blocks.emplace_back(config.d, config.dv, config.block);
-  m_states.resize(static_cast<std::size_t>(config.depth) + 1);
+  m_acts.states.resize(static_cast<std::size_t>(config.depth) + 1);
+  m_inferActs.states.resize(2);
   drawParams(seed);
 }
 
@@ -113,50 +132,21 @@ void DeltaNet<S>::init(std::uint64_t seed) {
 }
 
 template <class S>
-void DeltaNet<S>::forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& logits) {
-  checkShape("ddl::DeltaNet::forward", "X", X, m_cfg.inputDim, -1);
+void DeltaNet<S>::run(const char* fn, const Eigen::Ref<const MatX<S>>& X, MatX<S>& logits, Activations& a,
+                      ForwardMode mode) {
+  checkShape(fn, "X", X, m_cfg.inputDim, -1);
   // The layers keep views of their inputs (core/view.hpp); the net's own input is the one buffer it
-  // does not own, so it keeps a copy: a caller's temporary X may die before backward.
-  m_inputCopy = X;
-  if (m_cfg.dv == 1) {
-    m_input.forward(m_inputCopy, m_states[0]);
-  } else {
-    m_input.forward(m_inputCopy, m_x);
-    m_expand.forward(m_x, m_states[0]);
-  }
-  for (std::size_t i = 0; i < m_blocks.size(); ++i) m_blocks[i].forward(m_states[i], m_states[i + 1]);
-  const MatX<S>& last = m_states.back();
-  if (m_cfg.dv == 1) {
-    m_norm.forward(last, m_z);
-  } else {
-    m_readout.forward(last, m_xin);
-    m_norm.forward(m_xin, m_z);
-  }
-  m_head.forward(m_z, logits);
-}
-
-template <class S>
-void DeltaNet<S>::forwardInference(const Eigen::Ref<const MatX<S>>& X, MatX<S>& logits) {
-  checkShape("ddl::DeltaNet::forwardInference", "X", X, m_cfg.inputDim, -1);
-  m_input.forwardInference(X, m_inferX);
-  MatX<S>* cur = &m_inferA;
-  MatX<S>* next = &m_inferB;
-  if (m_cfg.dv == 1)
-    cur = &m_inferX;
-  else
-    m_expand.forwardInference(m_inferX, m_inferA);
-  for (auto& block : m_blocks) {
-    block.forwardInference(*cur, *next);
-    std::swap(cur, next);
-    if (next == &m_inferX) next = &m_inferA;  // dv = 1: the input buffer was the first state
-  }
-  if (m_cfg.dv == 1) {
-    m_norm.forwardInference(*cur, m_inferZ);
-  } else {
-    m_readout.forwardInference(*cur, m_inferZ);
-    m_norm.forwardInference(m_inferZ, m_inferZ);
-  }
-  m_head.forwardInference(m_inferZ, logits);
+  // does not own, so training keeps a copy: a caller's temporary X may die before backward.
+  if (mode == ForwardMode::Train) a.input = X;
+  const Eigen::Ref<const MatX<S>> in = mode == ForwardMode::Train ? Eigen::Ref<const MatX<S>>(a.input) : X;
+  auto state = [&a](std::size_t i) -> MatX<S>& { return a.states[i % a.states.size()]; };
+  forwardAs(mode, m_input, in, m_cfg.dv == 1 ? state(0) : a.x);
+  if (m_cfg.dv > 1) forwardAs(mode, m_expand, a.x, state(0));
+  for (std::size_t i = 0; i < m_blocks.size(); ++i) forwardAs(mode, m_blocks[i], state(i), state(i + 1));
+  const MatX<S>& last = state(m_blocks.size());
+  if (m_cfg.dv > 1) forwardAs(mode, m_readout, last, a.xin);
+  forwardAs(mode, m_norm, m_cfg.dv == 1 ? last : a.xin, a.z);
+  forwardAs(mode, m_head, a.z, logits);
 }
 
 template <class S>
