@@ -1,10 +1,12 @@
 // Tests of the decoder (nn/models/lm_decoder.hpp): generation gives the tokens pinned before decoding
 // moved out of DeltaLM, in every variant, and decoders on one const model are independent of each other.
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "catch_compat.hpp"
 #include "ddl/nn/models/delta_lm.hpp"
+#include "ddl/nn/models/lm_decoder.hpp"
 
 using ddl::Index;
 
@@ -65,5 +67,44 @@ TEST_CASE("generate gives the pinned tokens in every variant", "[lm_decoder][dec
     CAPTURE(p.k.variant, ddl::toString(p.k.residual), p.k.preset);
     ddl::DeltaLM<float> lm(smallConfig(p.k), 41);
     CHECK(lm.generate({3, 1, 4}, 14, 0.9, 5, 7) == p.tokens);
+  }
+}
+
+TEST_CASE("a decoder on a const model gives generate's tokens, and its own again after a restart", "[lm_decoder][decode]") {
+  for (const Pinned& p : pinnedCases()) {
+    CAPTURE(p.k.variant, ddl::toString(p.k.residual), p.k.preset);
+    const ddl::DeltaLM<float> lm(smallConfig(p.k), 41);
+    ddl::LmDecoder<float> decoder(lm);
+    CHECK(decoder.generate({3, 1, 4}, 14, 0.9, 5, 7) == p.tokens);
+    CHECK(decoder.generate({3, 1, 4}, 14, 0.9, 5, 7) == p.tokens);  // the decoder's state restarts
+    ddl::SampleOptions opt;
+    opt.temperature = 0.9;
+    opt.topK = 5;
+    opt.seed = 7;
+    CHECK(lm.generate({3, 1, 4}, 14, opt) == p.tokens);
+  }
+}
+
+TEST_CASE("two threads generate from one const model at once and get their sequential results", "[lm_decoder][decode][threads]") {
+  using R = ddl::ResidualKind;
+  for (const Case& k : {Case{"dv1", R::Delta, "code", 0, 2, true}, Case{"cc-ec", R::Delta, "code", 2, 2, true},
+                        Case{"tc", R::Delta, "code", 3, 1, true}, Case{"tc-ec", R::Delta, "paper", 2, 2, false}}) {
+    CAPTURE(k.variant);
+    ddl::DeltaLMConfig cfg = smallConfig(k);
+    cfg.context = 32;  // long enough runs for the threads to overlap
+    const ddl::DeltaLM<float> lm(cfg, 5);
+    const std::vector<int> promptA{1, 2, 3}, promptB{7, 0, 9, 4};
+    const std::vector<int> a = ddl::LmDecoder<float>(lm).generate(promptA, 300, 0.8, 6, 1);
+    const std::vector<int> b = ddl::LmDecoder<float>(lm).generate(promptB, 300, 1.2, 11, 2);
+    REQUIRE(a != b);
+    for (int round = 0; round < 3; ++round) {
+      std::vector<int> ta, tb;
+      std::thread first([&] { ta = ddl::LmDecoder<float>(lm).generate(promptA, 300, 0.8, 6, 1); });
+      std::thread second([&] { tb = lm.generate(promptB, 300, 1.2, 11, 2); });
+      first.join();
+      second.join();
+      CHECK(ta == a);
+      CHECK(tb == b);
+    }
   }
 }

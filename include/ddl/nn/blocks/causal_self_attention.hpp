@@ -95,12 +95,26 @@ class CausalSelfAttention {
   // Draw order: q, k, v, o (torch.nn.Linear default); the norm gains are reset to 1.
   void init(Rng& rng);
 
-  // c: (d, B*T) -> out: (d, B*T), layout = sequence(B, T). Keeps views of c and its own activations
-  // for backward. out must not alias c.
-  void forward(const Eigen::Ref<const MatX<S>>& c, const TokenLayout& layout, MatX<S>& out);
+  // What backward reads of the last forward, N = B*T tokens.
+  struct Activations {
+    MatX<S> Q, K, V;          // (d, N) projections; Q, K after RoPE (the norms view them)
+    MatX<S> Qn, Kn;           // (d_h, H*N) q, k after the per-head norms (qkNorm)
+    MatX<S> A;                // (d, N) heads concatenated (W_o views it)
+    MatX<S> colMax, colInv;   // (T, B*H) per query: score maximum and 1 / Σ exp
+  };
 
-  // Same out as forward, bit for bit; keeps nothing backward reads (scratch of its own).
-  void forwardInference(const Eigen::Ref<const MatX<S>>& c, const TokenLayout& layout, MatX<S>& out);
+  // c: (d, B*T) -> out: (d, B*T), layout = sequence(B, T). Keeps views of c and its Activations for
+  // backward. out must not alias c.
+  void forward(const Eigen::Ref<const MatX<S>>& c, const TokenLayout& layout, MatX<S>& out) {
+    run("ddl::CausalSelfAttention::forward", c, layout, out, m_acts, Mode::Train);
+    m_layout = layout;
+    m_hasForward = true;
+  }
+
+  // Same out as forward, bit for bit; keeps nothing backward reads (Activations of its own).
+  void forwardInference(const Eigen::Ref<const MatX<S>>& c, const TokenLayout& layout, MatX<S>& out) {
+    run("ddl::CausalSelfAttention::forwardInference", c, layout, out, m_infer, Mode::Infer);
+  }
 
   // The keys (after RoPE and the QK norm) and values of the positions decoded so far, one sequence.
   struct DecodeCache {
@@ -114,6 +128,7 @@ class CausalSelfAttention {
     MatX<S> q, k, v, a;  // (d, n): projections (q, k after RoPE), heads concatenated
     MatX<S> qn, kn;      // (d_h, H*n): q, k after the norms (qkNorm)
     VecX<S> p;           // (capacity): one query's probabilities
+    GemmWorkspace<S> gemm;  // the projections of a block of n > 1 positions
   };
 
   // Sizes the cache for up to `capacity` positions and empties it (allocates; later steps do not).
@@ -123,8 +138,9 @@ class CausalSelfAttention {
   // -> out (d, 1), equal (to rounding) to column t of forwardInference over positions 0..t.
   // Appends its key and value. Throws ddl::Error naming the capacity when the cache is full, and
   // ShapeError for a c of the wrong shape. c (d, n) with n > 1 takes positions length .. length+n-1
-  // at once (a prompt's prefill): out (d, n). out must not alias c or the cache.
-  void forwardStep(const Eigen::Ref<const MatX<S>>& c, DecodeCache& cache, MatX<S>& out);
+  // at once (a prompt's prefill): out (d, n). out must not alias c or the cache. Reads the layer only:
+  // callers on several threads may share it, each with its own cache.
+  void forwardStep(const Eigen::Ref<const MatX<S>>& c, DecodeCache& cache, MatX<S>& out) const;
 
   // dOut: (d, B*T) of the last forward -> dc: (d, B*T) overwritten; every parameter gradient
   // accumulates (+=). dc must not alias dOut.
@@ -150,6 +166,13 @@ class CausalSelfAttention {
   using TokenMap = Eigen::Map<const MatX<S>>;
   using TokenMapMut = Eigen::Map<MatX<S>>;
 
+  // Train keeps what backward reads (the sub-layers' forward, the softmax statistics); Infer keeps nothing.
+  enum class Mode { Train, Infer };
+
+  // The one forward of forward and forwardInference, into acts.
+  void run(const char* fn, const Eigen::Ref<const MatX<S>>& c, const TokenLayout& layout, MatX<S>& out,
+           Activations& acts, Mode mode);
+
   static CausalSelfAttentionConfig checked(const CausalSelfAttentionConfig& cfg);
 
   void checkInput(const char* fn, const Eigen::Ref<const MatX<S>>& c, const TokenLayout& layout) const;
@@ -160,11 +183,11 @@ class CausalSelfAttention {
   TokenMap heads(const MatX<S>& M) const { return TokenMap(M.data(), m_dh, M.size() / m_dh); }
 
   // Y (d, n) = W X for the decode step: one column is a matrix-vector product (no workspace, no
-  // allocation); a block goes through the step's own product workspace (forward's stay as they are).
-  void stepProduct(const MatX<S>& W, const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y);
+  // allocation); a block goes through the cache's product workspace (forward's stay as they are).
+  static void stepProduct(const MatX<S>& W, const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y, GemmWorkspace<S>& gemm);
 
-  // RoPE in place on Q and K, then (qkNorm) the per-head norms into Qn, Kn (training: with caches).
-  void project(const TokenLayout& layout, MatX<S>& Q, MatX<S>& K, MatX<S>& Qn, MatX<S>& Kn, bool training);
+  // RoPE in place on a.Q and a.K, then (qkNorm) the per-head norms into a.Qn, a.Kn.
+  void project(const TokenLayout& layout, Activations& a, Mode mode);
 
   // Query (and key) blocks of the causal products; see the header comment.
   static constexpr Index kCausalBlock = 64;
@@ -193,9 +216,8 @@ class CausalSelfAttention {
   void probabilities(Scratch& s, const TokenMap& Q, const TokenMap& K, Index b, Index h, Index T, S* colMax,
                      S* colInv, bool recompute);
 
-  // A: (d, N) = heads concatenated; record keeps the softmax statistics for backward.
-  void attend(const TokenLayout& layout, const TokenMap& Q, const TokenMap& K, const MatX<S>& V, MatX<S>& A,
-              bool record);
+  // a.A: (d, N) = heads concatenated from Q, K (as used) and a.V; Train records the softmax statistics.
+  void attend(const TokenLayout& layout, const TokenMap& Q, const TokenMap& K, Activations& a, Mode mode);
 
   // From m_dA: the gradients of the attention's q, k (as used: after the norms when qkNorm) into
   // m_dQ, m_dK and of v into m_dV.
@@ -208,15 +230,11 @@ class CausalSelfAttention {
   RotaryTable<S> m_rope;         // (d_h/2, T) cos and sin
   TokenLayout m_layout;
   bool m_hasForward = false;
-  MatX<S> m_Q, m_K, m_V;         // (d, N) projections; Q, K after RoPE (the norms view them)
-  MatX<S> m_Qn, m_Kn;            // (d_h, H*N) normalised q, k (qkNorm)
-  MatX<S> m_A;                   // (d, N) heads concatenated (W_o views it)
-  MatX<S> m_colMax, m_colInv;    // (T, B*H) per query: score maximum and 1 / Σ exp
+  Activations m_acts;            // of the last forward
+  Activations m_infer;           // of forwardInference
   MatX<S> m_dA, m_dV, m_tmp;     // (d, N) backward scratch
   MatX<S> m_dQ, m_dK;            // (d_h, H*N) backward scratch
-  MatX<S> m_iQ, m_iK, m_iV, m_iQn, m_iKn, m_iA;  // forwardInference scratch
   std::vector<Scratch> m_scratch;  // per thread
-  GemmWorkspace<S> m_stepGemm;    // forwardStep's products over a block of n > 1 positions
 };
 
 template <class S>
@@ -230,34 +248,23 @@ void CausalSelfAttention<S>::init(Rng& rng) {
 }
 
 template <class S>
-void CausalSelfAttention<S>::forward(const Eigen::Ref<const MatX<S>>& c, const TokenLayout& layout, MatX<S>& out) {
-  const char* fn = "ddl::CausalSelfAttention::forward";
+void CausalSelfAttention<S>::run(const char* fn, const Eigen::Ref<const MatX<S>>& c, const TokenLayout& layout,
+                                 MatX<S>& out, Activations& a, Mode mode) {
   checkInput(fn, c, layout);
   requireNoAlias(fn, "c", c, "out", out);
-  m_q.forward(c, m_Q);
-  m_k.forward(c, m_K);
-  m_v.forward(c, m_V);
-  project(layout, m_Q, m_K, m_Qn, m_Kn, true);
+  const auto linear = [mode](Linear<S>& layer, const Eigen::Ref<const MatX<S>>& in, MatX<S>& y) {
+    if (mode == Mode::Train)
+      layer.forward(in, y);
+    else
+      layer.forwardInference(in, y);
+  };
+  linear(m_q, c, a.Q);
+  linear(m_k, c, a.K);
+  linear(m_v, c, a.V);
+  project(layout, a, mode);
   const bool norm = m_cfg.qkNorm;
-  attend(layout, tokens(norm ? m_Qn : m_Q), tokens(norm ? m_Kn : m_K), m_V, m_A, true);
-  m_o.forward(m_A, out);
-  m_layout = layout;
-  m_hasForward = true;
-}
-
-template <class S>
-void CausalSelfAttention<S>::forwardInference(const Eigen::Ref<const MatX<S>>& c, const TokenLayout& layout,
-                                              MatX<S>& out) {
-  const char* fn = "ddl::CausalSelfAttention::forwardInference";
-  checkInput(fn, c, layout);
-  requireNoAlias(fn, "c", c, "out", out);
-  m_q.forwardInference(c, m_iQ);
-  m_k.forwardInference(c, m_iK);
-  m_v.forwardInference(c, m_iV);
-  project(layout, m_iQ, m_iK, m_iQn, m_iKn, false);
-  const bool norm = m_cfg.qkNorm;
-  attend(layout, tokens(norm ? m_iQn : m_iQ), tokens(norm ? m_iKn : m_iK), m_iV, m_iA, false);
-  m_o.forwardInference(m_iA, out);
+  attend(layout, tokens(norm ? a.Qn : a.Q), tokens(norm ? a.Kn : a.K), a, mode);
+  linear(m_o, a.A, out);
 }
 
 template <class S>
@@ -283,7 +290,8 @@ void CausalSelfAttention<S>::startDecode(DecodeCache& cache, Index capacity) con
 }
 
 template <class S>
-void CausalSelfAttention<S>::forwardStep(const Eigen::Ref<const MatX<S>>& c, DecodeCache& cache, MatX<S>& out) {
+void CausalSelfAttention<S>::forwardStep(const Eigen::Ref<const MatX<S>>& c, DecodeCache& cache,
+                                         MatX<S>& out) const {
   const char* fn = "ddl::CausalSelfAttention::forwardStep";
   const Index d = m_cfg.d, H = m_cfg.heads, half = m_dh / 2;
   checkShape(fn, "c", c, d, -1);
@@ -301,9 +309,9 @@ void CausalSelfAttention<S>::forwardStep(const Eigen::Ref<const MatX<S>>& c, Dec
   requireNoAlias(fn, "cache.K", cache.K, "out", out);
   requireNoAlias(fn, "cache.V", cache.V, "out", out);
 
-  stepProduct(m_q.weight().value, c, cache.q);
-  stepProduct(m_k.weight().value, c, cache.k);
-  stepProduct(m_v.weight().value, c, cache.v);
+  stepProduct(m_q.weight().value, c, cache.q, cache.gemm);
+  stepProduct(m_k.weight().value, c, cache.k, cache.gemm);
+  stepProduct(m_v.weight().value, c, cache.v, cache.gemm);
   // RoPE at positions L .. L+n-1: applyRotary's operations with the cache's copy of its table.
   for (Index j = 0; j < n; ++j) {
     const Index t = L + j;
@@ -344,7 +352,7 @@ void CausalSelfAttention<S>::forwardStep(const Eigen::Ref<const MatX<S>>& c, Dec
       cache.a.col(j).segment(r, m_dh).noalias() = cache.V.block(r, 0, m_dh, t + 1) * p;
     }
   }
-  stepProduct(m_o.weight().value, cache.a, out);
+  stepProduct(m_o.weight().value, cache.a, out, cache.gemm);
   cache.length = L + n;
 }
 
@@ -361,7 +369,7 @@ void CausalSelfAttention<S>::backward(const Eigen::Ref<const MatX<S>>& dOut, Mat
   m_dQ.resize(m_dh, m_cfg.heads * N);
   m_dK.resize(m_dh, m_cfg.heads * N);
   m_dV.resize(m_cfg.d, N);
-  attendBackward(tokens(norm ? m_Qn : m_Q), tokens(norm ? m_Kn : m_K));
+  attendBackward(tokens(norm ? m_acts.Qn : m_acts.Q), tokens(norm ? m_acts.Kn : m_acts.K));
   if (norm) {
     m_qNorm.backward(m_dQ, m_dQ);
     m_kNorm.backward(m_dK, m_dK);
@@ -402,28 +410,28 @@ void CausalSelfAttention<S>::checkInput(const char* fn, const Eigen::Ref<const M
 }
 
 template <class S>
-void CausalSelfAttention<S>::stepProduct(const MatX<S>& W, const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) {
+void CausalSelfAttention<S>::stepProduct(const MatX<S>& W, const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y,
+                                         GemmWorkspace<S>& gemm) {
   Y.resize(W.rows(), X.cols());
   if (X.cols() == 1)
     Y.col(0).noalias() = W * X.col(0);
   else
-    m_stepGemm.product(W, false, X, false, Y, S(1), false);
+    gemm.product(W, false, X, false, Y, S(1), false);
 }
 
 template <class S>
-void CausalSelfAttention<S>::project(const TokenLayout& layout, MatX<S>& Q, MatX<S>& K, MatX<S>& Qn, MatX<S>& Kn,
-                                     bool training) {
+void CausalSelfAttention<S>::project(const TokenLayout& layout, Activations& a, Mode mode) {
   m_rope.reserve(layout.length);
-  auto q = tokensMut(Q), k = tokensMut(K);
+  auto q = tokensMut(a.Q), k = tokensMut(a.K);
   applyRotary(q, layout.length, m_rope);
   applyRotary(k, layout.length, m_rope);
   if (!m_cfg.qkNorm) return;
-  if (training) {
-    m_qNorm.forward(heads(Q), Qn);
-    m_kNorm.forward(heads(K), Kn);
+  if (mode == Mode::Train) {
+    m_qNorm.forward(heads(a.Q), a.Qn);
+    m_kNorm.forward(heads(a.K), a.Kn);
   } else {
-    m_qNorm.forwardInference(heads(Q), Qn);
-    m_kNorm.forwardInference(heads(K), Kn);
+    m_qNorm.forwardInference(heads(a.Q), a.Qn);
+    m_kNorm.forwardInference(heads(a.K), a.Kn);
   }
 }
 
@@ -496,13 +504,16 @@ void CausalSelfAttention<S>::probabilities(Scratch& s, const TokenMap& Q, const 
 }
 
 template <class S>
-void CausalSelfAttention<S>::attend(const TokenLayout& layout, const TokenMap& Q, const TokenMap& K, const MatX<S>& V,
-                                    MatX<S>& A, bool record) {
+void CausalSelfAttention<S>::attend(const TokenLayout& layout, const TokenMap& Q, const TokenMap& K, Activations& a,
+                                    Mode mode) {
   const Index B = layout.batch, T = layout.length, H = m_cfg.heads, pairs = B * H;
+  const bool record = mode == Mode::Train;
+  const MatX<S>& V = a.V;
+  MatX<S>& A = a.A;
   A.resize(m_cfg.d, B * T);
   if (record) {
-    m_colMax.resize(T, pairs);
-    m_colInv.resize(T, pairs);
+    a.colMax.resize(T, pairs);
+    a.colInv.resize(T, pairs);
   }
   [[maybe_unused]] const int threads = prepareScratch(T, pairs, false);  // read by the pragma
   ParallelErrors errors;  // nothing here should throw; an escaping exception would end the process
@@ -511,8 +522,8 @@ void CausalSelfAttention<S>::attend(const TokenLayout& layout, const TokenMap& Q
     errors.guard([&] {
       const Index b = pair / H, h = pair % H;
       Scratch& s = m_scratch[static_cast<std::size_t>(threadIndex())];
-      probabilities(s, Q, K, b, h, T, record ? m_colMax.col(pair).data() : nullptr,
-                    record ? m_colInv.col(pair).data() : nullptr, false);
+      probabilities(s, Q, K, b, h, T, record ? a.colMax.col(pair).data() : nullptr,
+                    record ? a.colInv.col(pair).data() : nullptr, false);
       for (Index i = 0, nb = causalBlocks(T); i < nb; ++i) {  // o[:, t0:t1] = V[:, 0:t1] P[0:t1, t0:t1]
         const Index t0 = blockBegin(i), t1 = blockEnd(i, T);
         s.values[static_cast<std::size_t>(i)].product(V.block(h * m_dh, b * T, m_dh, t1), false,
@@ -536,9 +547,9 @@ void CausalSelfAttention<S>::attendBackward(const TokenMap& Q, const TokenMap& K
     errors.guard([&] {
       const Index b = pair / H, h = pair % H, r = h * m_dh, c0 = b * T;
       Scratch& s = m_scratch[static_cast<std::size_t>(threadIndex())];
-      probabilities(s, Q, K, b, h, T, m_colMax.col(pair).data(), m_colInv.col(pair).data(), true);
+      probabilities(s, Q, K, b, h, T, m_acts.colMax.col(pair).data(), m_acts.colInv.col(pair).data(), true);
       const auto dO = m_dA.block(r, c0, m_dh, T);
-      const auto Vb = m_V.block(r, c0, m_dh, T);
+      const auto Vb = m_acts.V.block(r, c0, m_dh, T);
       const auto Kb = K.block(r, c0, m_dh, T);
       const auto Qb = Q.block(r, c0, m_dh, T);
       const Index nb = causalBlocks(T);
