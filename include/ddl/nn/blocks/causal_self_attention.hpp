@@ -86,16 +86,10 @@ class CausalSelfAttention {
 
   // c: (d, B*T) -> out: (d, B*T), layout = sequence(B, T). Keeps views of c and its Activations for
   // backward. out must not alias c.
-  void forward(const Eigen::Ref<const MatX<S>>& c, const TokenLayout& layout, MatX<S>& out) {
-    run("ddl::CausalSelfAttention::forward", c, layout, out, m_acts, Mode::Train);
-    m_layout = layout;
-    m_hasForward = true;
-  }
+  void forward(const Eigen::Ref<const MatX<S>>& c, const TokenLayout& layout, MatX<S>& out);
 
   // Same out as forward, bit for bit; keeps nothing backward reads (Activations of its own).
-  void forwardInference(const Eigen::Ref<const MatX<S>>& c, const TokenLayout& layout, MatX<S>& out) {
-    run("ddl::CausalSelfAttention::forwardInference", c, layout, out, m_infer, Mode::Infer);
-  }
+  void forwardInference(const Eigen::Ref<const MatX<S>>& c, const TokenLayout& layout, MatX<S>& out);
 
   // The keys (after RoPE and the QK norm) and values of the positions decoded so far, one sequence.
   struct DecodeCache {
@@ -192,6 +186,19 @@ void CausalSelfAttention<S>::init(Rng& rng) {
   m_o.init(rng);
   m_qNorm.weight().value.setOnes();
   m_kNorm.weight().value.setOnes();
+}
+
+template <class S>
+void CausalSelfAttention<S>::forward(const Eigen::Ref<const MatX<S>>& c, const TokenLayout& layout, MatX<S>& out) {
+  run("ddl::CausalSelfAttention::forward", c, layout, out, m_acts, Mode::Train);
+  m_layout = layout;
+  m_hasForward = true;
+}
+
+template <class S>
+void CausalSelfAttention<S>::forwardInference(const Eigen::Ref<const MatX<S>>& c, const TokenLayout& layout,
+                                              MatX<S>& out) {
+  run("ddl::CausalSelfAttention::forwardInference", c, layout, out, m_infer, Mode::Infer);
 }
 
 template <class S>

@@ -88,14 +88,10 @@ class DeltaTransformerBlock {
 
   // X: (d, dv*N) with N = layout.tokens(), layout = sequence(B, T) -> Y: (d, dv*N). Keeps views of X
   // and its Activations for backward: X must stay alive and unchanged until then. Y must not alias X.
-  void forward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
-    run("ddl::DeltaTransformerBlock::forward", X, layout, Y, m_acts, Mode::Train);
-  }
+  void forward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y);
 
   // Same Y as forward, bit for bit; writes none of the caches backward reads.
-  void forwardInference(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
-    run("ddl::DeltaTransformerBlock::forwardInference", X, layout, Y, m_infer, Mode::Infer);
-  }
+  void forwardInference(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y);
 
   // dY: (d, dv*N) of the last forward -> dX: (d, dv*N) overwritten; parameter gradients accumulate.
   // dX must not alias dY.
@@ -114,7 +110,7 @@ class DeltaTransformerBlock {
     MatX<S> mid, xin, c, h;  // one position: (d, dv), (d, 1) x 3
   };
   // Empties state for up to `capacity` positions and copies the rewrites' (and CC's) weights into it
-  // (allocates the first time; the steps then allocate nothing). Reads the block only.
+  // (allocates the first time; the first step sizes the scratch). Reads the block only.
   void startDecode(DecodeState& state, Index capacity) const;
 
   // The next position of the sequence: Xt (d, dv) its state -> Yt (d, dv), equal (to rounding) to that
@@ -211,6 +207,17 @@ void DeltaTransformerBlock<S>::init(Rng& rng) {
   m_attn.delta.init(rng);
   m_mlp.branch.init(rng);
   m_mlp.delta.init(rng);
+}
+
+template <class S>
+void DeltaTransformerBlock<S>::forward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
+  run("ddl::DeltaTransformerBlock::forward", X, layout, Y, m_acts, Mode::Train);
+}
+
+template <class S>
+void DeltaTransformerBlock<S>::forwardInference(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout,
+                                                MatX<S>& Y) {
+  run("ddl::DeltaTransformerBlock::forwardInference", X, layout, Y, m_infer, Mode::Infer);
 }
 
 template <class S>

@@ -62,21 +62,14 @@ class SwiGluBranch {
 
   // C: (d, N) -> H: (d, N); N == layout.tokens(). Keeps a view of C (C must stay alive and unchanged
   // until backward) and its Activations. H must not alias C.
-  void forward(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H) {
-    run(*this, "ddl::SwiGluBranch::forward", C, layout, H, m_acts);
-    m_N = C.cols();
-  }
+  void forward(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H);
 
   // Same H as forward, bit for bit; caches nothing.
-  void forwardInference(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H) {
-    forwardInference(C, layout, H, m_infer);
-  }
+  void forwardInference(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H);
 
   // The same with the caller's scratch: reads the branch only (callers on several threads may share it).
   void forwardInference(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H,
-                        Workspace& ws) const {
-    run(*this, "ddl::SwiGluBranch::forwardInference", C, layout, H, ws);
-  }
+                        Workspace& ws) const;
 
   // dH: (d, N) of the last forward -> dC: (d, N) overwritten; dW1, dW2, dW3 accumulate.
   void backward(const Eigen::Ref<const MatX<S>>& dH, MatX<S>& dC);
@@ -136,6 +129,23 @@ void SwiGluBranch<S>::init(Rng& rng) {
   m_fc1.init(rng);
   m_fc2.init(rng);
   m_fc3.init(rng);
+}
+
+template <class S>
+void SwiGluBranch<S>::forward(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H) {
+  run(*this, "ddl::SwiGluBranch::forward", C, layout, H, m_acts);
+  m_N = C.cols();
+}
+
+template <class S>
+void SwiGluBranch<S>::forwardInference(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H) {
+  forwardInference(C, layout, H, m_infer);
+}
+
+template <class S>
+void SwiGluBranch<S>::forwardInference(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H,
+                                       Workspace& ws) const {
+  run(*this, "ddl::SwiGluBranch::forwardInference", C, layout, H, ws);
 }
 
 template <class S>

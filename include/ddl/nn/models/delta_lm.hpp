@@ -66,14 +66,10 @@ class DeltaLM {
   // batch: B sequences of T <= context ids -> logits: (vocab, B*T). Every id is checked first (an id
   // outside [0, vocab) throws ValueError naming its position). Keeps a copy of the ids and the
   // Activations backward reads.
-  void forward(const TokenBatch& batch, MatX<S>& logits) {
-    run("ddl::DeltaLM::forward", batch, logits, m_acts, Mode::Train);
-  }
+  void forward(const TokenBatch& batch, MatX<S>& logits);
 
   // Same logits as forward, bit for bit; writes none of the caches backward reads.
-  void forwardInference(const TokenBatch& batch, MatX<S>& logits) {
-    run("ddl::DeltaLM::forwardInference", batch, logits, m_infer, Mode::Infer);
-  }
+  void forwardInference(const TokenBatch& batch, MatX<S>& logits);
 
   // dLogits: (vocab, B*T) of the last forward -> every parameter's gradient accumulates.
   void backward(const MatX<S>& dLogits);
@@ -82,13 +78,9 @@ class DeltaLM {
   // and returns them (prompt not included). Reads the model only: threads may generate from one model
   // at once.
   std::vector<int> generate(const std::vector<int>& prompt, Index n, double temperature, Index topK,
-                            std::uint64_t seed) const {
-    return LmDecoder<S>(*this).generate(prompt, n, temperature, topK, seed);
-  }
+                            std::uint64_t seed) const;
   // The same with named options (SampleOptions, nn/models/lm_decoder.hpp).
-  std::vector<int> generate(const std::vector<int>& prompt, Index n, const SampleOptions& options = SampleOptions()) const {
-    return LmDecoder<S>(*this).generate(prompt, n, options);
-  }
+  std::vector<int> generate(const std::vector<int>& prompt, Index n, const SampleOptions& options = SampleOptions()) const;
 
   template <class F>
   void visitParams(const std::string& prefix, F&& f) {
@@ -253,6 +245,27 @@ template <class S>
 void DeltaLM<S>::init(std::uint64_t seed) {
   DeltaLM fresh(m_cfg, seed);
   assignParams(*this, fresh);
+}
+
+template <class S>
+void DeltaLM<S>::forward(const TokenBatch& batch, MatX<S>& logits) {
+  run("ddl::DeltaLM::forward", batch, logits, m_acts, Mode::Train);
+}
+
+template <class S>
+void DeltaLM<S>::forwardInference(const TokenBatch& batch, MatX<S>& logits) {
+  run("ddl::DeltaLM::forwardInference", batch, logits, m_infer, Mode::Infer);
+}
+
+template <class S>
+std::vector<int> DeltaLM<S>::generate(const std::vector<int>& prompt, Index n, double temperature, Index topK,
+                                      std::uint64_t seed) const {
+  return LmDecoder<S>(*this).generate(prompt, n, temperature, topK, seed);
+}
+
+template <class S>
+std::vector<int> DeltaLM<S>::generate(const std::vector<int>& prompt, Index n, const SampleOptions& options) const {
+  return LmDecoder<S>(*this).generate(prompt, n, options);
 }
 
 template <class S>
