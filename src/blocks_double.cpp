@@ -1,4 +1,5 @@
 // ddl::compiled: the blocks of nn/blocks/ in double, compiled once (docs/building.md).
+#include "ddl/nn/blocks/causal_attention_core.hpp"
 #include "ddl/nn/blocks/causal_self_attention.hpp"
 #include "ddl/nn/blocks/compressor.hpp"
 #include "ddl/nn/blocks/conv_branch.hpp"
@@ -11,6 +12,7 @@
 #include "ddl/nn/blocks/swiglu_branch.hpp"
 #include "ddl/nn/blocks/token_compressor.hpp"
 
+template class ddl::CausalAttentionCore<double>;
 template class ddl::CausalSelfAttention<double>;
 template class ddl::Compressor<double>;
 template class ddl::ConvBranch<double>;

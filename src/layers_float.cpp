@@ -9,6 +9,7 @@
 #include "ddl/nn/layers/pool2d.hpp"
 #include "ddl/nn/layers/rms_norm.hpp"
 #include "ddl/nn/layers/state_conv.hpp"
+#include "ddl/nn/layers/state_kernel.hpp"
 #include "ddl/nn/layers/token_conv.hpp"
 
 template class ddl::ActivationLayer<float>;

@@ -371,23 +371,23 @@ TEST_CASE("DeltaLM cached decoding gives the logits of a full forward at every p
     const ddl::TokenBatch batch = randomBatch(1, 6, 11, 33);  // the whole context
     MatX<double> full, step;
     lm.forwardInference(batch, full);
-    ddl::DeltaLM<double>::DecodeState state;
-    lm.startDecode(state, 6);
+    ddl::LmDecoder<double> decoder(lm);
+    decoder.start(6);
     for (Index t = 0; t < 6; ++t) {
-      lm.decodeStep(batch.ids[static_cast<std::size_t>(t)], state, step);
+      decoder.step(batch.ids[static_cast<std::size_t>(t)], step);
       CAPTURE(t);
       CHECK((step.col(0) - full.col(t)).cwiseAbs().maxCoeff() <= 1e-12 * full.cwiseAbs().maxCoeff());
     }
-    CHECK(contains(thrownMessage<ddl::ValueError>([&] { lm.decodeStep(0, state, step); }), "capacity of 6"));
+    CHECK(contains(thrownMessage<ddl::ValueError>([&] { decoder.step(0, step); }), "capacity of 6"));
     // float: the same within float's rounding
     ddl::DeltaLM<float> lf(smallConfig(k), 31);
     ddl::TokenBatch bf = batch;
     MatX<float> fullF, stepF;
     lf.forwardInference(bf, fullF);
-    ddl::DeltaLM<float>::DecodeState sf;
-    lf.startDecode(sf, 6);
+    ddl::LmDecoder<float> df(lf);
+    df.start(6);
     for (Index t = 0; t < 6; ++t) {
-      lf.decodeStep(batch.ids[static_cast<std::size_t>(t)], sf, stepF);
+      df.step(batch.ids[static_cast<std::size_t>(t)], stepF);
       CHECK((stepF.col(0) - fullF.col(t)).cwiseAbs().maxCoeff() <= 1e-5f * fullF.cwiseAbs().maxCoeff());
     }
   }
@@ -437,8 +437,8 @@ TEST_CASE("DeltaLM::generate refuses bad prompts and sampling settings, naming t
   CHECK(contains(msg({1}, 5, 1.0, 12), "topK must be in [1, 11], got 12"));
   CHECK(contains(msg({1}, -1, 1.0, 5), "n must be >= 0"));
   CHECK(lm.generate({1}, 0, 1.0, 5, 1).empty());
-  ddl::DeltaLM<float>::DecodeState state;
+  ddl::LmDecoder<float> decoder(lm);
   MatX<float> logits;
-  CHECK(contains(thrownMessage<ddl::ValueError>([&] { lm.decodeStep(1, state, logits); }), "call startDecode first"));
-  CHECK(contains(thrownMessage<ddl::ValueError>([&] { lm.startDecode(state, 7); }), "capacity must be in [1, 6]"));
+  CHECK(contains(thrownMessage<ddl::ValueError>([&] { decoder.step(1, logits); }), "call start first"));
+  CHECK(contains(thrownMessage<ddl::ValueError>([&] { decoder.start(7); }), "capacity must be in [1, 6]"));
 }

@@ -140,7 +140,7 @@ TEST_CASE("generate with SampleOptions draws the same tokens as the positional c
   CHECK(lm.generate(prompt, 20, opt) == lm.generate(prompt, 20, 0.7, 5, 11));
   CHECK(lm.generate(prompt, 20) == lm.generate(prompt, 20, 1.0, 32, 0));  // defaults: T 1, every token, seed 0
   opt.topK = -1;
-  CHECK(contains(thrownMessage<ddl::ValueError>([&] { lm.generate(prompt, 5, opt); }), "ddl::DeltaLM::generate"));
+  CHECK(contains(thrownMessage<ddl::ValueError>([&] { lm.generate(prompt, 5, opt); }), "ddl::LmDecoder::generate"));
 }
 
 TEST_CASE("taskStep without a hook is the step with an empty one, bit for bit", "[using][train]") {

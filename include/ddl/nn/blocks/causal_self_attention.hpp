@@ -14,29 +14,12 @@
 // Parameters (PyTorch names): q.weight, k.weight, v.weight, o.weight [d, d]; q_norm.weight,
 // k_norm.weight [d_h] when qkNorm.
 //
-// Backward, per (b, h), with dS the gradient of the scores before scaling:
-//   dV = dO Pᵀ,  dP = Vᵀ dO,  dS(s,t) = P(s,t) (dP(s,t) − Σ_s' P(s',t) dP(s',t)),
-//   dQ = K dS / sqrt(d_h),  dK = Q dSᵀ / sqrt(d_h)
-// then the norms', RoPE's (the transposed rotation) and the projections' backwards.
-//
-// What backward keeps: per query its score maximum and 1/Σexp (2 B H T scalars); backward recomputes
-// P from q and k with the same operations as forward instead of storing B H T² probabilities
-// (docs/decisions.md, "Attention: what the backward keeps"). Scores of one (b, h) pair live in a
-// T x T scratch per thread.
-// Causal blocks: the products skip the masked half. Queries are cut into blocks of kCausalBlock
-// columns [t0, t1); block i needs only keys s < t1, so its scores are the (t1, t1 - t0) product
-// K[:, 0:t1]ᵀ Q[:, t0:t1], and o, dP and dQ are products over those t1 keys. dV and dK are cut by key
-// blocks [s0, s1), which only queries t >= s0 see: dV[:, s0:s1] = dO[:, s0:T] P[s0:s1, s0:T]ᵀ and
-// dK[:, s0:s1] = Q[:, s0:T] dS[s0:s1, s0:T]ᵀ / sqrt(d_h). The masked entries inside the diagonal
-// blocks are zero in P and dS, so every product reads only exact values. At T = 256 the products
-// compute 10 of the 16 64 x 64 tiles of a full T x T (a 1.6x smaller core); T <= 64 is one block.
-// Each block shape has its own product workspace per thread (no allocation in steady state).
-//
-// Threads: the (b, h) pairs are independent and each runs on one thread with single-threaded
-// products, so the attention core gives the same bits on any thread count; the gains' gradients are
-// RmsNorm's sums in double over tokens, in a fixed order.
-// The caches are views as elsewhere (docs/decisions.md, "Activation caches are views"): c must stay
-// alive and unchanged from forward until backward.
+// The attention core (the softmax over causal blocks, its backward by recomputation, the threads over
+// (b, h) pairs) is CausalAttentionCore (nn/blocks/causal_attention_core.hpp); backward then runs the
+// norms', RoPE's (the transposed rotation) and the projections' backwards. The gains' gradients are
+// RmsNorm's sums in double over tokens, in a fixed order. The caches are views as elsewhere
+// (docs/decisions.md, "Activation caches are views"): c must stay alive and unchanged from forward
+// until backward.
 //
 // Incremental decoding (generation, one sequence): startDecode sizes a DecodeCache, then forwardStep
 // takes the normalised input of the next position(s) t = length, length + 1, ... and returns what
@@ -50,14 +33,12 @@
 //   made by a RotaryTable as forward's, so position t turns by the same rounded angle.
 //   forwardStep over c (d, n) with n > 1 is a prefill of positions length .. length + n - 1 (each
 //   query sees the keys up to its own position). startDecode allocates; a one-column step allocates
-//   nothing (matrix-vector products, scratch in the cache); a block of n > 1 reserves the layer's
+//   nothing (matrix-vector products, scratch in the cache); a block of n > 1 reserves the cache's
 //   product workspace for its n. Restarting a cache with the same capacity allocates nothing.
 //   forwardStep reads the weights and leaves what backward keeps untouched: a forward, decode steps,
 //   then backward give the gradients of that forward. A cache belongs to the layer that started it.
-#include <algorithm>
 #include <cmath>
 #include <string>
-#include <vector>
 
 #include "ddl/core/alias.hpp"
 #include "ddl/core/config.hpp"
@@ -65,9 +46,10 @@
 #include "ddl/core/gemm.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/rng.hpp"
-#include "ddl/core/threading.hpp"
 #include "ddl/core/token_layout.hpp"
 #include "ddl/core/types.hpp"
+#include "ddl/nn/layers/forward_mode.hpp"
+#include "ddl/nn/blocks/causal_attention_core.hpp"
 #include "ddl/nn/layers/linear.hpp"
 #include "ddl/nn/layers/rms_norm.hpp"
 #include "ddl/ops/rotary.hpp"
@@ -88,18 +70,26 @@ class CausalSelfAttention {
   explicit CausalSelfAttention(const CausalSelfAttentionConfig& cfg)
       : m_cfg(checked(cfg)), m_dh(cfg.d / cfg.heads), m_q(cfg.d, cfg.d, false), m_k(cfg.d, cfg.d, false),
         m_v(cfg.d, cfg.d, false), m_o(cfg.d, cfg.d, false), m_qNorm(m_dh, cfg.normEps), m_kNorm(m_dh, cfg.normEps),
-        m_rope(m_dh, cfg.ropeBase) {
+        m_rope(m_dh, cfg.ropeBase), m_core(m_dh) {
     m_o.weight().role = ParamRole::ResidualOutput;
   }
 
   // Draw order: q, k, v, o (torch.nn.Linear default); the norm gains are reset to 1.
   void init(Rng& rng);
 
-  // c: (d, B*T) -> out: (d, B*T), layout = sequence(B, T). Keeps views of c and its own activations
-  // for backward. out must not alias c.
+  // What backward reads of the last forward, N = B*T tokens.
+  struct Activations {
+    MatX<S> Q, K, V;          // (d, N) projections; Q, K after RoPE (the norms view them)
+    MatX<S> Qn, Kn;           // (d_h, H*N) q, k after the per-head norms (qkNorm)
+    MatX<S> A;                // (d, N) heads concatenated (W_o views it)
+    MatX<S> colMax, colInv;   // (T, B*H) per query: score maximum and 1 / Σ exp
+  };
+
+  // c: (d, B*T) -> out: (d, B*T), layout = sequence(B, T). Keeps views of c and its Activations for
+  // backward. out must not alias c.
   void forward(const Eigen::Ref<const MatX<S>>& c, const TokenLayout& layout, MatX<S>& out);
 
-  // Same out as forward, bit for bit; keeps nothing backward reads (scratch of its own).
+  // Same out as forward, bit for bit; keeps nothing backward reads (Activations of its own).
   void forwardInference(const Eigen::Ref<const MatX<S>>& c, const TokenLayout& layout, MatX<S>& out);
 
   // The keys (after RoPE and the QK norm) and values of the positions decoded so far, one sequence.
@@ -114,6 +104,7 @@ class CausalSelfAttention {
     MatX<S> q, k, v, a;  // (d, n): projections (q, k after RoPE), heads concatenated
     MatX<S> qn, kn;      // (d_h, H*n): q, k after the norms (qkNorm)
     VecX<S> p;           // (capacity): one query's probabilities
+    GemmWorkspace<S> gemm;  // the projections of a block of n > 1 positions
   };
 
   // Sizes the cache for up to `capacity` positions and empties it (allocates; later steps do not).
@@ -123,8 +114,9 @@ class CausalSelfAttention {
   // -> out (d, 1), equal (to rounding) to column t of forwardInference over positions 0..t.
   // Appends its key and value. Throws ddl::Error naming the capacity when the cache is full, and
   // ShapeError for a c of the wrong shape. c (d, n) with n > 1 takes positions length .. length+n-1
-  // at once (a prompt's prefill): out (d, n). out must not alias c or the cache.
-  void forwardStep(const Eigen::Ref<const MatX<S>>& c, DecodeCache& cache, MatX<S>& out);
+  // at once (a prompt's prefill): out (d, n). out must not alias c or the cache. Reads the layer only:
+  // callers on several threads may share it, each with its own cache.
+  void forwardStep(const Eigen::Ref<const MatX<S>>& c, DecodeCache& cache, MatX<S>& out) const;
 
   // dOut: (d, B*T) of the last forward -> dc: (d, B*T) overwritten; every parameter gradient
   // accumulates (+=). dc must not alias dOut.
@@ -150,6 +142,13 @@ class CausalSelfAttention {
   using TokenMap = Eigen::Map<const MatX<S>>;
   using TokenMapMut = Eigen::Map<MatX<S>>;
 
+  // Train keeps what backward reads (the sub-layers' forward, the softmax statistics); Infer keeps nothing.
+  using Mode = ForwardMode;  // nn/layers/forward_mode.hpp
+
+  // The one forward of forward and forwardInference, into acts.
+  void run(const char* fn, const Eigen::Ref<const MatX<S>>& c, const TokenLayout& layout, MatX<S>& out,
+           Activations& acts, Mode mode);
+
   static CausalSelfAttentionConfig checked(const CausalSelfAttentionConfig& cfg);
 
   void checkInput(const char* fn, const Eigen::Ref<const MatX<S>>& c, const TokenLayout& layout) const;
@@ -160,46 +159,11 @@ class CausalSelfAttention {
   TokenMap heads(const MatX<S>& M) const { return TokenMap(M.data(), m_dh, M.size() / m_dh); }
 
   // Y (d, n) = W X for the decode step: one column is a matrix-vector product (no workspace, no
-  // allocation); a block goes through the step's own product workspace (forward's stay as they are).
-  void stepProduct(const MatX<S>& W, const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y);
+  // allocation); a block goes through the cache's product workspace (forward's stay as they are).
+  static void stepProduct(const MatX<S>& W, const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y, GemmWorkspace<S>& gemm);
 
-  // RoPE in place on Q and K, then (qkNorm) the per-head norms into Qn, Kn (training: with caches).
-  void project(const TokenLayout& layout, MatX<S>& Q, MatX<S>& K, MatX<S>& Qn, MatX<S>& Kn, bool training);
-
-  // Query (and key) blocks of the causal products; see the header comment.
-  static constexpr Index kCausalBlock = 64;
-  static Index causalBlocks(Index T) { return (T + kCausalBlock - 1) / kCausalBlock; }
-  static Index blockBegin(Index i) { return i * kCausalBlock; }
-  static Index blockEnd(Index i, Index T) { return std::min(T, (i + 1) * kCausalBlock); }
-
-  // Per-thread scratch: one (b, h) pair's T x T probabilities and their gradient, and one product
-  // workspace per product shape and block i: scores (t1, t1 - t0, d_h) for S and dP, values
-  // (d_h, t1 - t0, t1) for o and dQ, keys (d_h, s1 - s0, T - s0) for dV and dK.
-  struct Scratch {
-    MatX<S> P, dP;
-    std::vector<GemmWorkspace<S>> scores, values, keys;
-  };
-
-  // Threads for the pair loop; scratch sized (and product buffers made) before any parallel region.
-  int prepareScratch(Index T, Index pairs, bool withGradient);
-
-  static int threadIndex();
-
-  // The probabilities of pair (b, h) into P (T, T): per query block [t0, t1) the scaled scores against
-  // keys 0 .. t1-1, then per query column t the softmax over keys s <= t; entries s > t inside the
-  // block are set to 0, entries s >= t1 are not written (no product reads them). Forward records the
-  // column maximum and 1 / Σ exp; backward (recompute) reuses them, so it repeats forward's operations
-  // on the same values.
-  void probabilities(Scratch& s, const TokenMap& Q, const TokenMap& K, Index b, Index h, Index T, S* colMax,
-                     S* colInv, bool recompute);
-
-  // A: (d, N) = heads concatenated; record keeps the softmax statistics for backward.
-  void attend(const TokenLayout& layout, const TokenMap& Q, const TokenMap& K, const MatX<S>& V, MatX<S>& A,
-              bool record);
-
-  // From m_dA: the gradients of the attention's q, k (as used: after the norms when qkNorm) into
-  // m_dQ, m_dK and of v into m_dV.
-  void attendBackward(const TokenMap& Q, const TokenMap& K);
+  // RoPE in place on a.Q and a.K, then (qkNorm) the per-head norms into a.Qn, a.Kn.
+  void project(const TokenLayout& layout, Activations& a, Mode mode);
 
   CausalSelfAttentionConfig m_cfg;
   Index m_dh;
@@ -208,15 +172,11 @@ class CausalSelfAttention {
   RotaryTable<S> m_rope;         // (d_h/2, T) cos and sin
   TokenLayout m_layout;
   bool m_hasForward = false;
-  MatX<S> m_Q, m_K, m_V;         // (d, N) projections; Q, K after RoPE (the norms view them)
-  MatX<S> m_Qn, m_Kn;            // (d_h, H*N) normalised q, k (qkNorm)
-  MatX<S> m_A;                   // (d, N) heads concatenated (W_o views it)
-  MatX<S> m_colMax, m_colInv;    // (T, B*H) per query: score maximum and 1 / Σ exp
+  Activations m_acts;            // of the last forward
+  Activations m_infer;           // of forwardInference
   MatX<S> m_dA, m_dV, m_tmp;     // (d, N) backward scratch
   MatX<S> m_dQ, m_dK;            // (d_h, H*N) backward scratch
-  MatX<S> m_iQ, m_iK, m_iV, m_iQn, m_iKn, m_iA;  // forwardInference scratch
-  std::vector<Scratch> m_scratch;  // per thread
-  GemmWorkspace<S> m_stepGemm;    // forwardStep's products over a block of n > 1 positions
+  CausalAttentionCore<S> m_core;
 };
 
 template <class S>
@@ -231,16 +191,7 @@ void CausalSelfAttention<S>::init(Rng& rng) {
 
 template <class S>
 void CausalSelfAttention<S>::forward(const Eigen::Ref<const MatX<S>>& c, const TokenLayout& layout, MatX<S>& out) {
-  const char* fn = "ddl::CausalSelfAttention::forward";
-  checkInput(fn, c, layout);
-  requireNoAlias(fn, "c", c, "out", out);
-  m_q.forward(c, m_Q);
-  m_k.forward(c, m_K);
-  m_v.forward(c, m_V);
-  project(layout, m_Q, m_K, m_Qn, m_Kn, true);
-  const bool norm = m_cfg.qkNorm;
-  attend(layout, tokens(norm ? m_Qn : m_Q), tokens(norm ? m_Kn : m_K), m_V, m_A, true);
-  m_o.forward(m_A, out);
+  run("ddl::CausalSelfAttention::forward", c, layout, out, m_acts, Mode::Train);
   m_layout = layout;
   m_hasForward = true;
 }
@@ -248,16 +199,29 @@ void CausalSelfAttention<S>::forward(const Eigen::Ref<const MatX<S>>& c, const T
 template <class S>
 void CausalSelfAttention<S>::forwardInference(const Eigen::Ref<const MatX<S>>& c, const TokenLayout& layout,
                                               MatX<S>& out) {
-  const char* fn = "ddl::CausalSelfAttention::forwardInference";
+  run("ddl::CausalSelfAttention::forwardInference", c, layout, out, m_infer, Mode::Inference);
+}
+
+template <class S>
+void CausalSelfAttention<S>::run(const char* fn, const Eigen::Ref<const MatX<S>>& c, const TokenLayout& layout,
+                                 MatX<S>& out, Activations& a, Mode mode) {
   checkInput(fn, c, layout);
   requireNoAlias(fn, "c", c, "out", out);
-  m_q.forwardInference(c, m_iQ);
-  m_k.forwardInference(c, m_iK);
-  m_v.forwardInference(c, m_iV);
-  project(layout, m_iQ, m_iK, m_iQn, m_iKn, false);
+  const auto linear = [mode](Linear<S>& layer, const Eigen::Ref<const MatX<S>>& in, MatX<S>& y) {
+    if (mode == Mode::Train)
+      layer.forward(in, y);
+    else
+      layer.forwardInference(in, y);
+  };
+  linear(m_q, c, a.Q);
+  linear(m_k, c, a.K);
+  linear(m_v, c, a.V);
+  project(layout, a, mode);
   const bool norm = m_cfg.qkNorm;
-  attend(layout, tokens(norm ? m_iQn : m_iQ), tokens(norm ? m_iKn : m_iK), m_iV, m_iA, false);
-  m_o.forwardInference(m_iA, out);
+  const bool record = mode == Mode::Train;  // the softmax statistics backward reads
+  m_core.forward(layout, tokens(norm ? a.Qn : a.Q), tokens(norm ? a.Kn : a.K), a.V, a.A, record ? &a.colMax : nullptr,
+                 record ? &a.colInv : nullptr);
+  linear(m_o, a.A, out);
 }
 
 template <class S>
@@ -283,7 +247,8 @@ void CausalSelfAttention<S>::startDecode(DecodeCache& cache, Index capacity) con
 }
 
 template <class S>
-void CausalSelfAttention<S>::forwardStep(const Eigen::Ref<const MatX<S>>& c, DecodeCache& cache, MatX<S>& out) {
+void CausalSelfAttention<S>::forwardStep(const Eigen::Ref<const MatX<S>>& c, DecodeCache& cache,
+                                         MatX<S>& out) const {
   const char* fn = "ddl::CausalSelfAttention::forwardStep";
   const Index d = m_cfg.d, H = m_cfg.heads, half = m_dh / 2;
   checkShape(fn, "c", c, d, -1);
@@ -301,9 +266,9 @@ void CausalSelfAttention<S>::forwardStep(const Eigen::Ref<const MatX<S>>& c, Dec
   requireNoAlias(fn, "cache.K", cache.K, "out", out);
   requireNoAlias(fn, "cache.V", cache.V, "out", out);
 
-  stepProduct(m_q.weight().value, c, cache.q);
-  stepProduct(m_k.weight().value, c, cache.k);
-  stepProduct(m_v.weight().value, c, cache.v);
+  stepProduct(m_q.weight().value, c, cache.q, cache.gemm);
+  stepProduct(m_k.weight().value, c, cache.k, cache.gemm);
+  stepProduct(m_v.weight().value, c, cache.v, cache.gemm);
   // RoPE at positions L .. L+n-1: applyRotary's operations with the cache's copy of its table.
   for (Index j = 0; j < n; ++j) {
     const Index t = L + j;
@@ -344,7 +309,7 @@ void CausalSelfAttention<S>::forwardStep(const Eigen::Ref<const MatX<S>>& c, Dec
       cache.a.col(j).segment(r, m_dh).noalias() = cache.V.block(r, 0, m_dh, t + 1) * p;
     }
   }
-  stepProduct(m_o.weight().value, cache.a, out);
+  stepProduct(m_o.weight().value, cache.a, out, cache.gemm);
   cache.length = L + n;
 }
 
@@ -361,12 +326,13 @@ void CausalSelfAttention<S>::backward(const Eigen::Ref<const MatX<S>>& dOut, Mat
   m_dQ.resize(m_dh, m_cfg.heads * N);
   m_dK.resize(m_dh, m_cfg.heads * N);
   m_dV.resize(m_cfg.d, N);
-  attendBackward(tokens(norm ? m_Qn : m_Q), tokens(norm ? m_Kn : m_K));
+  auto dQ = tokensMut(m_dQ), dK = tokensMut(m_dK);
+  m_core.backward(m_layout, tokens(norm ? m_acts.Qn : m_acts.Q), tokens(norm ? m_acts.Kn : m_acts.K), m_acts.V, m_dA,
+                  m_acts.colMax, m_acts.colInv, dQ, dK, m_dV);
   if (norm) {
     m_qNorm.backward(m_dQ, m_dQ);
     m_kNorm.backward(m_dK, m_dK);
   }
-  auto dQ = tokensMut(m_dQ), dK = tokensMut(m_dK);
   applyRotary(dQ, m_layout.length, m_rope, true);  // the transposed rotation
   applyRotary(dK, m_layout.length, m_rope, true);
   m_q.backward(dQ, dc);
@@ -402,172 +368,29 @@ void CausalSelfAttention<S>::checkInput(const char* fn, const Eigen::Ref<const M
 }
 
 template <class S>
-void CausalSelfAttention<S>::stepProduct(const MatX<S>& W, const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) {
+void CausalSelfAttention<S>::stepProduct(const MatX<S>& W, const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y,
+                                         GemmWorkspace<S>& gemm) {
   Y.resize(W.rows(), X.cols());
   if (X.cols() == 1)
     Y.col(0).noalias() = W * X.col(0);
   else
-    m_stepGemm.product(W, false, X, false, Y, S(1), false);
+    gemm.product(W, false, X, false, Y, S(1), false);
 }
 
 template <class S>
-void CausalSelfAttention<S>::project(const TokenLayout& layout, MatX<S>& Q, MatX<S>& K, MatX<S>& Qn, MatX<S>& Kn,
-                                     bool training) {
+void CausalSelfAttention<S>::project(const TokenLayout& layout, Activations& a, Mode mode) {
   m_rope.reserve(layout.length);
-  auto q = tokensMut(Q), k = tokensMut(K);
+  auto q = tokensMut(a.Q), k = tokensMut(a.K);
   applyRotary(q, layout.length, m_rope);
   applyRotary(k, layout.length, m_rope);
   if (!m_cfg.qkNorm) return;
-  if (training) {
-    m_qNorm.forward(heads(Q), Qn);
-    m_kNorm.forward(heads(K), Kn);
+  if (mode == Mode::Train) {
+    m_qNorm.forward(heads(a.Q), a.Qn);
+    m_kNorm.forward(heads(a.K), a.Kn);
   } else {
-    m_qNorm.forwardInference(heads(Q), Qn);
-    m_kNorm.forwardInference(heads(K), Kn);
+    m_qNorm.forwardInference(heads(a.Q), a.Qn);
+    m_kNorm.forwardInference(heads(a.K), a.Kn);
   }
-}
-
-template <class S>
-int CausalSelfAttention<S>::prepareScratch(Index T, Index pairs, bool withGradient) {
-  int threads = 1;
-#if DDL_WITH_OPENMP
-  if (pairs > 1 && pairs * T * T * m_dh >= detail::kLinearParallelMin && !omp_in_parallel())
-    threads = omp_get_max_threads();
-#else
-  (void)pairs;
-#endif
-  if (static_cast<int>(m_scratch.size()) < threads) m_scratch.resize(static_cast<std::size_t>(threads));
-  for (int i = 0; i < threads; ++i) {
-    Scratch& s = m_scratch[static_cast<std::size_t>(i)];
-    s.P.resize(T, T);
-    if (withGradient) s.dP.resize(T, T);
-    const Index nb = causalBlocks(T);
-    s.scores.resize(static_cast<std::size_t>(nb));
-    s.values.resize(static_cast<std::size_t>(nb));
-    s.keys.resize(static_cast<std::size_t>(nb));
-    for (Index i = 0; i < nb; ++i) {
-      const auto u = static_cast<std::size_t>(i);
-      const Index b0 = blockBegin(i), b1 = blockEnd(i, T);
-      s.scores[u].reserve(b1, b1 - b0, m_dh);
-      s.values[u].reserve(m_dh, b1 - b0, b1);
-      if (withGradient) s.keys[u].reserve(m_dh, b1 - b0, T - b0);
-    }
-  }
-  return threads;
-}
-
-template <class S>
-int CausalSelfAttention<S>::threadIndex() {
-#if DDL_WITH_OPENMP
-  return omp_get_thread_num();
-#else
-  return 0;
-#endif
-}
-
-template <class S>
-void CausalSelfAttention<S>::probabilities(Scratch& s, const TokenMap& Q, const TokenMap& K, Index b, Index h, Index T,
-                                           S* colMax, S* colInv, bool recompute) {
-  const auto Qb = Q.block(h * m_dh, b * T, m_dh, T);
-  const auto Kb = K.block(h * m_dh, b * T, m_dh, T);
-  const S scale = static_cast<S>(1.0 / std::sqrt(static_cast<double>(m_dh)));
-  for (Index i = 0, nb = causalBlocks(T); i < nb; ++i) {
-    const Index t0 = blockBegin(i), t1 = blockEnd(i, T);
-    s.scores[static_cast<std::size_t>(i)].product(Kb.leftCols(t1), true, Qb.middleCols(t0, t1 - t0), false,
-                                                  s.P.block(0, t0, t1, t1 - t0), scale, false);
-    for (Index t = t0; t < t1; ++t) {
-      auto p = s.P.col(t).head(t + 1).array();
-      if (recompute) {
-        p = (p - colMax[t]).exp();
-        p *= colInv[t];
-      } else {
-        const S m = p.maxCoeff();
-        p = (p - m).exp();
-        const S inv = S(1) / p.sum();
-        p *= inv;
-        if (colMax != nullptr) {
-          colMax[t] = m;
-          colInv[t] = inv;
-        }
-      }
-      s.P.col(t).segment(t + 1, t1 - t - 1).setZero();
-    }
-  }
-}
-
-template <class S>
-void CausalSelfAttention<S>::attend(const TokenLayout& layout, const TokenMap& Q, const TokenMap& K, const MatX<S>& V,
-                                    MatX<S>& A, bool record) {
-  const Index B = layout.batch, T = layout.length, H = m_cfg.heads, pairs = B * H;
-  A.resize(m_cfg.d, B * T);
-  if (record) {
-    m_colMax.resize(T, pairs);
-    m_colInv.resize(T, pairs);
-  }
-  [[maybe_unused]] const int threads = prepareScratch(T, pairs, false);  // read by the pragma
-  ParallelErrors errors;  // nothing here should throw; an escaping exception would end the process
-  DDL_OMP(parallel for schedule(static) num_threads(threads) if (threads > 1))
-  for (Index pair = 0; pair < pairs; ++pair) {
-    errors.guard([&] {
-      const Index b = pair / H, h = pair % H;
-      Scratch& s = m_scratch[static_cast<std::size_t>(threadIndex())];
-      probabilities(s, Q, K, b, h, T, record ? m_colMax.col(pair).data() : nullptr,
-                    record ? m_colInv.col(pair).data() : nullptr, false);
-      for (Index i = 0, nb = causalBlocks(T); i < nb; ++i) {  // o[:, t0:t1] = V[:, 0:t1] P[0:t1, t0:t1]
-        const Index t0 = blockBegin(i), t1 = blockEnd(i, T);
-        s.values[static_cast<std::size_t>(i)].product(V.block(h * m_dh, b * T, m_dh, t1), false,
-                                                      s.P.block(0, t0, t1, t1 - t0), false,
-                                                      A.block(h * m_dh, b * T + t0, m_dh, t1 - t0), S(1), false);
-      }
-    });
-  }
-  errors.rethrow();
-}
-
-template <class S>
-void CausalSelfAttention<S>::attendBackward(const TokenMap& Q, const TokenMap& K) {
-  const Index B = m_layout.batch, T = m_layout.length, H = m_cfg.heads, pairs = B * H;
-  const S scale = static_cast<S>(1.0 / std::sqrt(static_cast<double>(m_dh)));
-  auto dQ = tokensMut(m_dQ), dK = tokensMut(m_dK);
-  [[maybe_unused]] const int threads = prepareScratch(T, pairs, true);
-  ParallelErrors errors;
-  DDL_OMP(parallel for schedule(static) num_threads(threads) if (threads > 1))
-  for (Index pair = 0; pair < pairs; ++pair) {
-    errors.guard([&] {
-      const Index b = pair / H, h = pair % H, r = h * m_dh, c0 = b * T;
-      Scratch& s = m_scratch[static_cast<std::size_t>(threadIndex())];
-      probabilities(s, Q, K, b, h, T, m_colMax.col(pair).data(), m_colInv.col(pair).data(), true);
-      const auto dO = m_dA.block(r, c0, m_dh, T);
-      const auto Vb = m_V.block(r, c0, m_dh, T);
-      const auto Kb = K.block(r, c0, m_dh, T);
-      const auto Qb = Q.block(r, c0, m_dh, T);
-      const Index nb = causalBlocks(T);
-      for (Index i = 0; i < nb; ++i) {  // per query block [t0, t1): dP, dS, dQ over keys 0 .. t1-1
-        const auto u = static_cast<std::size_t>(i);
-        const Index t0 = blockBegin(i), t1 = blockEnd(i, T), n = t1 - t0;
-        s.scores[u].product(Vb.leftCols(t1), true, dO.middleCols(t0, n), false, s.dP.block(0, t0, t1, n), S(1),
-                            false);  // dP = Vᵀ dO
-        for (Index t = t0; t < t1; ++t) {
-          const auto p = s.P.col(t).head(t + 1).array();
-          auto g = s.dP.col(t).head(t + 1).array();
-          const S D = (p * g).sum();
-          g = p * (g - D);  // dS, the softmax's backward
-          s.dP.col(t).segment(t + 1, t1 - t - 1).setZero();
-        }
-        s.values[u].product(Kb.leftCols(t1), false, s.dP.block(0, t0, t1, n), false, dQ.block(r, c0 + t0, m_dh, n),
-                            scale, false);  // dQ = K dS
-      }
-      for (Index i = 0; i < nb; ++i) {  // per key block [s0, s1): the queries t >= s0
-        const auto u = static_cast<std::size_t>(i);
-        const Index s0 = blockBegin(i), s1 = blockEnd(i, T), n = s1 - s0, m = T - s0;
-        s.keys[u].product(dO.middleCols(s0, m), false, s.P.block(s0, s0, n, m), true,
-                          m_dV.block(r, c0 + s0, m_dh, n), S(1), false);  // dV = dO Pᵀ
-        s.keys[u].product(Qb.middleCols(s0, m), false, s.dP.block(s0, s0, n, m), true, dK.block(r, c0 + s0, m_dh, n),
-                          scale, false);  // dK = Q dSᵀ
-      }
-    });
-  }
-  errors.rethrow();
 }
 
 #if DDL_EXTERN_LAYERS  // compiled once in the library ddl::compiled (docs/building.md)

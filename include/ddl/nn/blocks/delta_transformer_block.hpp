@@ -14,6 +14,7 @@
 // mlp_delta.*.
 // The compressor's two applications keep separate caches and run backward in reverse order (docs/
 // decisions.md, "Modules applied more than once per step").
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -24,6 +25,7 @@
 #include "ddl/core/rng.hpp"
 #include "ddl/core/token_layout.hpp"
 #include "ddl/core/types.hpp"
+#include "ddl/nn/layers/forward_mode.hpp"
 #include "ddl/nn/blocks/causal_self_attention.hpp"
 #include "ddl/nn/blocks/compressor.hpp"
 #include "ddl/nn/blocks/delta_block.hpp"
@@ -72,9 +74,21 @@ class DeltaTransformerBlock {
   // its residual.
   void init(Rng& rng);
 
+  // What backward reads of one sublayer in the last forward, N = layout.tokens().
+  struct SublayerActivations {
+    typename Compressor<S>::Cache cc;       // CC's record of this sublayer's application (dv > 1)
+    typename TokenCompressor<S>::Cache tc;  // TC's
+    MatX<S> xin;  // (d, N) the compressed state (dv > 1; for dv = 1 x_in is the state itself)
+    MatX<S> c;    // (d, N) RMSNorm(x_in); the branch and the rewrite keep views of it
+    MatX<S> h;    // (d, N) the branch output
+  };
+  struct Activations {
+    SublayerActivations attn, mlp;
+    MatX<S> mid;  // (d, dv*N) the state after the attention sublayer
+  };
+
   // X: (d, dv*N) with N = layout.tokens(), layout = sequence(B, T) -> Y: (d, dv*N). Keeps views of X
-  // and of its own activations for backward: X must stay alive and unchanged until then. Y must not
-  // alias X.
+  // and its Activations for backward: X must stay alive and unchanged until then. Y must not alias X.
   void forward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y);
 
   // Same Y as forward, bit for bit; writes none of the caches backward reads.
@@ -84,18 +98,26 @@ class DeltaTransformerBlock {
   // dX must not alias dY.
   void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX);
 
-  // Incremental decoding of one sequence: the attention's keys and values of the positions so far.
-  // With the TC compressor also the last K states each sublayer's compressor read.
+  // Incremental decoding of one sequence: the attention's keys and values of the positions so far,
+  // with TC the last K states each sublayer's compressor read, and one position's scratch. The
+  // rewrites and the CC compressor are copies: their forwardInference writes the module (diagnostics,
+  // effective weights), so a decoder runs its own and shares nothing it writes with other decoders.
   struct DecodeState {
     typename CausalSelfAttention<S>::DecodeCache attention;
     typename TokenCompressor<S>::StepCache attnTc, mlpTc;
+    std::optional<DeltaResidual<S>> attnDelta, mlpDelta;  // the weights of the rewrites at startDecode
+    std::optional<Compressor<S>> compress;                // CC (dv > 1), likewise
+    typename SwiGluBranch<S>::Workspace mlp;
+    MatX<S> mid, xin, c, h;  // one position: (d, dv), (d, 1) x 3
   };
-  // Empties state for up to `capacity` positions (allocates; the steps then allocate nothing).
+  // Empties state for up to `capacity` positions and copies the rewrites' (and CC's) weights into it
+  // (allocates the first time; the first step sizes the scratch). Reads the block only.
   void startDecode(DecodeState& state, Index capacity) const;
 
   // The next position of the sequence: Xt (d, dv) its state -> Yt (d, dv), equal (to rounding) to that
-  // token's columns of forwardInference over the whole sequence so far. Touches no training cache.
-  void forwardStep(const Eigen::Ref<const MatX<S>>& Xt, DecodeState& state, MatX<S>& Yt);
+  // token's columns of forwardInference over the whole sequence so far. Reads the block only (callers
+  // on several threads may share it, each with its own state).
+  void forwardStep(const Eigen::Ref<const MatX<S>>& Xt, DecodeState& state, MatX<S>& Yt) const;
 
   template <class F>
   void visitParams(const std::string& prefix, F&& f) {
@@ -115,13 +137,12 @@ class DeltaTransformerBlock {
   const DeltaResidual<S>& mlpResidual() const { return m_mlp.delta; }
   const CausalSelfAttention<S>& attention() const { return m_attn.branch; }
   // The state between the two sublayers in the last forward: (d, dv*N).
-  const MatX<S>& middle() const { return m_mid; }
+  const MatX<S>& middle() const { return m_acts.mid; }
   Index dim() const { return m_d; }
   Index valueChannels() const { return m_dv; }
 
  private:
-  // One Delta sublayer: its norm, branch and rewrite, the compressor application it records and the
-  // activations backward reads.
+  // One Delta sublayer: its norm, branch and rewrite, and its backward scratch.
   template <class Branch>
   struct Sublayer {
     Sublayer(Index d, Index dv, const DeltaBlockOptions& opt, Branch&& b)
@@ -129,88 +150,46 @@ class DeltaTransformerBlock {
     RmsNorm<S> norm;
     Branch branch;
     DeltaResidual<S> delta;
-    typename Compressor<S>::Cache compressCache;    // CC's record of this sublayer's application
-    typename TokenCompressor<S>::Cache tcCache;     // TC's
-    MatX<S> xin, c, h;                              // forward (dv = 1: x_in is the state itself)
-    MatX<S> inferXin, inferC, inferH;               // forwardInference
-    MatX<S> dXin, dC, dH, dTmp, dXc;                // backward
+    MatX<S> dXin, dC, dH, dTmp, dXc;
   };
+
+  // Train keeps what backward reads (the modules' forward); Infer keeps nothing.
+  using Mode = ForwardMode;  // nn/layers/forward_mode.hpp
 
   static const DeltaTransformerBlockConfig& validated(const DeltaTransformerBlockConfig& cfg);
   static CausalSelfAttentionConfig attentionConfig(const DeltaTransformerBlockConfig& cfg);
 
   void checkInput(const char* fn, const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout) const;
 
-  template <class Branch>
-  void runForward(Sublayer<Branch>& s, const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
+  // The one forward of forward and forwardInference.
+  void run(const char* fn, const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y,
+           Activations& acts, Mode mode);
+
+  // One sublayer, the four steps of the header comment, every path's: compress(X, xin) (dv > 1 only),
+  // norm(x_in, c), branch(c, h), rewrite(X, x_in, c, h, Y); for dv = 1 x_in is X.
+  template <class Compress, class Norm, class BranchF, class Rewrite>
+  void sublayer(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y, MatX<S>& xin, MatX<S>& c, MatX<S>& h,
+                Compress&& compress, Norm&& norm, BranchF&& branch, Rewrite&& rewrite) const {
+    const auto rest = [&](const auto& in) {  // in is X itself (not a copy of the Ref: views bind to it)
+      norm(in, c);
+      branch(c, h);
+      rewrite(X, in, c, h, Y);
+    };
     if (m_dv == 1) {
-      s.norm.forward(X, s.c);
-      s.branch.forward(s.c, layout, s.h);
-      s.delta.forward(X, X, s.c, s.h, Y);
+      rest(X);
     } else {
-      if (m_overTokens)
-        m_tc.forward(X, layout, s.xin, s.tcCache);
-      else
-        m_compress.forward(X, s.xin, s.compressCache);
-      s.norm.forward(s.xin, s.c);
-      s.branch.forward(s.c, layout, s.h);
-      s.delta.forward(X, s.xin, s.c, s.h, Y);
+      compress(X, xin);
+      rest(xin);
     }
   }
 
   template <class Branch>
-  void runInference(Sublayer<Branch>& s, const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
-    if (m_dv == 1) {
-      s.norm.forwardInference(X, s.inferC);
-      s.branch.forwardInference(s.inferC, layout, s.inferH);
-      s.delta.forwardInference(X, X, s.inferC, s.inferH, Y);
-    } else {
-      if (m_overTokens)
-        m_tc.forwardInference(X, layout, s.inferXin);
-      else
-        m_compress.forwardInference(X, s.inferXin);
-      s.norm.forwardInference(s.inferXin, s.inferC);
-      s.branch.forwardInference(s.inferC, layout, s.inferH);
-      s.delta.forwardInference(X, s.inferXin, s.inferC, s.inferH, Y);
-    }
-  }
-
-  // One position through a sublayer with forwardInference's arithmetic; branch(c, h) computes h.
-  template <class Branch, class StepBranch>
-  void stepSublayer(Sublayer<Branch>& s, const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y,
-                    typename TokenCompressor<S>::StepCache& tc, StepBranch&& branch) {
-    if (m_dv == 1) {
-      s.norm.forwardInference(X, s.inferC);
-      branch(s.inferC, s.inferH);
-      s.delta.forwardInference(X, X, s.inferC, s.inferH, Y);
-    } else {
-      if (m_overTokens)
-        m_tc.forwardStep(X, tc, s.inferXin);
-      else
-        m_compress.forwardInference(X, s.inferXin);
-      s.norm.forwardInference(s.inferXin, s.inferC);
-      branch(s.inferC, s.inferH);
-      s.delta.forwardInference(X, s.inferXin, s.inferC, s.inferH, Y);
-    }
-  }
+  void runSublayer(Sublayer<Branch>& s, const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y,
+                   SublayerActivations& a, Mode mode);
 
   template <class Branch>
-  void runBackward(Sublayer<Branch>& s, const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) {
-    s.delta.backward(dY, dX, s.dXin, s.dC, s.dH);
-    s.branch.backward(s.dH, s.dTmp);
-    s.dC += s.dTmp;
-    s.norm.backward(s.dC, s.dTmp);
-    s.dXin += s.dTmp;
-    if (m_dv == 1) {
-      dX += s.dXin;
-    } else {
-      if (m_overTokens)
-        m_tc.backward(s.dXin, s.dXc, s.tcCache);
-      else
-        m_compress.backward(s.dXin, s.dXc, s.compressCache);
-      dX += s.dXc;
-    }
-  }
+  void runBackward(Sublayer<Branch>& s, const SublayerActivations& a, const Eigen::Ref<const MatX<S>>& dY,
+                   MatX<S>& dX);
 
   Index m_d, m_dv;
   bool m_overTokens;          // TC (dv > 1); else CC
@@ -218,8 +197,9 @@ class DeltaTransformerBlock {
   TokenCompressor<S> m_tc;    // TC, dv > 1
   Sublayer<CausalSelfAttention<S>> m_attn;
   Sublayer<SwiGluBranch<S>> m_mlp;
-  MatX<S> m_mid, m_inferMid, m_dMid;  // the state after the attention sublayer; its gradient
-  MatX<S> m_stepMid;                  // the same for one decoded position
+  Activations m_acts;   // of the last forward
+  Activations m_infer;  // of forwardInference
+  MatX<S> m_dMid;       // the gradient of the state after the attention sublayer
 };
 
 template <class S>
@@ -232,28 +212,20 @@ void DeltaTransformerBlock<S>::init(Rng& rng) {
 
 template <class S>
 void DeltaTransformerBlock<S>::forward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
-  const char* fn = "ddl::DeltaTransformerBlock::forward";
-  requireNoAlias(fn, "X", X, "Y", Y);
-  checkInput(fn, X, layout);
-  runForward(m_attn, X, layout, m_mid);
-  runForward(m_mlp, m_mid, layout, Y);
+  run("ddl::DeltaTransformerBlock::forward", X, layout, Y, m_acts, Mode::Train);
 }
 
 template <class S>
 void DeltaTransformerBlock<S>::forwardInference(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout,
                                                 MatX<S>& Y) {
-  const char* fn = "ddl::DeltaTransformerBlock::forwardInference";
-  requireNoAlias(fn, "X", X, "Y", Y);
-  checkInput(fn, X, layout);
-  runInference(m_attn, X, layout, m_inferMid);
-  runInference(m_mlp, m_inferMid, layout, Y);
+  run("ddl::DeltaTransformerBlock::forwardInference", X, layout, Y, m_infer, Mode::Inference);
 }
 
 template <class S>
 void DeltaTransformerBlock<S>::backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) {
   requireNoAlias("ddl::DeltaTransformerBlock::backward", "dY", dY, "dX", dX);
-  runBackward(m_mlp, dY, m_dMid);
-  runBackward(m_attn, m_dMid, dX);
+  runBackward(m_mlp, m_acts.mlp, dY, m_dMid);
+  runBackward(m_attn, m_acts.attn, m_dMid, dX);
 }
 
 template <class S>
@@ -262,19 +234,96 @@ void DeltaTransformerBlock<S>::startDecode(DecodeState& state, Index capacity) c
   if (m_overTokens) {
     m_tc.startStep(state.attnTc);
     m_tc.startStep(state.mlpTc);
+  } else if (m_dv > 1) {
+    state.compress = m_compress;
+  }
+  for (auto* p : {&state.attnDelta, &state.mlpDelta}) {
+    const DeltaResidual<S>& src = p == &state.attnDelta ? m_attn.delta : m_mlp.delta;
+    if (!*p) p->emplace(m_d, m_dv, src.options());
+    assignParams(**p, const_cast<DeltaResidual<S>&>(src));  // the walk has no const form; it only reads src
   }
 }
 
 template <class S>
-void DeltaTransformerBlock<S>::forwardStep(const Eigen::Ref<const MatX<S>>& Xt, DecodeState& state, MatX<S>& Yt) {
+void DeltaTransformerBlock<S>::forwardStep(const Eigen::Ref<const MatX<S>>& Xt, DecodeState& st, MatX<S>& Yt) const {
   const char* fn = "ddl::DeltaTransformerBlock::forwardStep";
   checkShape(fn, "Xt", Xt, m_d, m_dv);
   requireNoAlias(fn, "Xt", Xt, "Yt", Yt);
-  stepSublayer(m_attn, Xt, m_stepMid, state.attnTc,
-               [&](const MatX<S>& c, MatX<S>& h) { m_attn.branch.forwardStep(c, state.attention, h); });
+  if (!st.attnDelta || !st.mlpDelta || (m_dv > 1 && !m_overTokens && !st.compress))
+    throw Error(message(fn, "call startDecode first"));
+  const auto compress = [&](typename TokenCompressor<S>::StepCache& tc) {
+    return [&](const Eigen::Ref<const MatX<S>>& X, MatX<S>& xin) {
+      if (m_overTokens)
+        m_tc.forwardStep(X, tc, xin);
+      else
+        st.compress->forwardInference(X, xin);
+    };
+  };
+  const auto rewrite = [](DeltaResidual<S>& r) {
+    return [&r](const auto& X, const auto& in, const MatX<S>& c, const MatX<S>& h, MatX<S>& Y) {
+      r.forwardInference(X, in, c, h, Y);
+    };
+  };
+  sublayer(Xt, st.mid, st.xin, st.c, st.h, compress(st.attnTc),
+           [&](const auto& in, MatX<S>& c) { m_attn.norm.forwardInference(in, c); },
+           [&](const MatX<S>& c, MatX<S>& h) { m_attn.branch.forwardStep(c, st.attention, h); },
+           rewrite(*st.attnDelta));
   const TokenLayout one = TokenLayout::sequence(1, 1);
-  stepSublayer(m_mlp, m_stepMid, Yt, state.mlpTc,
-               [&](const MatX<S>& c, MatX<S>& h) { m_mlp.branch.forwardInference(c, one, h); });
+  sublayer(st.mid, Yt, st.xin, st.c, st.h, compress(st.mlpTc),
+           [&](const auto& in, MatX<S>& c) { m_mlp.norm.forwardInference(in, c); },
+           [&](const MatX<S>& c, MatX<S>& h) { m_mlp.branch.forwardInference(c, one, h, st.mlp); },
+           rewrite(*st.mlpDelta));
+}
+
+template <class S>
+void DeltaTransformerBlock<S>::run(const char* fn, const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout,
+                                   MatX<S>& Y, Activations& acts, Mode mode) {
+  requireNoAlias(fn, "X", X, "Y", Y);
+  checkInput(fn, X, layout);
+  runSublayer(m_attn, X, layout, acts.mid, acts.attn, mode);
+  runSublayer(m_mlp, acts.mid, layout, Y, acts.mlp, mode);
+}
+
+template <class S>
+template <class Branch>
+void DeltaTransformerBlock<S>::runSublayer(Sublayer<Branch>& s, const Eigen::Ref<const MatX<S>>& X,
+                                           const TokenLayout& layout, MatX<S>& Y, SublayerActivations& a, Mode mode) {
+  const bool train = mode == Mode::Train;
+  sublayer(
+      X, Y, a.xin, a.c, a.h,
+      [&](const Eigen::Ref<const MatX<S>>& x, MatX<S>& xin) {
+        if (m_overTokens)
+          train ? m_tc.forward(x, layout, xin, a.tc) : m_tc.forwardInference(x, layout, xin);
+        else
+          train ? m_compress.forward(x, xin, a.cc) : m_compress.forwardInference(x, xin);
+      },
+      [&](const auto& in, MatX<S>& c) { train ? s.norm.forward(in, c) : s.norm.forwardInference(in, c); },
+      [&](const MatX<S>& c, MatX<S>& h) {
+        train ? s.branch.forward(c, layout, h) : s.branch.forwardInference(c, layout, h);
+      },
+      [&](const auto& x, const auto& in, const MatX<S>& c, const MatX<S>& h, MatX<S>& y) {
+        train ? s.delta.forward(x, in, c, h, y) : s.delta.forwardInference(x, in, c, h, y);
+      });
+}
+
+template <class S>
+template <class Branch>
+void DeltaTransformerBlock<S>::runBackward(Sublayer<Branch>& s, const SublayerActivations& a,
+                                           const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) {
+  s.delta.backward(dY, dX, s.dXin, s.dC, s.dH);
+  s.branch.backward(s.dH, s.dTmp);
+  s.dC += s.dTmp;
+  s.norm.backward(s.dC, s.dTmp);
+  s.dXin += s.dTmp;
+  if (m_dv == 1) {
+    dX += s.dXin;
+  } else {
+    if (m_overTokens)
+      m_tc.backward(s.dXin, s.dXc, a.tc);
+    else
+      m_compress.backward(s.dXin, s.dXc, a.cc);
+    dX += s.dXc;
+  }
 }
 
 template <class S>

@@ -13,6 +13,7 @@
 // Parameter names under the block (PyTorch shapes): mlp.fc1.weight [hidden, d] (W1, through silu),
 // mlp.fc2.weight [d, hidden] (W2, output), mlp.fc3.weight [hidden, d] (W3, the gate's partner).
 #include <string>
+#include <type_traits>
 
 #include "ddl/core/alias.hpp"
 #include "ddl/core/config.hpp"
@@ -46,12 +47,29 @@ class SwiGluBranch {
   // Draw order: fc1, fc2, fc3 (torch.nn.Linear default, U(±1/sqrt(fan_in))).
   void init(Rng& rng);
 
+  // What backward reads of the last forward (N tokens).
+  struct Activations {
+    MatX<S> a;  // (hidden, N) W1 c
+    MatX<S> b;  // (hidden, N) W3 c
+    MatX<S> m;  // (hidden, N) silu(a) ⊙ b; fc2 keeps a view of it
+  };
+
+  // Scratch of one inference caller: the gate is applied in place, so m is a.
+  struct Workspace {
+    MatX<S> a, b;                                // (hidden, N)
+    typename Linear<S>::Workspace fc1, fc2, fc3;  // one per layer: each keeps its product shape
+  };
+
   // C: (d, N) -> H: (d, N); N == layout.tokens(). Keeps a view of C (C must stay alive and unchanged
-  // until backward) and its own a, b, m. H must not alias C.
+  // until backward) and its Activations. H must not alias C.
   void forward(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H);
 
-  // Same H as forward, bit for bit; caches nothing (two hidden scratches, the gate applied in place).
+  // Same H as forward, bit for bit; caches nothing.
   void forwardInference(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H);
+
+  // The same with the caller's scratch: reads the branch only (callers on several threads may share it).
+  void forwardInference(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H,
+                        Workspace& ws) const;
 
   // dH: (d, N) of the last forward -> dC: (d, N) overwritten; dW1, dW2, dW3 accumulate.
   void backward(const Eigen::Ref<const MatX<S>>& dH, MatX<S>& dC);
@@ -74,6 +92,12 @@ class SwiGluBranch {
 
   void checkInput(const char* fn, const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout) const;
 
+  // The one forward: on a mutable branch with its Activations (training: the Linears keep views for
+  // backward), on a const one with a caller's Workspace (inference: nothing is kept).
+  template <class Self, class Store>
+  static void run(Self& self, const char* fn, const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout,
+                  MatX<S>& H, Store& st);
+
   // M = silu(A) ⊙ B, all (hidden, N); M may be A. One expression for forward and forwardInference,
   // so both give the same bits; columns are independent, so any split over threads does too.
   static void gate(const MatX<S>& A, const MatX<S>& B, MatX<S>& M);
@@ -95,9 +119,9 @@ class SwiGluBranch {
   Index m_d, m_hidden;
   Linear<S> m_fc1, m_fc2, m_fc3;
   Index m_N = -1;               // tokens of the last forward
-  MatX<S> m_a, m_b, m_m;        // (hidden, N) of the last forward: W1 c, W3 c, silu(a) ⊙ b (fc2 views m)
+  Activations m_acts;           // of the last forward
   MatX<S> m_dA, m_dB, m_dC3;    // backward scratch: dm then da, db, W3ᵀ db
-  MatX<S> m_inferA, m_inferB;   // (hidden, N) scratch of forwardInference
+  Workspace m_infer;            // forwardInference without a Workspace
 };
 
 template <class S>
@@ -109,22 +133,38 @@ void SwiGluBranch<S>::init(Rng& rng) {
 
 template <class S>
 void SwiGluBranch<S>::forward(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H) {
-  checkInput("ddl::SwiGluBranch::forward", C, layout);
-  requireNoAlias("ddl::SwiGluBranch::forward", "C", C, "H", H);  // fc1 and fc3 keep views of C
-  m_fc1.forward(C, m_a);
-  m_fc3.forward(C, m_b);
-  gate(m_a, m_b, m_m);
-  m_fc2.forward(m_m, H);
+  run(*this, "ddl::SwiGluBranch::forward", C, layout, H, m_acts);
   m_N = C.cols();
 }
 
 template <class S>
 void SwiGluBranch<S>::forwardInference(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H) {
-  checkInput("ddl::SwiGluBranch::forwardInference", C, layout);
-  m_fc1.forwardInference(C, m_inferA);
-  m_fc3.forwardInference(C, m_inferB);
-  gate(m_inferA, m_inferB, m_inferA);
-  m_fc2.forwardInference(m_inferA, H);
+  forwardInference(C, layout, H, m_infer);
+}
+
+template <class S>
+void SwiGluBranch<S>::forwardInference(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H,
+                                       Workspace& ws) const {
+  run(*this, "ddl::SwiGluBranch::forwardInference", C, layout, H, ws);
+}
+
+template <class S>
+template <class Self, class Store>
+void SwiGluBranch<S>::run(Self& self, const char* fn, const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout,
+                          MatX<S>& H, Store& st) {
+  self.checkInput(fn, C, layout);
+  if constexpr (std::is_const<Self>::value) {
+    self.m_fc1.forwardInference(C, st.a, st.fc1);
+    self.m_fc3.forwardInference(C, st.b, st.fc3);
+    gate(st.a, st.b, st.a);
+    self.m_fc2.forwardInference(st.a, H, st.fc2);
+  } else {
+    requireNoAlias(fn, "C", C, "H", H);  // fc1 and fc3 keep views of C
+    self.m_fc1.forward(C, st.a);
+    self.m_fc3.forward(C, st.b);
+    gate(st.a, st.b, st.m);
+    self.m_fc2.forward(st.m, H);
+  }
 }
 
 template <class S>
@@ -135,7 +175,7 @@ void SwiGluBranch<S>::backward(const Eigen::Ref<const MatX<S>>& dH, MatX<S>& dC)
   m_fc2.backward(dH, m_dA);  // dm, turned into da in place below
   m_dB.resize(m_hidden, m_N);
   detail::forColumnRanges(m_hidden, m_N, [&](Index j0, Index n) {
-    gateBackwardRange(m_a.middleCols(j0, n), m_b.middleCols(j0, n), m_dA.middleCols(j0, n),
+    gateBackwardRange(m_acts.a.middleCols(j0, n), m_acts.b.middleCols(j0, n), m_dA.middleCols(j0, n),
                       m_dB.middleCols(j0, n));
   });
   m_fc1.backward(m_dA, dC);

@@ -19,7 +19,7 @@
 // Decoding (one sequence, one token per call): StepCache keeps the last K states of the sequence; a
 // block whose two sublayers share one TC keeps one StepCache per sublayer (they read different states).
 // The conv's weight, the argument checks, the decoding ring, the effective weights' gather and the sums
-// G_j are its StateConv's (StateKernel, nn/layers/state_conv.hpp).
+// G_j are its StateConv's (StateKernel, nn/layers/state_kernel.hpp).
 #include <string>
 #include <vector>
 

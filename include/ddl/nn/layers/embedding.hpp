@@ -47,8 +47,9 @@ class Embedding {
   // leaves out and the state for backward as they were. out must not be the weight.
   void forward(const std::vector<int>& ids, MatX<S>& out);
 
-  // Same out as forward, bit for bit; keeps nothing, so backward still refers to the last forward.
-  void forwardInference(const std::vector<int>& ids, MatX<S>& out);
+  // Same out as forward, bit for bit; keeps nothing, so backward still refers to the last forward, and
+  // reads the layer only (callers on several threads may share it).
+  void forwardInference(const std::vector<int>& ids, MatX<S>& out) const;
 
   // dOut: (d, N) of the last forward; the weight gradient accumulates (+=), position by position
   // in order, so a repeated id sums its columns in the same order on every run.
@@ -86,7 +87,7 @@ void Embedding<S>::forward(const std::vector<int>& ids, MatX<S>& out) {
 }
 
 template <class S>
-void Embedding<S>::forwardInference(const std::vector<int>& ids, MatX<S>& out) {
+void Embedding<S>::forwardInference(const std::vector<int>& ids, MatX<S>& out) const {
   checkIds("ddl::Embedding::forwardInference", ids);
   requireNoAlias("ddl::Embedding::forwardInference", "the weight", m_W.value, "out", out);
   gather(ids, out);

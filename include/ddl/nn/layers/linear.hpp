@@ -102,6 +102,18 @@ class Linear {
   // Allocates nothing once Y has its shape (the product workspaces persist). Y must not alias X.
   void forwardInference(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y);
 
+  // Product workspaces of one caller, one per task (sized by apply before any parallel region).
+  using Workspace = std::vector<GemmWorkspace<S>>;
+
+  // The same Y with the caller's workspaces: reads the layer only, so callers on several threads
+  // may share one layer, each with its own Workspace.
+  void forwardInference(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y, Workspace& ws) const;
+
+  // Y (out, B) = W X (+ b 1ᵀ when b is given) by forward's product code, so a matrix that is not a
+  // Linear's own (a tied head's embedding) gives the bits a Linear holding it would. W: (out, in),
+  // b: (out, 1), X: (in, B); Y must not alias X or W.
+  static void apply(const MatX<S>& W, const MatX<S>* b, const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y, Workspace& ws);
+
   // dY: (out, B) of the last forward -> dX: (in, B) overwritten; dW, db accumulate (+=).
   // dX must not alias dY.
   void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) { backward(dY, dX, m_cache); }
@@ -141,12 +153,10 @@ class Linear {
   // out = 1: dw += dY Xᵀ and db += Σ dY, each one reduction on one thread.
   void accumulateSingleOutputGrads(const Eigen::Ref<const MatX<S>>& dY, const Cache& cache);
 
-  void runForward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y);
-
   // dW += dY Xᵀ and db += dY 1 on row range `part` of `parts` (out is split, so parts never overlap).
   void accumulateParamGrads(const Eigen::Ref<const MatX<S>>& dY, const Cache& cache, int part, int parts);
 
-  // One workspace per task and product, made before any parallel region (tasks <= 2 ceil(threads/2)).
+  // One backward workspace per task and product, made before any parallel region (tasks <= 2 ceil(threads/2)).
   void reserveWorkspaces();
 
   Index m_in, m_out;
@@ -154,7 +164,7 @@ class Linear {
   Param<S> m_W, m_b;
   Cache m_cache;  // the application of forward(X, Y) without a Cache
   VecX<SumType<S>> m_dbWide;  // (out) the bias gradient's sums over tokens, in double
-  std::vector<GemmWorkspace<S>> m_gemmForward, m_gemmWeight, m_gemmInput;  // per task: Y, dW rows, dX
+  Workspace m_gemmForward, m_gemmWeight, m_gemmInput;  // per task: Y, dW rows, dX
 };
 
 template <class S>
@@ -163,14 +173,19 @@ void Linear<S>::forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y, Cache& c
   requireNoAlias("ddl::Linear::forward", "X", X, "Y", Y);
   cache.X.bind(X);
   cache.valid = true;
-  runForward(X, Y);
+  apply(m_W.value, m_hasBias ? &m_b.value : nullptr, X, Y, m_gemmForward);
 }
 
 template <class S>
 void Linear<S>::forwardInference(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) {
+  forwardInference(X, Y, m_gemmForward);
+}
+
+template <class S>
+void Linear<S>::forwardInference(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y, Workspace& ws) const {
   checkShape("ddl::Linear::forwardInference", "X", X, m_in, -1);
   requireNoAlias("ddl::Linear::forwardInference", "X", X, "Y", Y);
-  runForward(X, Y);
+  apply(m_W.value, m_hasBias ? &m_b.value : nullptr, X, Y, ws);
 }
 
 template <class S>
@@ -235,22 +250,27 @@ void Linear<S>::accumulateSingleOutputGrads(const Eigen::Ref<const MatX<S>>& dY,
 }
 
 template <class S>
-void Linear<S>::runForward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y) {
-  const Index B = X.cols();
-  Y.resize(m_out, B);
-  if (m_out == 1) {
+void Linear<S>::apply(const MatX<S>& W, const MatX<S>* b, const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y,
+                      Workspace& ws) {
+  const Index B = X.cols(), in = W.cols(), out = W.rows();
+  if (X.rows() != in || (b != nullptr && b->rows() != out))
+    throw ShapeError(message("ddl::Linear::apply", "W is ", shapeOf(W), ", b is ", b ? shapeOf(*b) : std::string("none"),
+                             " and X is ", shapeOf(X), ": shapes do not chain"));
+  Y.resize(out, B);
+  if (out == 1) {
     Eigen::Map<RowX<S>> y(Y.data(), B);
-    y.noalias() = m_W.value * X;
-    if (m_hasBias) y.array() += m_b.value(0, 0);
+    y.noalias() = W * X;
+    if (b != nullptr) y.array() += (*b)(0, 0);
     return;
   }
-  reserveWorkspaces();
+  const std::size_t tasks = static_cast<std::size_t>(2 * ((numThreads() + 1) / 2));
+  if (ws.size() < tasks) ws.resize(tasks);
   // One task per thread, each a column range of Y.
-  detail::runProductTasks(m_in * m_out * B, [](int threads) { return threads; }, [&](int t, int tasks) {
-    const Index j0 = detail::partBegin(B, t, tasks), n = detail::partBegin(B, t + 1, tasks) - j0;
+  detail::runProductTasks(in * out * B, [](int threads) { return threads; }, [&](int t, int parts) {
+    const Index j0 = detail::partBegin(B, t, parts), n = detail::partBegin(B, t + 1, parts) - j0;
     auto Yj = Y.middleCols(j0, n);
-    m_gemmForward[t].product(m_W.value, false, X.middleCols(j0, n), false, Yj, S(1), false);
-    if (m_hasBias) Yj.colwise() += m_b.value.col(0);
+    ws[static_cast<std::size_t>(t)].product(W, false, X.middleCols(j0, n), false, Yj, S(1), false);
+    if (b != nullptr) Yj.colwise() += b->col(0);
   });
 }
 
@@ -273,11 +293,8 @@ template <class S>
 void Linear<S>::reserveWorkspaces() {
   if (m_hasBias && m_dbWide.size() != m_out) m_dbWide.resize(m_out);
   const std::size_t tasks = static_cast<std::size_t>(2 * ((numThreads() + 1) / 2));
-  if (m_gemmForward.size() < tasks) {
-    m_gemmForward.resize(tasks);
-    m_gemmWeight.resize(tasks);
-    m_gemmInput.resize(tasks);
-  }
+  for (Workspace* ws : {&m_gemmWeight, &m_gemmInput})  // forward's are sized by apply
+    if (ws->size() < tasks) ws->resize(tasks);
 }
 
 #if DDL_EXTERN_LAYERS  // compiled once in the library ddl::compiled (docs/building.md)

@@ -13,7 +13,10 @@
 // rule reads each parameter's declared role (core/param.hpp ParamRole), not its name.
 //
 // Tied head: the head's matrix is refreshed from E before every forward and its gradient is folded into
-// E's after backward (a V x d copy per step), so the head is one Linear for both choices.
+// E's after backward (a V x d copy per step), so the head is one Linear for both choices. Decoding
+// (nn/models/lm_decoder.hpp) reads E itself through the head's product code instead: the same bits.
+// One forward: forward and forwardInference are one run() in two modes; the input expansion and the
+// readout are chosen in one place each (input(), readout()), which the decoder's step uses too.
 // Parameter names: embed.weight, expand.weight (EC), blocks.<l>.* (nn/blocks/delta_transformer_block.hpp),
 // readout.* (dv > 1), norm.weight, head.weight (untied only).
 #include <algorithm>
@@ -29,6 +32,7 @@
 #include "ddl/core/rng.hpp"
 #include "ddl/core/token_batch.hpp"
 #include "ddl/core/types.hpp"
+#include "ddl/nn/layers/forward_mode.hpp"
 #include "ddl/nn/blocks/compressor.hpp"
 #include "ddl/nn/models/delta_lm_config.hpp"
 #include "ddl/nn/blocks/delta_transformer_block.hpp"
@@ -39,15 +43,9 @@
 #include "ddl/nn/layers/rms_norm.hpp"
 #include "ddl/nn/layers/state_conv.hpp"
 #include "ddl/nn/blocks/token_compressor.hpp"
+#include "ddl/nn/models/lm_decoder.hpp"
 
 namespace ddl {
-
-// How DeltaLM::generate draws each token, as named fields (C++17: set them one by one).
-struct SampleOptions {
-  double temperature = 1.0;  // softmax(logits / temperature); finite and > 0
-  Index topK = 0;            // draw among the topK largest logits; 0 means all (the vocabulary)
-  std::uint64_t seed = 0;    // Rng(seed): the same options give the same tokens
-};
 
 template <class S>
 class DeltaLM {
@@ -57,45 +55,33 @@ class DeltaLM {
   // Re-initialises every parameter as a new model of this configuration and seed and clears the gradients.
   void init(std::uint64_t seed);
 
+  // What backward reads of the last forward, N = B*T.
+  struct Activations {
+    std::vector<MatX<S>> states;  // (d, dv*N): states[l] the input of block l, back() the last output
+                                  // (forwardInference: two, used in turn)
+    MatX<S> x;    // (d, N) the embedding (dv > 1; for dv = 1 it is states[0])
+    MatX<S> xin;  // (d, N) the readout of the last state (dv > 1)
+    MatX<S> z;    // (d, N) the final norm's output; the head keeps a view of it
+  };
+
   // batch: B sequences of T <= context ids -> logits: (vocab, B*T). Every id is checked first (an id
   // outside [0, vocab) throws ValueError naming its position). Keeps a copy of the ids and the
-  // activations backward reads.
+  // Activations backward reads.
   void forward(const TokenBatch& batch, MatX<S>& logits);
 
-  // Same logits as forward, bit for bit; writes none of the caches backward reads (two states used in turn).
+  // Same logits as forward, bit for bit; writes none of the caches backward reads.
   void forwardInference(const TokenBatch& batch, MatX<S>& logits);
 
   // dLogits: (vocab, B*T) of the last forward -> every parameter's gradient accumulates.
   void backward(const MatX<S>& dLogits);
 
-  // Samples n tokens after prompt and returns them (prompt not included). Each token is drawn from
-  // softmax(logits / temperature) restricted to the topK largest logits, with Rng(seed): the same
-  // arguments give the same text. Decoding is incremental (startDecode / decodeStep); when the context
-  // is full it restarts from the newest half of it, so every token is predicted from between
-  // context/2 and context tokens before it. Throws ValueError
-  // for an empty prompt or one longer than the context, an id outside [0, vocab), n < 0, a temperature
-  // that is not finite and > 0, or topK outside [1, vocab], before anything is computed.
-  std::vector<int> generate(const std::vector<int>& prompt, Index n, double temperature, Index topK, std::uint64_t seed);
-  // The same with named options: generate(prompt, n, options.temperature, options.topK or vocab, options.seed).
-  std::vector<int> generate(const std::vector<int>& prompt, Index n, const SampleOptions& options = SampleOptions()) {
-    return generate(prompt, n, options.temperature, options.topK == 0 ? m_cfg.vocab : options.topK, options.seed);
-  }
-
-  // Incremental decoding of one sequence (docs/spec.md §8, "Generation"): per block the attention's
-  // keys and values of the positions so far, so a new position costs O(t d) attention and the
-  // per-token layers instead of a forward over the whole prefix.
-  struct DecodeState {
-    std::vector<typename DeltaTransformerBlock<S>::DecodeState> blocks;
-    typename ConvExpansion<S>::StepCache expand;      // EC's last K embeddings
-    typename TokenCompressor<S>::StepCache readout;   // TC's last K states
-    Index length = 0, capacity = 0;
-  };
-  // Empties state for up to `capacity` positions (1 .. context). The weights must not change until
-  // the last decodeStep of this state.
-  void startDecode(DecodeState& state, Index capacity);
-  // Appends token id at position state.length -> logits (vocab, 1) of the next token, equal (to
-  // rounding) to that position's column of forwardInference over the sequence so far.
-  void decodeStep(int id, DecodeState& state, MatX<S>& logits);
+  // Samples n tokens after prompt with a decoder of its own (LmDecoder::generate, nn/models/lm_decoder.hpp)
+  // and returns them (prompt not included). Reads the model only: threads may generate from one model
+  // at once.
+  std::vector<int> generate(const std::vector<int>& prompt, Index n, double temperature, Index topK,
+                            std::uint64_t seed) const;
+  // The same with named options (SampleOptions, nn/models/lm_decoder.hpp).
+  std::vector<int> generate(const std::vector<int>& prompt, Index n, const SampleOptions& options = SampleOptions()) const;
 
   template <class F>
   void visitParams(const std::string& prefix, F&& f) {
@@ -115,7 +101,7 @@ class DeltaLM {
   Index vocabulary() const { return m_cfg.vocab; }
   const std::vector<DeltaTransformerBlock<S>>& blocks() const { return m_blocks; }
   // States of the last forward: states()[l] is the input of block l, back() the last block's output.
-  const std::vector<MatX<S>>& states() const { return m_states; }
+  const std::vector<MatX<S>>& states() const { return m_acts.states; }
 
   // The Delta sublayers, two per block (the gate audit, diag/gated_sublayers.hpp): sublayer 2l is the
   // attention of block l, 2l + 1 its SwiGLU. Input and output are the states of the last forward
@@ -127,11 +113,11 @@ class DeltaLM {
   }
   const MatX<S>& sublayerInput(std::size_t i) const {
     const std::size_t l = checkedSublayer(i) / 2;
-    return i % 2 == 0 ? m_states[l] : m_blocks[l].middle();
+    return i % 2 == 0 ? m_acts.states[l] : m_blocks[l].middle();
   }
   const MatX<S>& sublayerOutput(std::size_t i) const {
     const std::size_t l = checkedSublayer(i) / 2;
-    return i % 2 == 0 ? m_blocks[l].middle() : m_states[l + 1];
+    return i % 2 == 0 ? m_blocks[l].middle() : m_acts.states[l + 1];
   }
   Index sublayerBlock(std::size_t i) const { return static_cast<Index>(checkedSublayer(i) / 2); }
   Index sublayerStage(std::size_t i) const { return static_cast<Index>(checkedSublayer(i) % 2); }  // 0 attn, 1 mlp
@@ -160,26 +146,42 @@ class DeltaLM {
     return batch.layout;
   }
 
-  // One draw from softmax(z / temperature) over the topK largest z (ties: the lower id first), in double.
-  int sampleToken(const Eigen::Ref<const VecX<S>>& z, double temperature, Index topK, Rng& rng) {
-    const Index V = z.size();
-    m_order.resize(static_cast<std::size_t>(V));
-    for (Index i = 0; i < V; ++i) m_order[static_cast<std::size_t>(i)] = static_cast<int>(i);
-    const auto larger = [&z](int a, int b) { return z(a) > z(b) || (z(a) == z(b) && a < b); };
-    std::partial_sort(m_order.begin(), m_order.begin() + topK, m_order.end(), larger);
-    const double top = static_cast<double>(z(m_order[0]));
-    double total = 0.0;
-    m_weights.resize(static_cast<std::size_t>(topK));
-    for (Index i = 0; i < topK; ++i) {
-      m_weights[static_cast<std::size_t>(i)] = std::exp((static_cast<double>(z(m_order[static_cast<std::size_t>(i)])) - top) / temperature);
-      total += m_weights[static_cast<std::size_t>(i)];
+  friend class LmDecoder<S>;
+
+  // Train keeps what backward reads (the modules' forward); Infer keeps nothing.
+  using Mode = ForwardMode;  // nn/layers/forward_mode.hpp
+
+  // The one forward of forward and forwardInference.
+  void run(const char* fn, const TokenBatch& batch, MatX<S>& logits, Activations& acts, Mode mode);
+
+  // The input, the one place that picks dv = 1 (X0 = x) / repeat / EC: embed(x) writes the embedding,
+  // repeat(x, X0) and ec(x, X0) expand it (a path's calls of m_expand, m_convExpand). x, X0 as Activations.
+  template <class Embed, class Repeat, class Ec>
+  void input(MatX<S>& x, MatX<S>& X0, Embed&& embed, Repeat&& repeat, Ec&& ec) const {
+    if (m_cfg.dv == 1) {
+      embed(X0);
+      return;
     }
-    double u = rng.uniform() * total;
-    for (Index i = 0; i + 1 < topK; ++i) {
-      u -= m_weights[static_cast<std::size_t>(i)];
-      if (u < 0) return m_order[static_cast<std::size_t>(i)];
+    embed(x);
+    if (m_ec)
+      ec(x, X0);
+    else
+      repeat(x, X0);
+  }
+
+  // The readout, the one place that picks dv = 1 (none) / CC / TC: cc(X, xin) or tc(X, xin) reads the
+  // last state X, norm(in, z) is the final norm (a path's calls of m_readout, m_tcReadout, m_norm).
+  template <class Cc, class Tc, class Norm>
+  void readout(const MatX<S>& X, MatX<S>& xin, MatX<S>& z, Cc&& cc, Tc&& tc, Norm&& norm) const {
+    if (m_cfg.dv == 1) {
+      norm(X, z);
+      return;
     }
-    return m_order[static_cast<std::size_t>(topK - 1)];
+    if (m_overTokens)
+      tc(X, xin);
+    else
+      cc(X, xin);
+    norm(xin, z);
   }
 
   void refreshTiedHead() {
@@ -219,15 +221,9 @@ class DeltaLM {
   Linear<S> m_head;
   TokenLayout m_layout;
   bool m_hasForward = false;
-  std::vector<MatX<S>> m_states;  // m_states[l] is the input of block l; back() the last output
-  MatX<S> m_x, m_xin, m_z;
+  Activations m_acts;   // of the last forward
+  Activations m_infer;  // of forwardInference
   MatX<S> m_dz, m_dA, m_dB, m_dx;
-  MatX<S> m_inferX, m_inferA, m_inferB, m_inferZ;
-  std::vector<int> m_order;       // sampling scratch
-  DecodeState m_decode;           // generate's
-  std::vector<int> m_stepIds;
-  MatX<S> m_stepX, m_stepA, m_stepB, m_stepZ, m_stepLogits;
-  std::vector<double> m_weights;
 };
 
 template <class S>
@@ -241,7 +237,8 @@ DeltaLM<S>::DeltaLM(const DeltaLMConfig& config, std::uint64_t seed)
       m_head(config.d, config.vocab, /*bias=*/false) {
   m_blocks.reserve(static_cast<std::size_t>(config.depth));
   for (Index i = 0; i < config.depth; ++i) m_blocks.emplace_back(config.blockConfig());
-  m_states.resize(static_cast<std::size_t>(config.depth) + 1);
+  m_acts.states.resize(static_cast<std::size_t>(config.depth) + 1);
+  m_infer.states.resize(2);
   initialize(seed);
 }
 
@@ -253,62 +250,58 @@ void DeltaLM<S>::init(std::uint64_t seed) {
 
 template <class S>
 void DeltaLM<S>::forward(const TokenBatch& batch, MatX<S>& logits) {
-  const TokenLayout layout = checkBatch("ddl::DeltaLM::forward", batch);
-  m_layout = layout;
-  if (m_cfg.dv == 1) {
-    m_embed.forward(batch.ids, m_states[0]);
-  } else {
-    m_embed.forward(batch.ids, m_x);
-    if (m_ec)
-      m_convExpand.forward(m_x, layout, m_states[0]);
-    else
-      m_expand.forward(m_x, m_states[0]);
-  }
-  for (std::size_t i = 0; i < m_blocks.size(); ++i) m_blocks[i].forward(m_states[i], layout, m_states[i + 1]);
-  const MatX<S>& last = m_states.back();
-  if (m_cfg.dv == 1) {
-    m_norm.forward(last, m_z);
-  } else {
-    if (m_overTokens)
-      m_tcReadout.forward(last, layout, m_xin);
-    else
-      m_readout.forward(last, m_xin);
-    m_norm.forward(m_xin, m_z);
-  }
-  refreshTiedHead();
-  m_head.forward(m_z, logits);
-  m_hasForward = true;
+  run("ddl::DeltaLM::forward", batch, logits, m_acts, Mode::Train);
 }
 
 template <class S>
 void DeltaLM<S>::forwardInference(const TokenBatch& batch, MatX<S>& logits) {
-  const TokenLayout layout = checkBatch("ddl::DeltaLM::forwardInference", batch);
-  MatX<S>* cur = &m_inferA;
-  MatX<S>* next = &m_inferB;
-  if (m_cfg.dv == 1) {
-    m_embed.forwardInference(batch.ids, m_inferA);
-  } else {
-    m_embed.forwardInference(batch.ids, m_inferX);
-    if (m_ec)
-      m_convExpand.forwardInference(m_inferX, layout, m_inferA);
+  run("ddl::DeltaLM::forwardInference", batch, logits, m_infer, Mode::Inference);
+}
+
+template <class S>
+std::vector<int> DeltaLM<S>::generate(const std::vector<int>& prompt, Index n, double temperature, Index topK,
+                                      std::uint64_t seed) const {
+  return LmDecoder<S>(*this).generate(prompt, n, temperature, topK, seed);
+}
+
+template <class S>
+std::vector<int> DeltaLM<S>::generate(const std::vector<int>& prompt, Index n, const SampleOptions& options) const {
+  return LmDecoder<S>(*this).generate(prompt, n, options);
+}
+
+template <class S>
+void DeltaLM<S>::run(const char* fn, const TokenBatch& batch, MatX<S>& logits, Activations& a, Mode mode) {
+  const TokenLayout layout = checkBatch(fn, batch);
+  const bool train = mode == Mode::Train;
+  const auto state = [&](std::size_t i) -> MatX<S>& { return a.states[train ? i : i % 2]; };
+  input(
+      a.x, state(0),
+      [&](MatX<S>& x) { train ? m_embed.forward(batch.ids, x) : m_embed.forwardInference(batch.ids, x); },
+      [&](const MatX<S>& x, MatX<S>& X0) { train ? m_expand.forward(x, X0) : m_expand.forwardInference(x, X0); },
+      [&](const MatX<S>& x, MatX<S>& X0) {
+        train ? m_convExpand.forward(x, layout, X0) : m_convExpand.forwardInference(x, layout, X0);
+      });
+  for (std::size_t i = 0; i < m_blocks.size(); ++i) {
+    if (train)
+      m_blocks[i].forward(state(i), layout, state(i + 1));
     else
-      m_expand.forwardInference(m_inferX, m_inferA);
+      m_blocks[i].forwardInference(state(i), layout, state(i + 1));
   }
-  for (auto& block : m_blocks) {
-    block.forwardInference(*cur, layout, *next);
-    std::swap(cur, next);
-  }
-  if (m_cfg.dv == 1) {
-    m_norm.forwardInference(*cur, m_inferZ);
-  } else {
-    if (m_overTokens)
-      m_tcReadout.forwardInference(*cur, layout, m_inferZ);
-    else
-      m_readout.forwardInference(*cur, m_inferZ);
-    m_norm.forwardInference(m_inferZ, m_inferZ);
-  }
+  readout(
+      state(m_blocks.size()), a.xin, a.z,
+      [&](const MatX<S>& X, MatX<S>& xin) { train ? m_readout.forward(X, xin) : m_readout.forwardInference(X, xin); },
+      [&](const MatX<S>& X, MatX<S>& xin) {
+        train ? m_tcReadout.forward(X, layout, xin) : m_tcReadout.forwardInference(X, layout, xin);
+      },
+      [&](const MatX<S>& in, MatX<S>& z) { train ? m_norm.forward(in, z) : m_norm.forwardInference(in, z); });
   refreshTiedHead();
-  m_head.forwardInference(m_inferZ, logits);
+  if (!train) {
+    m_head.forwardInference(a.z, logits);
+    return;
+  }
+  m_head.forward(a.z, logits);
+  m_layout = layout;
+  m_hasForward = true;
 }
 
 template <class S>
@@ -343,90 +336,6 @@ void DeltaLM<S>::backward(const MatX<S>& dLogits) {
       m_expand.backward(m_dA, m_dx);
     m_embed.backward(m_dx);
   }
-}
-
-template <class S>
-std::vector<int> DeltaLM<S>::generate(const std::vector<int>& prompt, Index n, double temperature, Index topK,
-                                      std::uint64_t seed) {
-  const char* fn = "ddl::DeltaLM::generate";
-  const Index P = static_cast<Index>(prompt.size());
-  require(P >= 1, fn, "the prompt is empty (accepted: 1 .. ", m_cfg.context, " ids)");
-  require(P <= m_cfg.context, fn, "the prompt has ", P, " ids, more than the context ", m_cfg.context,
-          " (accepted: 1 .. ", m_cfg.context, " ids)");
-  for (Index i = 0; i < P; ++i)
-    require(prompt[static_cast<std::size_t>(i)] >= 0 && prompt[static_cast<std::size_t>(i)] < m_cfg.vocab, fn, "prompt id ",
-            prompt[static_cast<std::size_t>(i)], " at position ", i, " is outside [0, ", m_cfg.vocab, ")");
-  require(n >= 0, fn, "n must be >= 0, got ", n);
-  require(std::isfinite(temperature) && temperature > 0, fn, "temperature must be finite and > 0, got ", temperature);
-  require(topK >= 1 && topK <= m_cfg.vocab, fn, "topK must be in [1, ", m_cfg.vocab, "], got ", topK);
-  Rng rng(seed);
-  std::vector<int> window(prompt), out;  // window: the tokens the cache holds
-  out.reserve(static_cast<std::size_t>(n));
-  window.reserve(static_cast<std::size_t>(m_cfg.context));
-  startDecode(m_decode, m_cfg.context);
-  for (int id : window) decodeStep(id, m_decode, m_stepLogits);
-  for (Index i = 0; i < n; ++i) {
-    const int next = sampleToken(m_stepLogits.col(0), temperature, topK, rng);
-    out.push_back(next);
-    if (i + 1 == n) break;
-    if (m_decode.length == m_cfg.context) {  // full: restart from the newest half of the context
-      window.erase(window.begin(), window.end() - m_cfg.context / 2);
-      startDecode(m_decode, m_cfg.context);
-      for (int id : window) decodeStep(id, m_decode, m_stepLogits);
-    }
-    window.push_back(next);
-    decodeStep(next, m_decode, m_stepLogits);
-  }
-  return out;
-}
-
-template <class S>
-void DeltaLM<S>::startDecode(DecodeState& state, Index capacity) {
-  require(capacity >= 1 && capacity <= m_cfg.context, "ddl::DeltaLM::startDecode", "capacity must be in [1, ",
-          m_cfg.context, "] (the context), got ", capacity);
-  state.blocks.resize(m_blocks.size());
-  for (std::size_t i = 0; i < m_blocks.size(); ++i) m_blocks[i].startDecode(state.blocks[i], capacity);
-  if (m_ec) m_convExpand.startStep(state.expand);
-  if (m_overTokens) m_tcReadout.startStep(state.readout);
-  state.length = 0;
-  state.capacity = capacity;
-  refreshTiedHead();
-}
-
-template <class S>
-void DeltaLM<S>::decodeStep(int id, DecodeState& state, MatX<S>& logits) {
-  const char* fn = "ddl::DeltaLM::decodeStep";
-  require(state.capacity > 0 && state.blocks.size() == m_blocks.size(), fn, "call startDecode first");
-  require(state.length < state.capacity, fn, "the decoding state holds ", state.length, " of its capacity of ",
-          state.capacity, " positions (startDecode again)");
-  require(id >= 0 && id < m_cfg.vocab, fn, "id ", id, " is outside [0, ", m_cfg.vocab, ")");
-  m_stepIds.assign(1, id);
-  MatX<S>* cur = &m_stepA;
-  MatX<S>* next = &m_stepB;
-  if (m_cfg.dv == 1) {
-    m_embed.forwardInference(m_stepIds, m_stepA);
-  } else {
-    m_embed.forwardInference(m_stepIds, m_stepX);
-    if (m_ec)
-      m_convExpand.forwardStep(m_stepX, state.expand, m_stepA);
-    else
-      m_expand.forwardInference(m_stepX, m_stepA);
-  }
-  for (std::size_t i = 0; i < m_blocks.size(); ++i) {
-    m_blocks[i].forwardStep(*cur, state.blocks[i], *next);
-    std::swap(cur, next);
-  }
-  if (m_cfg.dv == 1) {
-    m_norm.forwardInference(*cur, m_stepZ);
-  } else {
-    if (m_overTokens)
-      m_tcReadout.forwardStep(*cur, state.readout, m_stepZ);
-    else
-      m_readout.forwardInference(*cur, m_stepZ);
-    m_norm.forwardInference(m_stepZ, m_stepZ);
-  }
-  m_head.forwardInference(m_stepZ, logits);
-  ++state.length;
 }
 
 #if DDL_EXTERN_TEMPLATES  // compiled once in the library ddl::compiled (docs/building.md)
