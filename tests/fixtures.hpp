@@ -9,6 +9,7 @@
 #include <iterator>
 #include <random>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -67,11 +68,7 @@ inline ddl::ConvDeltaNetConfig convNetConfig(ddl::Index channels, ddl::Index hei
 inline ddl::DeltaLMConfig deltaLMConfig(ddl::Index d, ddl::Index heads, ddl::Index depth, ddl::Index context,
                                         ddl::Index hidden, const std::string& variant) {
   ddl::DeltaLMConfig c;
-  c.d = d;
-  c.heads = heads;
-  c.depth = depth;
-  c.context = context;
-  c.hidden = hidden;
+  std::tie(c.d, c.heads, c.depth, c.context, c.hidden) = std::tie(d, heads, depth, context, hidden);
   ddl::applyVariant(c, variant);
   return c;
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "catch_compat.hpp"
+#include "fixtures.hpp"
 #include "ddl/diag/net_gate_audit.hpp"
 #include "ddl/diag/spectral.hpp"
 
@@ -368,12 +369,7 @@ TEST_CASE("audit errors name the function and the reason", "[diag][gate_audit][e
 }
 
 TEST_CASE("auditNet, NetGateAccumulator and formatGateSummary", "[diag][gate_audit][net]") {
-  ddl::DeltaNetConfig cfg;
-  cfg.inputDim = 5;
-  cfg.classes = 3;
-  cfg.d = 4;
-  cfg.depth = 3;
-  cfg.block.hidden = 6;
+  const ddl::DeltaNetConfig cfg = ddl_test::deltaNetConfig(5, 3, 4, 3, 6);
   std::srand(9);
   const Index N = 8;
   const MatX<double> X = MatX<double>::Random(cfg.inputDim, N);
