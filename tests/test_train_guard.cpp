@@ -99,6 +99,16 @@ ddl::TrainerOptions smallOptions(const std::string& outDir) {
   return opt;
 }
 
+// A Trainer of smallConfig(16, 3) (seed 2) with smallOptions(outDir) on 120 blob samples (seed 51) and
+// 60 test samples (seed 52): the run that the NaN and the full-disk tests break mid-way.
+struct BlobTrainer {
+  const ddl::Dataset<float> train = gaussianBlobs(16, 3, 120, 51), test = gaussianBlobs(16, 3, 60, 52);
+  const ddl::TrainerOptions opt;
+  ddl::DeltaNet<float> net{smallConfig(16, 3), 2};
+  ddl::Trainer<float> trainer{net, train, opt, nullptr, &test};
+  explicit BlobTrainer(const std::string& outDir) : opt(smallOptions(outDir)) {}
+};
+
 // Lowers the file-size limit (soft only, so it can be raised again) and ignores SIGXFSZ, so that
 // writes past the limit fail with EFBIG as on a full disk; restores both on destruction.
 class FileSizeLimit {
@@ -165,15 +175,13 @@ TEST_CASE("FiniteGuard::check allocates nothing (counting operator new)", "[trai
 }
 
 TEST_CASE("Trainer stops at a NaN before the update, the last checkpoint stays byte-identical", "[train][guard][trainer]") {
-  const ddl::Dataset<float> train = gaussianBlobs(16, 3, 120, 51), test = gaussianBlobs(16, 3, 60, 52);
-  const ddl::TrainerOptions opt = smallOptions(freshDir("nan"));
-  ddl::DeltaNet<float> net(smallConfig(16, 3), 2);
-  ddl::Trainer<float> t(net, train, opt, nullptr, &test);
+  BlobTrainer run(freshDir("nan"));
+  ddl::DeltaNet<float>& net = run.net;
   std::string afterEpoch1;
   std::vector<MatX<float>> lastGood;
-  t.onEpoch = [&](const ddl::EpochMetrics& m) {
+  run.trainer.onEpoch = [&](const ddl::EpochMetrics& m) {
     if (m.epoch != 1) return;
-    afterEpoch1 = fileBytes(t.checkpointPath());
+    afterEpoch1 = fileBytes(run.trainer.checkpointPath());
     // A poisoned weight of the classifier head (the last weight with one row per class). (A NaN
     // pixel is refused earlier, by the direction normalisation of the first block.)
     ddl::Param<float>* head = nullptr;
@@ -184,18 +192,18 @@ TEST_CASE("Trainer stops at a NaN before the update, the last checkpoint stays b
     head->value(1, 2) = std::nanf("");
     lastGood = paramValues(net);
   };
-  const std::string msg = thrownMessage<ddl::NonFiniteError>([&] { t.run(); });
+  const std::string msg = thrownMessage<ddl::NonFiniteError>([&] { run.trainer.run(); });
   CAPTURE(msg);
   CHECK(contains(msg, "ddl::TrainingLoop: training stopped in epoch 2, batch 1: "));
   CHECK(contains(msg, "the loss is nan at step 5"));
-  CHECK(contains(msg, "the last checkpoint (" + t.checkpointPath() + ", step 4) is unchanged"));
+  CHECK(contains(msg, "the last checkpoint (" + run.trainer.checkpointPath() + ", step 4) is unchanged"));
   REQUIRE_FALSE(afterEpoch1.empty());
-  CHECK(fileBytes(t.checkpointPath()) == afterEpoch1);
+  CHECK(fileBytes(run.trainer.checkpointPath()) == afterEpoch1);
   CHECK(bitIdentical(paramValues(net), lastGood));  // the bad step updated nothing
-  CHECK(t.step() == 4);
-  CHECK(t.optimizer().stepCount() == 4);
-  CHECK(lines(t.metricsPath()).size() == 2);  // header + epoch 1
-  CHECK(strayFiles(opt.outDir).empty());
+  CHECK(run.trainer.step() == 4);
+  CHECK(run.trainer.optimizer().stepCount() == 4);
+  CHECK(lines(run.trainer.metricsPath()).size() == 2);  // header + epoch 1
+  CHECK(strayFiles(run.opt.outDir).empty());
 }
 
 TEST_CASE("Trainer: a stop request mid-epoch checkpoints, resume is bit-identical to never stopping", "[train][stop][trainer]") {
@@ -394,21 +402,18 @@ TEST_CASE("Trainer: an output folder that cannot be written fails before the fir
 }
 
 TEST_CASE("Trainer: a full disk fails the checkpoint write, the previous one stays byte-identical", "[train][output][trainer]") {
-  const ddl::Dataset<float> train = gaussianBlobs(16, 3, 120, 51), test = gaussianBlobs(16, 3, 60, 52);
-  const ddl::TrainerOptions opt = smallOptions(freshDir("full_disk"));
-  ddl::DeltaNet<float> net(smallConfig(16, 3), 2);
-  ddl::Trainer<float> t(net, train, opt, nullptr, &test);
+  BlobTrainer run(freshDir("full_disk"));
   std::string afterEpoch1;
   std::unique_ptr<FileSizeLimit> limit;
-  t.onEpoch = [&](const ddl::EpochMetrics& m) {
+  run.trainer.onEpoch = [&](const ddl::EpochMetrics& m) {
     if (m.epoch != 1) return;
-    afterEpoch1 = fileBytes(t.checkpointPath());
+    afterEpoch1 = fileBytes(run.trainer.checkpointPath());
     limit = std::make_unique<FileSizeLimit>(afterEpoch1.size() / 2);  // the next checkpoint does not fit
     REQUIRE(limit->ok());
   };
   std::string msg;
   try {
-    t.run();
+    run.trainer.run();
   } catch (const ddl::IoError& e) {
     msg = e.what();
   }
@@ -417,12 +422,12 @@ TEST_CASE("Trainer: a full disk fails the checkpoint write, the previous one sta
   CHECK(contains(msg, "ddl::TrainingLoop: cannot write the checkpoint of step 8"));
   CHECK(contains(msg, std::strerror(EFBIG)));
   CHECK(contains(msg, "the previous checkpoint, if any, is unchanged"));
-  CHECK(fileBytes(t.checkpointPath()) == afterEpoch1);
-  CHECK(lines(t.metricsPath()).size() == 2);  // no row for the epoch whose checkpoint failed
-  CHECK(strayFiles(opt.outDir).empty());      // the temporary is gone
+  CHECK(fileBytes(run.trainer.checkpointPath()) == afterEpoch1);
+  CHECK(lines(run.trainer.metricsPath()).size() == 2);  // no row for the epoch whose checkpoint failed
+  CHECK(strayFiles(run.opt.outDir).empty());      // the temporary is gone
   // The run can continue from the intact checkpoint.
   ddl::DeltaNet<float> again(smallConfig(16, 3), 5);
-  ddl::Trainer<float> r(again, train, opt, nullptr, &test);
+  ddl::Trainer<float> r(again, run.train, run.opt, nullptr, &run.test);
   r.resume(r.checkpointPath());
   CHECK(r.step() == 4);
 }
