@@ -44,6 +44,13 @@ Run forward(ddl::DeltaResidual<double>& r, Index dv, const MatX<double>& C, cons
   return run;
 }
 
+// DeltaResidual options with the direction guard eps_k; every other option is the default.
+ddl::DeltaResidualOptions residualOptionsWithEpsK(double epsK) {
+  ddl::DeltaResidualOptions opt;
+  opt.epsK = epsK;
+  return opt;
+}
+
 }  // namespace
 
 TEST_CASE("constant gate beta0: beta, histogram, |k~| and rho match hand-computed values", "[diag][gate_audit]") {
@@ -174,9 +181,7 @@ TEST_CASE("measured |e_post|/|e_pre| equals |1 - beta rho| on the real output (d
   CAPTURE(seed, dv, epsK);
   std::srand(seed);
   const Index d = 4, N = 9;
-  ddl::DeltaResidualOptions opt;
-  opt.epsK = epsK;
-  ddl::DeltaResidual<double> r(d, dv, opt);
+  ddl::DeltaResidual<double> r(d, dv, residualOptionsWithEpsK(epsK));
   ddl::Rng rng(seed);
   r.init(rng);
   // a spread of gates across [0, 2]
@@ -254,9 +259,7 @@ TEST_CASE("float residual (the training precision): the ratio identity holds to 
 TEST_CASE("accumulator over batches equals one audit of the concatenated batch", "[diag][gate_audit]") {
   std::srand(21);
   const Index d = 3, dv = 2, N1 = 4, N2 = 7, N = N1 + N2;
-  ddl::DeltaResidualOptions opt;
-  opt.epsK = 0.3;
-  ddl::DeltaResidual<double> r(d, dv, opt);
+  ddl::DeltaResidual<double> r(d, dv, residualOptionsWithEpsK(0.3));
   ddl::Rng rng(21);
   r.init(rng);
   setGate(r, MatX<double>::Random(1, d) * 4, -0.3);
@@ -344,9 +347,7 @@ TEST_CASE("audit errors name the function and the reason", "[diag][gate_audit][e
   CHECK(ddl_test::contains(msg, "token 4 is outside [0, 4)"));
 
   // a forward that threw half-way (zero direction with eps_k = 0) leaves caches of two batch sizes
-  ddl::DeltaResidualOptions noGuard;
-  noGuard.epsK = 0;
-  ddl::DeltaResidual<double> broken(3, 1, noGuard);
+  ddl::DeltaResidual<double> broken(3, 1, residualOptionsWithEpsK(0));
   broken.init(rng);
   forward(broken, 1, MatX<double>::Random(3, 4), MatX<double>::Random(3, 4));
   CHECK_THROWS_AS(forward(broken, 1, MatX<double>::Random(3, 2), MatX<double>::Zero(3, 2)), ddl::MathError);
@@ -354,9 +355,7 @@ TEST_CASE("audit errors name the function and the reason", "[diag][gate_audit][e
   CHECK(ddl_test::contains(msg, "directionNorms has shape (1, 2), expected (1, 4)"));
 
   // an accumulator refuses to mix direction guards or histogram sizes
-  ddl::DeltaResidualOptions other;
-  other.epsK = 0.5;
-  ddl::DeltaResidual<double> r2(3, 1, other);
+  ddl::DeltaResidual<double> r2(3, 1, residualOptionsWithEpsK(0.5));
   r2.init(rng);
   forward(r2, 1, MatX<double>::Random(3, 4), MatX<double>::Random(3, 4));
   ddl::GateAccumulator acc;
@@ -473,9 +472,7 @@ TEST_CASE("spectral summary of a frozen operator", "[diag][spectral]") {
   SECTION("one token of a residual: guarded k reports 1 - beta rho") {
     std::srand(4);
     const Index d = 3, dv = 2, N = 3;
-    ddl::DeltaResidualOptions opt;
-    opt.epsK = 1.0;  // |k~| = 1 gives rho = 1/2
-    ddl::DeltaResidual<double> r(d, dv, opt);
+    ddl::DeltaResidual<double> r(d, dv, residualOptionsWithEpsK(1.0));  // |k~| = 1 gives rho = 1/2
     ddl::Rng rng(4);
     r.init(rng);
     MatX<double> w(1, d);
