@@ -44,6 +44,13 @@ Run forward(ddl::DeltaResidual<double>& r, Index dv, const MatX<double>& C, cons
   return run;
 }
 
+// DeltaResidual options of a residual kind; every other option is the default.
+ddl::DeltaResidualOptions residualOptionsOfKind(ddl::ResidualKind kind) {
+  ddl::DeltaResidualOptions opt;
+  opt.residual = kind;
+  return opt;
+}
+
 // DeltaResidual options with the direction guard eps_k; every other option is the default.
 ddl::DeltaResidualOptions residualOptionsWithEpsK(double epsK) {
   ddl::DeltaResidualOptions opt;
@@ -200,9 +207,7 @@ TEST_CASE("measured |e_post|/|e_pre| equals |1 - beta rho| on the real output (d
 
 TEST_CASE("write-only control: gate and direction audited, no error-ratio identity", "[diag][gate_audit]") {
   std::srand(8);
-  ddl::DeltaResidualOptions opt;
-  opt.residual = ddl::ResidualKind::WriteOnly;
-  ddl::DeltaResidual<double> r(3, 1, opt);
+  ddl::DeltaResidual<double> r(3, 1, residualOptionsOfKind(ddl::ResidualKind::WriteOnly));
   ddl::Rng rng(8);
   r.init(rng);
   const Run run = forward(r, 1, MatX<double>::Random(3, 6), MatX<double>::Random(3, 6));
@@ -317,9 +322,7 @@ TEST_CASE("accumulator over batches equals one audit of the concatenated batch",
 
 TEST_CASE("audit errors name the function and the reason", "[diag][gate_audit][errors]") {
   std::srand(2);
-  ddl::DeltaResidualOptions additive;
-  additive.residual = ddl::ResidualKind::Additive;
-  ddl::DeltaResidual<double> add(3, 1, additive);
+  ddl::DeltaResidual<double> add(3, 1, residualOptionsOfKind(ddl::ResidualKind::Additive));
   ddl::Rng rng(1);
   add.init(rng);
   forward(add, 1, MatX<double>::Random(3, 2), MatX<double>::Random(3, 2));
