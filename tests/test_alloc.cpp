@@ -9,10 +9,7 @@
 // EIGEN_RUNTIME_NO_MALLOC, whose check calls eigen_assert, here redefined to count (not to throw:
 // an exception from inside DenseStorage::resize would leave a freed pointer behind).
 // This file replaces the global operator new, so it is its own executable (as every test file).
-#define EIGEN_RUNTIME_NO_MALLOC
-#include <atomic>
-static std::atomic<long> g_eigenAsserts{0};  // Eigen heap allocations while forbidden (or failed Eigen checks)
-#define eigen_assert(x) ((x) ? static_cast<void>(0) : static_cast<void>(g_eigenAsserts.fetch_add(1)))
+#include "counting_alloc.hpp"  // first: counts operator new and Eigen allocations (allocationsDuring)
 
 #include <algorithm>
 #include <cstddef>
@@ -23,6 +20,7 @@ static std::atomic<long> g_eigenAsserts{0};  // Eigen heap allocations while for
 #include <vector>
 
 #include "catch_compat.hpp"
+#include "fixtures.hpp"
 #include "ddl/core/param_list.hpp"
 #include "ddl/core/rng.hpp"
 #include "ddl/core/threading.hpp"
@@ -40,22 +38,12 @@ static std::atomic<long> g_eigenAsserts{0};  // Eigen heap allocations while for
 #include "ddl/train/train_step.hpp"
 #include "ddl/train/trainer.hpp"
 
-#include "counting_new.hpp"  // counts every global operator new of this executable
 
 using ddl::Index;
 using ddl::MatX;
+using ddl_test::allocationsDuring;
 
 namespace {
-
-// operator new calls plus Eigen heap allocations (all threads) while f runs.
-template <class F>
-long allocationsDuring(F&& f) {
-  const long before = ddl_test::operatorNewCount() + g_eigenAsserts.load();
-  Eigen::internal::set_is_malloc_allowed(false);
-  f();
-  Eigen::internal::set_is_malloc_allowed(true);
-  return ddl_test::operatorNewCount() + g_eigenAsserts.load() - before;
-}
 
 // Keeps a new/delete pair from being elided (C++14 allows merging or omitting them).
 template <class T>
@@ -84,30 +72,14 @@ std::vector<int> labelsFor(Index n, Index classes, int shift) {
 }
 
 ddl::DeltaNetConfig mlpConfig(ddl::ResidualKind kind, Index dv, Index d = 12, Index hidden = 24) {
-  ddl::DeltaNetConfig c;
-  ddl::applyPreset(c, "code");
-  c.block.residual.residual = kind;
-  c.inputDim = 10;
-  c.classes = 3;
-  c.d = d;
-  c.depth = 2;
-  c.dv = dv;
-  c.block.hidden = hidden;
-  return c;
+  return ddl_test::withPreset(ddl_test::deltaNetConfig(10, 3, d, 2, hidden, dv), "code", kind);
 }
 
 ddl::ConvDeltaNetConfig convConfig(ddl::ResidualKind kind, Index dv) {
-  ddl::ConvDeltaNetConfig c;
-  c.channels = 2;
-  c.height = 6;
-  c.width = 6;
-  c.classes = 3;
-  c.widths = {4, 6};  // two stages of different width and resolution
-  c.depths = {1, 2};
-  c.dv = dv;
+  // two stages of different width and resolution
+  const ddl::ConvDeltaNetConfig shape = ddl_test::convNetConfig(2, 6, 6, 3, {4, 6}, {1, 2}, dv);
+  ddl::ConvDeltaNetConfig c = ddl_test::withPreset(shape, "code", kind);
   c.learnedExpansion = dv > 1;
-  c.block.residual.residual = kind;
-  ddl::applyPreset(c, "code");
   return c;
 }
 
@@ -169,6 +141,21 @@ void checkNone(const StepAllocations& a) {
 
 const ddl::ResidualKind kKinds[] = {ddl::ResidualKind::Delta, ddl::ResidualKind::Additive,
                                     ddl::ResidualKind::WriteOnly};
+
+// Runs a Trainer or TrainingLoop of six batches and checks that from the fourth on a batch makes no
+// operator new call (the counter is read at the end of every batch).
+template <class Runner>
+void runSixBatchesSteadyAfterThird(Runner& runner) {
+  std::vector<long> counts;
+  counts.reserve(8);
+  runner.onBatch = [&](const ddl::BatchProgress&) { counts.push_back(ddl_test::operatorNewCount()); };
+  runner.run();
+  REQUIRE(counts.size() == 6);
+  for (std::size_t i = 3; i < counts.size(); ++i) {
+    CAPTURE(i);
+    CHECK(counts[i] - counts[i - 1] == 0);
+  }
+}
 
 }  // namespace
 
@@ -320,15 +307,7 @@ TEST_CASE("Trainer: a steady-state step of the loop, with a step hook and the gu
     trainer.addStepHook([](ddl::StepContext<float>& c) {
       for (const auto& p : c.params) p.param->grad *= 0.5f;  // an allreduce's averaging, in place
     });
-    std::vector<long> counts;
-    counts.reserve(8);
-    trainer.onBatch = [&](const ddl::BatchProgress&) { counts.push_back(ddl_test::operatorNewCount()); };
-    trainer.run();
-    REQUIRE(counts.size() == 6);
-    for (std::size_t i = 3; i < counts.size(); ++i) {
-      CAPTURE(i);
-      CHECK(counts[i] - counts[i - 1] == 0);
-    }
+    runSixBatchesSteadyAfterThird(trainer);
   }
   ddl::setNumThreads(1);
 }
@@ -380,13 +359,7 @@ TEST_CASE("DeltaLM through the training loop: a steady-state step allocates noth
   for (const char* variant : {"dv1", "cc", "tc-ec"})
     for (const int threads : threadCounts()) {
       CAPTURE(variant, threads);
-      ddl::DeltaLMConfig cfg;
-      cfg.d = 16;
-      cfg.heads = 2;
-      cfg.depth = 2;
-      cfg.context = 8;
-      cfg.hidden = 24;
-      ddl::applyVariant(cfg, variant);
+      const ddl::DeltaLMConfig cfg = ddl_test::deltaLMConfig(16, 2, 2, 8, 24, variant);
       ddl::TrainerOptions opt;
       opt.epochs = 1;
       opt.batchSize = 3;
@@ -398,15 +371,7 @@ TEST_CASE("DeltaLM through the training loop: a steady-state step allocates noth
       ddl::AdamW<float> adam(opt.adam);
       ddl::TrainingLoop<ddl::DeltaLM<float>, ddl::NextTokenTask<float>, ddl::TextWindows<float>, ddl::AdamW<float>> loop(
           lm, task, windows, adam, opt);
-      std::vector<long> counts;
-      counts.reserve(8);
-      loop.onBatch = [&](const ddl::BatchProgress&) { counts.push_back(ddl_test::operatorNewCount()); };
-      loop.run();
-      REQUIRE(counts.size() == 6);
-      for (std::size_t i = 3; i < counts.size(); ++i) {
-        CAPTURE(i);
-        CHECK(counts[i] - counts[i - 1] == 0);
-      }
+      runSixBatchesSteadyAfterThird(loop);
     }
   ddl::setNumThreads(1);
 }

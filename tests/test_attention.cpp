@@ -101,6 +101,38 @@ struct ThreadGuard {
   ~ThreadGuard() { ddl::setNumThreads(saved); }
 };
 
+// Backward of loss = <W, out> for random c and W (std::rand, c first) against central differences: the
+// input's gradient and every parameter's, each by FD_CHECK and relErr < 1e-7. With checkForward, the
+// forward output is first checked against referenceForward (relErr < 1e-13). Returns the parameters'
+// names in visit order.
+std::vector<std::string> checkGradientsAgainstFD(Attention& a, const Shape& s, bool checkForward) {
+  const auto layout = ddl::TokenLayout::sequence(s.B, s.T);
+  MatX<double> c = MatX<double>::Random(s.H * s.dh, s.B * s.T);
+  const MatX<double> W = MatX<double>::Random(s.H * s.dh, s.B * s.T);  // loss = <W, out>, so dOut = W
+  auto loss = [&] {
+    MatX<double> y;
+    a.forwardInference(c, layout, y);
+    return (W.array() * y.array()).sum();
+  };
+  MatX<double> out, dc;
+  a.forward(c, layout, out);
+  if (checkForward) CHECK(ddl::testing::relErr(out, referenceForward(a, c, s.B, s.T)) < 1e-13);
+  ddl::zeroGrad(a);
+  a.backward(W, dc);
+  const MatX<double> num = ddl::testing::numericGrad(c, loss);
+  FD_CHECK(dc, num);
+  CHECK(ddl::testing::relErr(dc, num) < 1e-7);
+  std::vector<std::string> names;
+  a.visitParams("", [&](const std::string& name, ddl::Param<double>& p) {
+    CAPTURE(name);
+    names.push_back(name);
+    const MatX<double> g = ddl::testing::numericGrad(p.value, loss);
+    FD_CHECK(p.grad, g);
+    CHECK(ddl::testing::relErr(p.grad, g) < 1e-7);
+  });
+  return names;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- RoPE
@@ -221,29 +253,7 @@ TEST_CASE("CausalSelfAttention backward matches central differences", "[grad][at
       CAPTURE(seed, s.B, s.T, s.H, s.dh, qkNorm);
       Attention a(configOf(s, qkNorm));
       initRandom(a, seed);
-      const auto layout = ddl::TokenLayout::sequence(s.B, s.T);
-      MatX<double> c = MatX<double>::Random(s.H * s.dh, s.B * s.T);
-      const MatX<double> W = MatX<double>::Random(s.H * s.dh, s.B * s.T);  // loss = <W, out>, so dOut = W
-      auto loss = [&] {
-        MatX<double> y;
-        a.forwardInference(c, layout, y);
-        return (W.array() * y.array()).sum();
-      };
-      MatX<double> out, dc;
-      a.forward(c, layout, out);
-      ddl::zeroGrad(a);
-      a.backward(W, dc);
-      const MatX<double> num = ddl::testing::numericGrad(c, loss);
-      FD_CHECK(dc, num);
-      CHECK(ddl::testing::relErr(dc, num) < 1e-7);
-      std::vector<std::string> names;
-      a.visitParams("", [&](const std::string& name, ddl::Param<double>& p) {
-        CAPTURE(name);
-        names.push_back(name);
-        const MatX<double> g = ddl::testing::numericGrad(p.value, loss);
-        FD_CHECK(p.grad, g);
-        CHECK(ddl::testing::relErr(p.grad, g) < 1e-7);
-      });
+      const std::vector<std::string> names = checkGradientsAgainstFD(a, s, false);
       CHECK(names.size() == (qkNorm ? 6u : 4u));
     }
 }
@@ -258,28 +268,7 @@ TEST_CASE("CausalSelfAttention backward over several causal blocks (T > 64) matc
       CAPTURE(s.B, s.T, s.H, s.dh, qkNorm);
       Attention a(configOf(s, qkNorm));
       initRandom(a, 17);
-      const auto layout = ddl::TokenLayout::sequence(s.B, s.T);
-      MatX<double> c = MatX<double>::Random(s.H * s.dh, s.B * s.T);
-      const MatX<double> W = MatX<double>::Random(s.H * s.dh, s.B * s.T);  // loss = <W, out>, so dOut = W
-      auto loss = [&] {
-        MatX<double> y;
-        a.forwardInference(c, layout, y);
-        return (W.array() * y.array()).sum();
-      };
-      MatX<double> out, dc;
-      a.forward(c, layout, out);
-      CHECK(ddl::testing::relErr(out, referenceForward(a, c, s.B, s.T)) < 1e-13);
-      ddl::zeroGrad(a);
-      a.backward(W, dc);
-      const MatX<double> num = ddl::testing::numericGrad(c, loss);
-      FD_CHECK(dc, num);
-      CHECK(ddl::testing::relErr(dc, num) < 1e-7);
-      a.visitParams("", [&](const std::string& name, ddl::Param<double>& p) {
-        CAPTURE(name);
-        const MatX<double> g = ddl::testing::numericGrad(p.value, loss);
-        FD_CHECK(p.grad, g);
-        CHECK(ddl::testing::relErr(p.grad, g) < 1e-7);
-      });
+      checkGradientsAgainstFD(a, s, true);
     }
 }
 

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "catch_compat.hpp"
+#include "fixtures.hpp"
 #include "ddl/io/checkpoint.hpp"
 #include "ddl/nn/models/conv_delta_net_config.hpp"
 #include "ddl/nn/models/delta_net.hpp"
@@ -22,13 +23,7 @@ namespace {
 std::string tmpPath(const std::string& name) { return std::string(DDL_TEST_TMPDIR) + "/ckmodel_" + name; }
 
 ddl::DeltaNetConfig smallConfig() {
-  ddl::DeltaNetConfig c;
-  c.inputDim = 6;
-  c.classes = 3;
-  c.d = 4;
-  c.depth = 2;
-  c.dv = 2;
-  c.block.hidden = 5;
+  ddl::DeltaNetConfig c = ddl_test::deltaNetConfig(6, 3, 4, 2, 5, 2);
   ddl::applyPreset(c, "code");
   return c;
 }

@@ -1,6 +1,7 @@
 // Batched Delta kernels (ops/delta_write.hpp): forward against a naive dense reference, backward
 // against central differences in double, edge cases, in-place use, shape errors, no allocation.
 #include "eigen_guard.hpp"  // first: live allocation checks even with NDEBUG
+#include <cstdint>
 #include <random>
 
 #include "catch_compat.hpp"
@@ -22,8 +23,10 @@ struct Case {
   RowX<double> beta;
 };
 
-// Random operands; beta drawn near 0, 1, 2 or anywhere in (0, 2) depending on `regime`; K unit or guarded.
-Case makeCase(std::mt19937& rng, int regime) {
+// Random operands from std::mt19937(seed); beta drawn near 0, 1, 2 or anywhere in (0, 2) depending on
+// `regime`; K unit or guarded.
+Case makeCase(std::uint32_t seed, int regime) {
+  std::mt19937 rng(seed);
   std::uniform_int_distribution<int> dd(1, 9), nn(1, 5), vv(0, 2);
   const Index dvs[] = {1, 3, 4};
   Case c{dd(rng), nn(rng), dvs[vv(rng)], {}, {}, {}, {}, {}};
@@ -58,9 +61,8 @@ MatX<double> denseReference(const Case& c, bool write) {
 
 TEST_CASE("deltaApply and deltaWrite match the dense per-token formulas", "[ops][delta_write]") {
   const auto seed = GENERATE(take(8, random(1u, 1000000u)));
-  std::mt19937 rng(seed);
   const int regime = static_cast<int>(seed % 4);
-  Case c = makeCase(rng, regime);
+  Case c = makeCase(seed, regime);
   CAPTURE(seed, c.d, c.N, c.dv, regime);
   MatX<double> Y, Delta;
   ddl::deltaApply(c.K, c.beta, c.X, Y);
@@ -78,8 +80,7 @@ TEST_CASE("deltaApply and deltaWrite match the dense per-token formulas", "[ops]
 
 TEST_CASE("the write erases the old readout: e_post = (1 - beta rho) e_pre and exact overwrite at beta = 1",
           "[ops][delta_write]") {
-  std::mt19937 rng(7);
-  Case c = makeCase(rng, 3);
+  Case c = makeCase(7, 3);
   for (Index n = 0; n < c.N; ++n) c.K.col(n).normalize();  // unit k: rho = 1
   c.beta(0, 0) = 1.0;
   MatX<double> Y, Delta;
@@ -94,8 +95,7 @@ TEST_CASE("the write erases the old readout: e_post = (1 - beta rho) e_pre and e
 }
 
 TEST_CASE("delta kernels work in place (Y is X) and backward with dX aliasing G", "[ops][delta_write]") {
-  std::mt19937 rng(11);
-  Case c = makeCase(rng, 3);
+  Case c = makeCase(11, 3);
   MatX<double> Y, Delta, Z = c.X;
   ddl::deltaWrite(c.K, c.beta, c.V, c.X, Y, Delta);
   ddl::deltaWrite(c.K, c.beta, c.V, Z, Z, Delta);
@@ -112,9 +112,8 @@ TEST_CASE("delta kernels work in place (Y is X) and backward with dX aliasing G"
 
 TEST_CASE("batched backward passes match central differences", "[ops][delta_write][grad]") {
   const auto seed = GENERATE(take(24, random(1u, 1000000u)));
-  std::mt19937 rng(seed);
   const int regime = static_cast<int>(seed % 4);
-  Case c = makeCase(rng, regime);
+  Case c = makeCase(seed, regime);
   CAPTURE(seed, c.d, c.N, c.dv, regime);
   MatX<double> Y, Delta, dX, dK, dV, dH;
   RowX<double> dBeta;
@@ -172,8 +171,7 @@ TEST_CASE("delta kernels reject mismatched shapes with a message naming function
 }
 
 TEST_CASE("steady-state kernels allocate nothing", "[ops][alloc]") {
-  std::mt19937 rng(3);
-  Case c = makeCase(rng, 3);
+  Case c = makeCase(3, 3);
   MatX<double> Y, Delta, dX, dK, dV;
   RowX<double> dBeta;
   ddl::deltaWrite(c.K, c.beta, c.V, c.X, Y, Delta);  // first call sizes the outputs

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "catch_compat.hpp"
+#include "fixtures.hpp"
 #include "ddl/diag/net_gate_audit.hpp"
 #include "ddl/diag/spectral.hpp"
 
@@ -41,6 +42,20 @@ Run forward(ddl::DeltaResidual<double>& r, Index dv, const MatX<double>& C, cons
   run.H = H;
   r.forward(run.X, run.Xin, run.C, run.H, run.Y);
   return run;
+}
+
+// DeltaResidual options of a residual kind; every other option is the default.
+ddl::DeltaResidualOptions residualOptionsOfKind(ddl::ResidualKind kind) {
+  ddl::DeltaResidualOptions opt;
+  opt.residual = kind;
+  return opt;
+}
+
+// DeltaResidual options with the direction guard eps_k; every other option is the default.
+ddl::DeltaResidualOptions residualOptionsWithEpsK(double epsK) {
+  ddl::DeltaResidualOptions opt;
+  opt.epsK = epsK;
+  return opt;
 }
 
 }  // namespace
@@ -173,9 +188,7 @@ TEST_CASE("measured |e_post|/|e_pre| equals |1 - beta rho| on the real output (d
   CAPTURE(seed, dv, epsK);
   std::srand(seed);
   const Index d = 4, N = 9;
-  ddl::DeltaResidualOptions opt;
-  opt.epsK = epsK;
-  ddl::DeltaResidual<double> r(d, dv, opt);
+  ddl::DeltaResidual<double> r(d, dv, residualOptionsWithEpsK(epsK));
   ddl::Rng rng(seed);
   r.init(rng);
   // a spread of gates across [0, 2]
@@ -194,9 +207,7 @@ TEST_CASE("measured |e_post|/|e_pre| equals |1 - beta rho| on the real output (d
 
 TEST_CASE("write-only control: gate and direction audited, no error-ratio identity", "[diag][gate_audit]") {
   std::srand(8);
-  ddl::DeltaResidualOptions opt;
-  opt.residual = ddl::ResidualKind::WriteOnly;
-  ddl::DeltaResidual<double> r(3, 1, opt);
+  ddl::DeltaResidual<double> r(3, 1, residualOptionsOfKind(ddl::ResidualKind::WriteOnly));
   ddl::Rng rng(8);
   r.init(rng);
   const Run run = forward(r, 1, MatX<double>::Random(3, 6), MatX<double>::Random(3, 6));
@@ -253,9 +264,7 @@ TEST_CASE("float residual (the training precision): the ratio identity holds to 
 TEST_CASE("accumulator over batches equals one audit of the concatenated batch", "[diag][gate_audit]") {
   std::srand(21);
   const Index d = 3, dv = 2, N1 = 4, N2 = 7, N = N1 + N2;
-  ddl::DeltaResidualOptions opt;
-  opt.epsK = 0.3;
-  ddl::DeltaResidual<double> r(d, dv, opt);
+  ddl::DeltaResidual<double> r(d, dv, residualOptionsWithEpsK(0.3));
   ddl::Rng rng(21);
   r.init(rng);
   setGate(r, MatX<double>::Random(1, d) * 4, -0.3);
@@ -313,9 +322,7 @@ TEST_CASE("accumulator over batches equals one audit of the concatenated batch",
 
 TEST_CASE("audit errors name the function and the reason", "[diag][gate_audit][errors]") {
   std::srand(2);
-  ddl::DeltaResidualOptions additive;
-  additive.residual = ddl::ResidualKind::Additive;
-  ddl::DeltaResidual<double> add(3, 1, additive);
+  ddl::DeltaResidual<double> add(3, 1, residualOptionsOfKind(ddl::ResidualKind::Additive));
   ddl::Rng rng(1);
   add.init(rng);
   forward(add, 1, MatX<double>::Random(3, 2), MatX<double>::Random(3, 2));
@@ -343,9 +350,7 @@ TEST_CASE("audit errors name the function and the reason", "[diag][gate_audit][e
   CHECK(ddl_test::contains(msg, "token 4 is outside [0, 4)"));
 
   // a forward that threw half-way (zero direction with eps_k = 0) leaves caches of two batch sizes
-  ddl::DeltaResidualOptions noGuard;
-  noGuard.epsK = 0;
-  ddl::DeltaResidual<double> broken(3, 1, noGuard);
+  ddl::DeltaResidual<double> broken(3, 1, residualOptionsWithEpsK(0));
   broken.init(rng);
   forward(broken, 1, MatX<double>::Random(3, 4), MatX<double>::Random(3, 4));
   CHECK_THROWS_AS(forward(broken, 1, MatX<double>::Random(3, 2), MatX<double>::Zero(3, 2)), ddl::MathError);
@@ -353,9 +358,7 @@ TEST_CASE("audit errors name the function and the reason", "[diag][gate_audit][e
   CHECK(ddl_test::contains(msg, "directionNorms has shape (1, 2), expected (1, 4)"));
 
   // an accumulator refuses to mix direction guards or histogram sizes
-  ddl::DeltaResidualOptions other;
-  other.epsK = 0.5;
-  ddl::DeltaResidual<double> r2(3, 1, other);
+  ddl::DeltaResidual<double> r2(3, 1, residualOptionsWithEpsK(0.5));
   r2.init(rng);
   forward(r2, 1, MatX<double>::Random(3, 4), MatX<double>::Random(3, 4));
   ddl::GateAccumulator acc;
@@ -368,12 +371,7 @@ TEST_CASE("audit errors name the function and the reason", "[diag][gate_audit][e
 }
 
 TEST_CASE("auditNet, NetGateAccumulator and formatGateSummary", "[diag][gate_audit][net]") {
-  ddl::DeltaNetConfig cfg;
-  cfg.inputDim = 5;
-  cfg.classes = 3;
-  cfg.d = 4;
-  cfg.depth = 3;
-  cfg.block.hidden = 6;
+  const ddl::DeltaNetConfig cfg = ddl_test::deltaNetConfig(5, 3, 4, 3, 6);
   std::srand(9);
   const Index N = 8;
   const MatX<double> X = MatX<double>::Random(cfg.inputDim, N);
@@ -477,9 +475,7 @@ TEST_CASE("spectral summary of a frozen operator", "[diag][spectral]") {
   SECTION("one token of a residual: guarded k reports 1 - beta rho") {
     std::srand(4);
     const Index d = 3, dv = 2, N = 3;
-    ddl::DeltaResidualOptions opt;
-    opt.epsK = 1.0;  // |k~| = 1 gives rho = 1/2
-    ddl::DeltaResidual<double> r(d, dv, opt);
+    ddl::DeltaResidual<double> r(d, dv, residualOptionsWithEpsK(1.0));  // |k~| = 1 gives rho = 1/2
     ddl::Rng rng(4);
     r.init(rng);
     MatX<double> w(1, d);

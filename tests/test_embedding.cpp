@@ -2,12 +2,7 @@
 // central differences in double (repeated ids, vocab 1, d 1, one token), bad ids are refused before
 // anything is written, the weight is PyTorch's [vocab, d] in a checkpoint, and a steady-state step
 // allocates nothing.
-// Eigen allocates through std::malloc: with EIGEN_RUNTIME_NO_MALLOC its allocations reach eigen_assert,
-// which here counts instead of throwing (a throw inside DenseStorage::resize would leave a freed pointer).
-#define EIGEN_RUNTIME_NO_MALLOC
-#include <atomic>
-static std::atomic<long> g_eigenAsserts{0};
-#define eigen_assert(x) ((x) ? static_cast<void>(0) : static_cast<void>(g_eigenAsserts.fetch_add(1)))
+#include "counting_alloc.hpp"  // first: counts operator new and Eigen allocations (allocationsDuring)
 
 #include <cmath>
 #include <cstdint>
@@ -20,7 +15,7 @@ static std::atomic<long> g_eigenAsserts{0};
 #include <vector>
 
 #include "catch_compat.hpp"
-#include "counting_new.hpp"
+#include "fixtures.hpp"
 #include "fd_check.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/rng.hpp"
@@ -31,18 +26,13 @@ static std::atomic<long> g_eigenAsserts{0};
 
 using ddl::Index;
 using ddl::MatX;
+using ddl_test::allocationsDuring;
 using ddl_test::contains;
+using ddl_test::randInt;
+using ddl_test::randomIds;
 using ddl_test::thrownMessage;
 
 namespace {
-
-int randInt(std::mt19937& gen, int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(gen); }
-
-std::vector<int> randomIds(std::mt19937& gen, int vocab, int n) {
-  std::vector<int> ids(static_cast<std::size_t>(n));
-  for (int& id : ids) id = randInt(gen, 0, vocab - 1);
-  return ids;
-}
 
 // Central-difference check of the weight gradient for loss = <R, out>, so dOut = R.
 void checkEmbeddingGrad(Index vocab, Index d, const std::vector<int>& ids, std::uint64_t seed) {
@@ -67,16 +57,6 @@ void checkEmbeddingGrad(Index vocab, Index d, const std::vector<int>& ids, std::
   MatX<double> expected = MatX<double>::Zero(vocab, d);
   for (std::size_t n = 0; n < ids.size(); ++n) expected.row(ids[n]) += R.col(static_cast<Index>(n)).transpose();
   CHECK(emb.weight().grad.isApprox(expected, 1e-15));
-}
-
-// operator new calls plus Eigen heap allocations while f runs.
-template <class F>
-long allocationsDuring(F&& f) {
-  const long before = ddl_test::operatorNewCount() + g_eigenAsserts.load();
-  Eigen::internal::set_is_malloc_allowed(false);
-  f();
-  Eigen::internal::set_is_malloc_allowed(true);
-  return ddl_test::operatorNewCount() + g_eigenAsserts.load() - before;
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "catch_compat.hpp"
+#include "fixtures.hpp"
 #include "ddl/core/reduce.hpp"
 #include "ddl/core/rng.hpp"
 #include "ddl/core/threading.hpp"
@@ -110,14 +111,8 @@ void copyWeights(NetF& netF, NetD& netD) {
 }
 
 ddl::DeltaNetConfig accuracyNetConfig() {
-  ddl::DeltaNetConfig c;
-  c.inputDim = 64;
-  c.classes = 10;
-  c.d = 128;
-  c.depth = 3;
-  c.dv = 4;
+  ddl::DeltaNetConfig c = ddl_test::deltaNetConfig(64, 10, 128, 3, 256, 4);
   ddl::applyPreset(c, "code");
-  c.block.hidden = 256;
   c.block.residual.gate = ddl::GateKind::TwoLayerTanh;
   c.block.residual.gateHidden = 32;
   return c;
@@ -150,65 +145,16 @@ Batch permuted(const Batch& b, std::uint64_t seed) {
   return p;
 }
 
-}  // namespace
+// The parameter whose float gradient is furthest from the double one, and that relative error.
+struct WorstGradient {
+  std::string name;
+  double error;
+};
 
-TEST_CASE("DeltaNet float gradients stay within 1e-4 of double over six batch orders, same bits on 1 and 2 threads",
-          "[float_accuracy]") {
-  const ddl::DeltaNetConfig c = accuracyNetConfig();
-  ddl::DeltaNet<float> netF(c, 3);
-  ddl::DeltaNet<double> netD(c, 3);
-  copyWeights(netF, netD);
-  const Batch base = randomBatch(c.inputDim, 256, static_cast<int>(c.classes), 17);
-  ddl::SoftmaxCrossEntropy<float> lossF;
-  ddl::SoftmaxCrossEntropy<double> lossD;
-  for (std::uint64_t order = 0; order < 6; ++order) {
-    const Batch b = order == 0 ? base : permuted(base, 100 + order);
-    std::vector<std::vector<float>> gradsByThreads;
-    for (int threads : {1, 2}) {
-      ddl::setNumThreads(threads);
-      std::vector<std::string> names;
-      const std::vector<double> err = gradientErrors(netF, netD, [&] {
-        MatX<float> logitsF, dF;
-        MatX<double> logitsD, dD;
-        netF.forward(b.X, logitsF);
-        lossF.forward(logitsF, b.y);
-        lossF.backward(dF);
-        netF.backward(dF);
-        netD.forward(b.X.cast<double>(), logitsD);
-        lossD.forward(logitsD, b.y);
-        lossD.backward(dD);
-        netD.backward(dD);
-      }, &names);
-      const auto worst = std::max_element(err.begin(), err.end());
-      CAPTURE(order, threads, names[static_cast<std::size_t>(worst - err.begin())], *worst);
-      CHECK(*worst <= 1e-4);
-      std::vector<float> g;
-      netF.visitParams("", [&](const std::string&, ddl::Param<float>& p) {
-        g.insert(g.end(), p.grad.data(), p.grad.data() + p.grad.size());
-      });
-      gradsByThreads.push_back(std::move(g));
-    }
-    REQUIRE(gradsByThreads[0].size() == gradsByThreads[1].size());
-    CHECK(std::memcmp(gradsByThreads[0].data(), gradsByThreads[1].data(), gradsByThreads[0].size() * sizeof(float)) == 0);
-  }
-  ddl::setNumThreads(0);
-}
-
-TEST_CASE("ConvDeltaNet float gradients at 16384 pixels stay close to double", "[float_accuracy][conv]") {
-  ddl::ConvDeltaNetConfig c;
-  c.channels = 3;
-  c.height = 32;
-  c.width = 32;
-  c.classes = 10;
-  c.widths = {16, 24};
-  c.depths = {1, 1};
-  c.dv = 4;
-  c.learnedExpansion = true;
-  ddl::applyPreset(c, "code");
-  ddl::ConvDeltaNet<float> netF(c, 5);
-  ddl::ConvDeltaNet<double> netD(c, 5);
-  copyWeights(netF, netD);
-  const Batch b = randomBatch(c.inputDim(), 16, static_cast<int>(c.classes), 23);  // 16 x 32 x 32 pixels
+// Forward, loss and backward of one batch through the float net and the double net (same weights);
+// returns the parameter with the worst gradientErrors entry.
+template <template <class> class Net>
+WorstGradient worstGradientError(Net<float>& netF, Net<double>& netD, const Batch& b) {
   ddl::SoftmaxCrossEntropy<float> lossF;
   ddl::SoftmaxCrossEntropy<double> lossD;
   std::vector<std::string> names;
@@ -225,6 +171,47 @@ TEST_CASE("ConvDeltaNet float gradients at 16384 pixels stay close to double", "
     netD.backward(dD);
   }, &names);
   const auto worst = std::max_element(err.begin(), err.end());
-  CAPTURE(names[static_cast<std::size_t>(worst - err.begin())], *worst);
-  CHECK(*worst <= 2e-5);
+  return {names[static_cast<std::size_t>(worst - err.begin())], *worst};
+}
+
+}  // namespace
+
+TEST_CASE("DeltaNet float gradients stay within 1e-4 of double over six batch orders, same bits on 1 and 2 threads",
+          "[float_accuracy]") {
+  const ddl::DeltaNetConfig c = accuracyNetConfig();
+  ddl::DeltaNet<float> netF(c, 3);
+  ddl::DeltaNet<double> netD(c, 3);
+  copyWeights(netF, netD);
+  const Batch base = randomBatch(c.inputDim, 256, static_cast<int>(c.classes), 17);
+  for (std::uint64_t order = 0; order < 6; ++order) {
+    const Batch b = order == 0 ? base : permuted(base, 100 + order);
+    std::vector<std::vector<float>> gradsByThreads;
+    for (int threads : {1, 2}) {
+      ddl::setNumThreads(threads);
+      const WorstGradient worst = worstGradientError(netF, netD, b);
+      CAPTURE(order, threads, worst.name, worst.error);
+      CHECK(worst.error <= 1e-4);
+      std::vector<float> g;
+      netF.visitParams("", [&](const std::string&, ddl::Param<float>& p) {
+        g.insert(g.end(), p.grad.data(), p.grad.data() + p.grad.size());
+      });
+      gradsByThreads.push_back(std::move(g));
+    }
+    REQUIRE(gradsByThreads[0].size() == gradsByThreads[1].size());
+    CHECK(std::memcmp(gradsByThreads[0].data(), gradsByThreads[1].data(), gradsByThreads[0].size() * sizeof(float)) == 0);
+  }
+  ddl::setNumThreads(0);
+}
+
+TEST_CASE("ConvDeltaNet float gradients at 16384 pixels stay close to double", "[float_accuracy][conv]") {
+  ddl::ConvDeltaNetConfig c = ddl_test::convNetConfig(3, 32, 32, 10, {16, 24}, {1, 1}, 4);
+  c.learnedExpansion = true;
+  ddl::applyPreset(c, "code");
+  ddl::ConvDeltaNet<float> netF(c, 5);
+  ddl::ConvDeltaNet<double> netD(c, 5);
+  copyWeights(netF, netD);
+  const Batch b = randomBatch(c.inputDim(), 16, static_cast<int>(c.classes), 23);  // 16 x 32 x 32 pixels
+  const WorstGradient worst = worstGradientError(netF, netD, b);
+  CAPTURE(worst.name, worst.error);
+  CHECK(worst.error <= 2e-5);
 }

@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "catch_compat.hpp"
+#include "fixtures.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/rng.hpp"
 #include "ddl/io/atomic_file.hpp"
@@ -35,10 +36,7 @@ namespace {
 
 std::string tmpPath(const std::string& name) { return std::string(DDL_TEST_TMPDIR) + "/io_" + name; }
 
-std::string readBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
+std::string readBytes(const std::string& path) { return ddl_test::fileBytes(path); }
 void writeBytes(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
@@ -115,6 +113,33 @@ struct FakeOptimizer {
     }
   }
 };
+
+// A FakeOptimizer with zero moments for the model's parameters, at step t.
+template <class Model>
+FakeOptimizer optimizerAtStep(Model& model, std::int64_t t) {
+  FakeOptimizer opt;
+  opt.initState(model);
+  opt.t = t;
+  return opt;
+}
+
+// Loads path into TinyModel(9) with a live optimizer (step 2, first moments 3): the load must throw an
+// IoError whose message contains `expected`, and leave the model and the optimizer as they were.
+// Returns that optimizer for further checks.
+FakeOptimizer checkOptimizerLoadRefused(const std::string& path, const std::string& expected) {
+  TinyModel b(9);
+  const TinyModel bBefore(9);
+  FakeOptimizer live;
+  live.initState(b);
+  live.m1[0].setConstant(3.0);
+  live.t = 2;
+  const std::string msg = thrownMessage<ddl::IoError>([&] { ddl::loadCheckpoint(path, b, live); });
+  CHECK(contains(msg, expected));
+  CHECK(sameBits(b, bBefore));
+  CHECK(live.t == 2);
+  CHECK(live.m1[0](0, 0) == 3.0);
+  return live;
+}
 
 }  // namespace
 
@@ -467,9 +492,7 @@ TEST_CASE("checkpoint: metadata round trip and header-only read", "[io][checkpoi
 TEST_CASE("checkpoint: optimizer state and step count round trip", "[io][checkpoint]") {
   const std::string path = tmpPath("optim.safetensors");
   TinyModel a(4);
-  FakeOptimizer opt;
-  opt.initState(a);
-  opt.t = 17;
+  FakeOptimizer opt = optimizerAtStep(a, 17);
   for (auto& m : opt.m1) m.setRandom();
   for (auto& m : opt.m2) m.setRandom();
   ddl::saveCheckpoint(path, a, opt);
@@ -515,17 +538,7 @@ TEST_CASE("checkpoint: optimizer state mismatch leaves model and optimizer untou
   opt.t = 5;
   ddl::saveCheckpoint(path, a, opt);
 
-  TinyModel b(9);
-  const TinyModel bBefore(9);
-  FakeOptimizer live;
-  live.initState(b);
-  live.m1[0].setConstant(3.0);
-  live.t = 2;
-  const std::string msg = thrownMessage<ddl::IoError>([&] { ddl::loadCheckpoint(path, b, live); });
-  CHECK(contains(msg, "optimizer tensor \"optim.m.b\" is missing"));
-  CHECK(sameBits(b, bBefore));
-  CHECK(live.t == 2);
-  CHECK(live.m1[0](0, 0) == 3.0);
+  const FakeOptimizer live = checkOptimizerLoadRefused(path, "optimizer tensor \"optim.m.b\" is missing");
   CHECK(live.names[1] == "b");
 }
 
@@ -828,25 +841,13 @@ TEST_CASE("checkpoint: parameters are stored with their logical shape, version 1
 TEST_CASE("checkpoint: an out-of-range optimizer_step is refused before anything is touched", "[io][checkpoint][hostile]") {
   const std::string path = tmpPath("optim_step.safetensors");
   TinyModel a(4);
-  FakeOptimizer opt;
-  opt.initState(a);
-  opt.t = 5;
+  FakeOptimizer opt = optimizerAtStep(a, 5);
   for (auto& m : opt.m1) m.setConstant(0.25);
   for (const char* step : {"-1", "9223372036854775807", "9007199254740993"}) {
     CAPTURE(step);
     ddl::saveCheckpoint(path, a, opt);
     rewriteHeader(path, [&](nlohmann::json& j) { j["__metadata__"]["optimizer_step"] = step; });
-    TinyModel b(9);
-    const TinyModel bBefore(9);
-    FakeOptimizer live;
-    live.initState(b);
-    live.m1[0].setConstant(3.0);
-    live.t = 2;
-    const std::string msg = thrownMessage<ddl::IoError>([&] { ddl::loadCheckpoint(path, b, live); });
-    CHECK(contains(msg, "optimizer_step\" must be a step count in [0, 2^53]"));
-    CHECK(sameBits(b, bBefore));
-    CHECK(live.t == 2);
-    CHECK(live.m1[0](0, 0) == 3.0);
+    checkOptimizerLoadRefused(path, "optimizer_step\" must be a step count in [0, 2^53]");
   }
   ddl::saveCheckpoint(path, a, opt);
   rewriteHeader(path, [&](nlohmann::json& j) { j["__metadata__"]["epoch"] = "-3"; });
@@ -866,14 +867,10 @@ TEST_CASE("checkpoint: NaN/Inf parameters or optimizer moments are refused with 
   CHECK(sameBits(b, bBefore));
 
   TinyModel good(4);
-  FakeOptimizer opt;
-  opt.initState(good);
-  opt.t = 3;
+  FakeOptimizer opt = optimizerAtStep(good, 3);
   opt.m2[0](2, 1) = std::numeric_limits<float>::infinity();
   ddl::saveCheckpoint(path, good, opt);
-  FakeOptimizer live;
-  live.initState(b);
-  live.t = 1;
+  FakeOptimizer live = optimizerAtStep(b, 1);
   CHECK(contains(thrownMessage<ddl::IoError>([&] { ddl::loadCheckpoint(path, b, live); }),
                  "optimizer tensor \"optim.v.w\" holds a non-finite value at (2, 1) = inf"));
   CHECK(sameBits(b, bBefore));
@@ -886,9 +883,7 @@ TEST_CASE("checkpoint: stripped optimizer tensors are refused, not restarted fro
   ddl::saveCheckpoint(path, a);  // the tensors of a model-only file: as if every "optim." tensor was removed
   TinyModel b(9);
   const TinyModel bBefore(9);
-  FakeOptimizer live;
-  live.initState(b);
-  live.t = 1;
+  FakeOptimizer live = optimizerAtStep(b, 1);
   for (const bool withCount : {false, true}) {
     CAPTURE(withCount);
     rewriteHeader(path, [&](nlohmann::json& j) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "catch_compat.hpp"
+#include "fixtures.hpp"
 #include "ddl/core/token_batch.hpp"
 #include "ddl/nn/layers/cross_entropy.hpp"
 #include "ddl/nn/models/delta_lm.hpp"
@@ -35,13 +36,7 @@ std::vector<std::uint8_t> textOf(const std::string& s, int repeats) {
 }
 
 ddl::DeltaLMConfig tinyConfig(const std::string& variant) {
-  ddl::DeltaLMConfig c;
-  c.d = 16;
-  c.heads = 2;
-  c.depth = 1;
-  c.context = 12;
-  c.hidden = 24;
-  ddl::applyVariant(c, variant);
+  ddl::DeltaLMConfig c = ddl_test::deltaLMConfig(16, 2, 1, 12, 24, variant);
   if (c.dv > 1) c.dv = 2;
   return c;
 }
@@ -59,16 +54,9 @@ ddl::TrainerOptions options(const std::string& outDir, int epochs) {
   return o;
 }
 
-std::string freshDir(const std::string& name) {
-  const std::string dir = std::string(DDL_TEST_TMPDIR) + "/lm_training_" + name;
-  std::filesystem::remove_all(dir);
-  return dir;
-}
+std::string freshDir(const std::string& name) { return ddl_test::clearedTestPath("lm_training_" + name); }
 
-std::string readFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-}
+std::string readFile(const std::string& path) { return ddl_test::fileBytes(path); }
 
 using Loop = ddl::TrainingLoop<ddl::DeltaLM<float>, ddl::NextTokenTask<float>, ddl::TextWindows<float>, ddl::AdamW<float>>;
 
@@ -198,13 +186,7 @@ TEST_CASE("1 and 2 threads train a DeltaLM bit-identically above every parallel 
   const std::string variant = GENERATE(std::string("dv1"), std::string("cc-ec"));
   CAPTURE(variant);
   const std::vector<std::uint8_t> train = textOf(kSentence, 200);
-  ddl::DeltaLMConfig cfg;
-  cfg.d = 128;
-  cfg.heads = 4;
-  cfg.depth = 1;
-  cfg.context = 64;
-  cfg.hidden = 512;
-  ddl::applyVariant(cfg, variant);
+  ddl::DeltaLMConfig cfg = ddl_test::deltaLMConfig(128, 4, 1, 64, 512, variant);
   if (cfg.dv > 1) cfg.dv = 2;
   auto run = [&](int threads) {
     ddl::TrainerOptions o = options("", 1);

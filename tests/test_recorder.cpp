@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "catch_compat.hpp"
+#include "fixtures.hpp"
 #include "ddl/diag/audit_file.hpp"
 #include "ddl/diag/recorder.hpp"
 #include "ddl/nn/models/conv_delta_net.hpp"
@@ -108,16 +109,7 @@ std::vector<BlockRef> referenceForward(ddl::DeltaNet<double>& net, const Mat& in
 }
 
 ddl::DeltaNetConfig smallConfig(const std::string& preset, Index dv, ddl::ResidualKind kind) {
-  ddl::DeltaNetConfig cfg;
-  cfg.block.residual.residual = kind;
-  ddl::applyPreset(cfg, preset);
-  cfg.inputDim = 5;
-  cfg.classes = 3;
-  cfg.d = 6;
-  cfg.depth = 2;
-  cfg.dv = dv;
-  cfg.block.hidden = 7;
-  return cfg;
+  return ddl_test::withPreset(ddl_test::deltaNetConfig(5, 3, 6, 2, 7, dv), preset, kind);
 }
 
 // Spreads the gates over [0, 2] so that several regimes and both halves of the histogram are hit.
@@ -335,14 +327,7 @@ TEST_CASE("frozen-operator spectrum: the measured Jacobian sees projection and r
 }
 
 TEST_CASE("ConvDeltaNet: rows carry the stage, block states map through the transitions", "[recorder][conv]") {
-  ddl::ConvDeltaNetConfig cfg;
-  cfg.channels = 2;
-  cfg.height = 6;
-  cfg.width = 6;
-  cfg.classes = 3;
-  cfg.widths = {4, 6};
-  cfg.depths = {2, 1};
-  cfg.dv = GENERATE(1, 2);
+  const ddl::ConvDeltaNetConfig cfg = ddl_test::convNetConfig(2, 6, 6, 3, {4, 6}, {2, 1}, GENERATE(1, 2));
   CAPTURE(cfg.dv);
   ddl::ConvDeltaNet<double> net(cfg, 3);
   std::srand(6);
@@ -535,12 +520,7 @@ TEST_CASE("auditEveryEpoch: files after every epoch, the onEpoch before it still
     return d;
   };
   const ddl::Dataset<float> train = blobs(64, 1), test = blobs(40, 2);
-  ddl::DeltaNetConfig cfg;
-  cfg.inputDim = 8;
-  cfg.classes = 3;
-  cfg.d = 8;
-  cfg.depth = 2;
-  cfg.block.hidden = 16;
+  const ddl::DeltaNetConfig cfg = ddl_test::deltaNetConfig(8, 3, 8, 2, 16);
   ddl::TrainerOptions opt;
   opt.epochs = 3;
   opt.batchSize = 32;

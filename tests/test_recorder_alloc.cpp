@@ -35,6 +35,7 @@ void* realloc(void* p, std::size_t n) {
 }
 
 #include "catch_compat.hpp"
+#include "fixtures.hpp"
 #include "ddl/core/threading.hpp"
 #include "ddl/diag/recorder.hpp"
 #include "ddl/nn/models/conv_delta_net.hpp"
@@ -126,13 +127,7 @@ TEST_CASE("DeltaNet: a recorder observing every forward changes no output and no
   ddl::setNumThreads(1);
   const Index dv = GENERATE(1, 3);
   CAPTURE(dv);
-  ddl::DeltaNetConfig cfg;
-  cfg.inputDim = 12;
-  cfg.classes = 4;
-  cfg.d = 16;
-  cfg.depth = 3;
-  cfg.dv = dv;
-  cfg.block.hidden = 24;
+  const ddl::DeltaNetConfig cfg = ddl_test::deltaNetConfig(12, 4, 16, 3, 24, dv);
   ddl::DeltaNet<float> plain(cfg, 11), observed(cfg, 11);
   std::srand(3);
   checkZeroCost(plain, observed, MatX<float>::Random(cfg.inputDim, 20));
@@ -140,14 +135,7 @@ TEST_CASE("DeltaNet: a recorder observing every forward changes no output and no
 
 TEST_CASE("ConvDeltaNet: a recorder observing every forward changes no output and no allocation", "[recorder][alloc]") {
   ddl::setNumThreads(1);
-  ddl::ConvDeltaNetConfig cfg;
-  cfg.channels = 2;
-  cfg.height = 6;
-  cfg.width = 6;
-  cfg.classes = 3;
-  cfg.widths = {4, 6};
-  cfg.depths = {1, 1};
-  cfg.dv = 2;
+  const ddl::ConvDeltaNetConfig cfg = ddl_test::convNetConfig(2, 6, 6, 3, {4, 6}, {1, 1}, 2);
   ddl::ConvDeltaNet<float> plain(cfg, 5), observed(cfg, 5);
   std::srand(4);
   checkZeroCost(plain, observed, MatX<float>::Random(cfg.inputDim(), 3));

@@ -11,7 +11,9 @@
 #include <vector>
 
 #include "catch_compat.hpp"
+#include "fixtures.hpp"
 #include "fd_check.hpp"
+#include "layer_grad_check.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/rng.hpp"
 #include "ddl/core/threading.hpp"
@@ -24,42 +26,17 @@
 using ddl::Index;
 using ddl::MatX;
 using ddl::TokenLayout;
+using ddl_test::checkLayerGradients;
 using ddl_test::contains;
+using ddl_test::randInt;
 using ddl_test::thrownMessage;
 
 namespace {
-
-int randInt(std::mt19937& gen, int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(gen); }
 
 ddl::DeltaBlockBranchOptions siluOptions(Index hidden = 0) {
   return ddl::DeltaBlockBranchOptions{hidden, ddl::Activation::SiLU};
 }
 
-// Central-difference check of dX and of every parameter for loss = <W, Y>, so dY = W, for a layer
-// with forward(X, layout, Y). Returns the visited parameter names.
-template <class Layer>
-std::vector<std::string> checkGrads(Layer& layer, MatX<double>& X, const TokenLayout& layout) {
-  MatX<double> Y;
-  layer.forward(X, layout, Y);
-  const MatX<double> W = MatX<double>::Random(Y.rows(), Y.cols());
-  auto loss = [&] {
-    MatX<double> Yl;
-    layer.forwardInference(X, layout, Yl);
-    return (W.array() * Yl.array()).sum();
-  };
-  ddl::zeroGrad(layer);
-  MatX<double> dX;
-  layer.backward(W, dX);
-  FD_CHECK(dX, ddl::testing::numericGrad(X, loss));
-  std::vector<std::string> names;
-  layer.visitParams("", [&](const std::string& name, ddl::Param<double>& p) {
-    CAPTURE(name);
-    names.push_back(name);
-    CHECK(p.grad.norm() > 0);  // every parameter takes part
-    FD_CHECK(p.grad, ddl::testing::numericGrad(p.value, loss));
-  });
-  return names;
-}
 
 // out[c, b*T + t] = sum_s w[c, s] x[c, b*T + t - K + 1 + s], zero before the sequence start: the
 // definition, written independently of the layer's loop.
@@ -90,7 +67,7 @@ TEST_CASE("SwiGluBranch backward matches central differences", "[grad][swiglu]")
   branch.init(rng);
   const auto layout = TokenLayout::sequence(B, T);
   MatX<double> C = 2 * MatX<double>::Random(d, layout.tokens());
-  const auto names = checkGrads(branch, C, layout);
+  const auto names = checkLayerGradients(branch, C, layout);
   CHECK(names == std::vector<std::string>{"fc1.weight", "fc2.weight", "fc3.weight"});
 }
 
@@ -101,7 +78,7 @@ TEST_CASE("SwiGluBranch with d = 1 and one token matches central differences", "
   ddl::Rng rng(3);
   branch.init(rng);
   MatX<double> C = MatX<double>::Constant(1, 1, 1.7);
-  checkGrads(branch, C, TokenLayout::vectors(1));
+  checkLayerGradients(branch, C, TokenLayout::vectors(1));
 }
 
 TEST_CASE("SwiGluBranch computes W2 (silu(W1 c) * W3 c) with PyTorch shapes and no biases", "[swiglu]") {
@@ -173,7 +150,7 @@ TEST_CASE("SwiGluBranch is the branch of a DeltaBlock", "[swiglu]") {
   CHECK(std::find(names.begin(), names.end(), "blocks.0.mlp.fc3.weight") != names.end());
   const auto layout = TokenLayout::sequence(2, 3);
   MatX<double> X = MatX<double>::Random(6, layout.tokens());
-  checkGrads(block, X, layout);
+  checkLayerGradients(block, X, layout);
 }
 
 TEST_CASE("SwiGluBranch rejects bad options and shapes with clear errors", "[swiglu][errors]") {
@@ -236,7 +213,7 @@ TEST_CASE("TokenConv backward matches central differences", "[grad][token_conv]"
                                           : MatX<double>::Zero(Y.rows(), Y.cols())),
                                convReference(conv.weight().value, X, c.B, c.T)) < 1e-14);
     if (c.T >= c.K) {
-      const auto names = checkGrads(conv, X, layout);
+      const auto names = checkLayerGradients(conv, X, layout);
       CHECK(names == (bias ? std::vector<std::string>{"weight", "bias"} : std::vector<std::string>{"weight"}));
     } else {
       // Taps s < K - T only ever see padding, so their gradient is exactly zero (checkGrads would

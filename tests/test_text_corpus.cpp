@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "catch_compat.hpp"
+#include "fixtures.hpp"
 #include "ddl/core/rng.hpp"
 #include "ddl/data/text_corpus.hpp"
 
@@ -28,18 +29,9 @@ using ddl_test::contains;
 using ddl_test::thrownMessage;
 
 // A fresh directory per test case under DDL_TEST_TMPDIR.
-std::string freshDir(const std::string& name) {
-  const std::string d = std::string(DDL_TEST_TMPDIR) + "/text_" + name;
-  std::filesystem::remove_all(d);
-  std::filesystem::create_directories(d);
-  return d;
-}
+std::string freshDir(const std::string& name) { return ddl_test::freshTestDir("text_" + name); }
 
-void writeFile(const std::string& path, const Bytes& b) {
-  std::ofstream os(path, std::ios::binary | std::ios::trunc);
-  os.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
-  REQUIRE(os.good());
-}
+void writeFile(const std::string& path, const Bytes& b) { ddl_test::writeBytes(path, b); }
 
 Bytes textBytes(const std::string& s) { return Bytes(s.begin(), s.end()); }
 

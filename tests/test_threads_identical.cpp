@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "catch_compat.hpp"
+#include "fixtures.hpp"
 #include "ddl/core/rng.hpp"
 #include "ddl/core/threading.hpp"
 #include "ddl/nn/layers/cross_entropy.hpp"
@@ -29,14 +30,9 @@ RunResult train(int threads, Index dv) {
 #if DDL_WITH_OPENMP
   REQUIRE(ddl::numThreads() == threads);  // otherwise the comparison would be 1 thread vs 1 thread
 #endif
-  ddl::DeltaNetConfig c;
+  // hidden 512: fc1 is 128 x 512 = 2^16 entries (AdamW threshold); x 128 tokens = 2^23 MACs
+  ddl::DeltaNetConfig c = ddl_test::deltaNetConfig(64, 10, 128, 2, 512, dv);
   ddl::applyPreset(c, "code");
-  c.inputDim = 64;
-  c.classes = 10;
-  c.d = 128;
-  c.depth = 2;
-  c.dv = dv;
-  c.block.hidden = 512;  // fc1: 128 x 512 = 2^16 entries (AdamW threshold); x 128 tokens = 2^23 MACs
   ddl::DeltaNet<float> net(c, 7);
   ddl::SoftmaxCrossEntropy<float> loss(0.1);
   ddl::AdamW<float> opt;

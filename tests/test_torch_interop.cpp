@@ -13,9 +13,11 @@
 #include <nlohmann/json.hpp>
 
 #include "catch_compat.hpp"
+#include "fixtures.hpp"
 #include "ddl/io/checkpoint.hpp"
 #include "ddl/io/safetensors.hpp"
 #include "ddl/nn/models/delta_net.hpp"
+#include "torch_export.hpp"
 #include "torch_runner.hpp"
 
 using ddl::Index;
@@ -38,13 +40,7 @@ std::string nameOf(const Case& c) {
 }
 
 ddl::DeltaNetConfig makeConfig(const Case& k) {
-  ddl::DeltaNetConfig c;
-  c.inputDim = 5;
-  c.classes = 3;
-  c.d = 4;
-  c.depth = 2;
-  c.dv = k.dv;
-  c.block.hidden = 6;
+  ddl::DeltaNetConfig c = ddl_test::deltaNetConfig(5, 3, 4, 2, 6, k.dv);
   c.block.residual.residual = k.residual;
   ddl::applyPreset(c, k.preset);
   c.block.residual.gateHidden = 3;
@@ -96,10 +92,7 @@ template <class S>
 std::pair<std::string, std::string> writeCase(const Case& k, const std::string& tag, std::uint64_t seed) {
   const ddl::DeltaNetConfig cfg = makeConfig(k);
   ddl::DeltaNet<S> net(cfg, seed);
-  ddl::CheckpointMeta meta;
-  meta.preset = cfg.preset;
-  meta.modelConfig = nlohmann::json(cfg.toKeyValues()).dump();
-  return writeCheckFiles<S>(net, cfg.inputDim, cfg.classes, 7, seed, meta, tmpPath(tag + "_" + nameOf(k)),
+  return writeCheckFiles<S>(net, cfg.inputDim, cfg.classes, 7, seed, metaOf(cfg), tmpPath(tag + "_" + nameOf(k)),
                             [](ddl::DeltaNet<S>& n, const MatX<S>& dLogits, std::map<std::string, MatX<S>>& batch) {
                               MatX<S> dX;
                               n.backward(dLogits, &dX);
@@ -152,11 +145,8 @@ TEST_CASE("ddl_torch.py fails on logits off by 1e-4 or a gradient off by 1e-6 or
   ddl::DeltaNet<double> net(cfg, 5);
   ddl::loadCheckpoint(files.first, net);
   cfg.depth = 3;
-  ddl::CheckpointMeta meta;
-  meta.preset = cfg.preset;
-  meta.modelConfig = nlohmann::json(cfg.toKeyValues()).dump();
   const std::string wrong = tmpPath("neg_depth.ck.safetensors");
-  ddl::saveCheckpoint(wrong, net, meta);
+  ddl::saveCheckpoint(wrong, net, metaOf(cfg));
   CHECK(runCommand(checkCommand({{wrong, files.second}}, 1e-5, 1e-10)) == 2);
 }
 
@@ -179,24 +169,11 @@ TEST_CASE("ddl loads a PyTorch-written safetensors state_dict and reproduces its
                         Case{"code", ddl::ResidualKind::Delta, 4, "kernel5"}}) {
     CAPTURE(nameOf(k));
     const ddl::DeltaNetConfig cfg = makeConfig(k);
-    const std::string base = tmpPath("export_" + nameOf(k));
-    {
-      std::ofstream out(base + ".config.json");
-      out << nlohmann::json(cfg.toKeyValues()).dump();
-    }
-    const std::string cmd =
-        exportCommand(base + ".config.json", base + ".state.safetensors", base + ".batch.safetensors", 4);
-    CAPTURE(cmd);
-    REQUIRE(runCommand(cmd) == 0);
     ddl::DeltaNet<double> net(cfg, 1);
-    const ddl::CheckpointMeta meta = ddl::loadCheckpoint(base + ".state.safetensors", net);  // strict: every name
-    CHECK(meta.modelConfig.empty());
-    const auto batch = ddl::loadSafetensors<double>(base + ".batch.safetensors");
+    const auto batch = exportAndLoad(cfg, tmpPath("export_" + nameOf(k)), 4, net);
     MatX<double> logits;
     net.forward(batch.at("x"), logits);
-    REQUIRE(logits.rows() == batch.at("logits").rows());
-    REQUIRE(logits.cols() == batch.at("logits").cols());
-    CHECK((logits - batch.at("logits")).cwiseAbs().maxCoeff() < 1e-12);
+    checkSameLogits(logits, batch.at("logits"));
   }
 }
 
@@ -207,12 +184,7 @@ TEST_CASE("ddl loads the state_dict of a plainly written PyTorch module for ever
       (std::filesystem::path(__FILE__).parent_path() / "torch_plain_deltanet.py").string();
   for (const char* preset : {"code", "paper", "v1"}) {
     for (ddl::GateKind gate : {ddl::GateKind::Linear, ddl::GateKind::TwoLayerTanh}) {
-      ddl::DeltaNetConfig cfg;
-      cfg.inputDim = 6;
-      cfg.classes = 3;
-      cfg.d = 8;
-      cfg.depth = 2;
-      cfg.block.hidden = 16;
+      ddl::DeltaNetConfig cfg = ddl_test::deltaNetConfig(6, 3, 8, 2, 16);
       ddl::applyPreset(cfg, preset);
       cfg.block.residual.gate = gate;
       cfg.block.residual.gateHidden = 4;

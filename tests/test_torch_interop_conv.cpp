@@ -13,9 +13,11 @@
 #include <nlohmann/json.hpp>
 
 #include "catch_compat.hpp"
+#include "fixtures.hpp"
 #include "ddl/io/checkpoint.hpp"
 #include "ddl/io/safetensors.hpp"
 #include "ddl/nn/models/conv_delta_net.hpp"
+#include "torch_export.hpp"
 #include "torch_runner.hpp"
 
 using ddl::Index;
@@ -39,15 +41,9 @@ std::string nameOf(const ConvCase& c) {
 }
 
 ddl::ConvDeltaNetConfig makeConfig(const ConvCase& k) {
-  ddl::ConvDeltaNetConfig c;
-  c.channels = 2;
-  c.height = 5;  // odd: the stride-2 steps round up
-  c.width = 6;
-  c.classes = 3;
-  c.widths = {3, 4};
-  c.depths = {1, 1};
+  // height 5 is odd: the stride-2 steps round up
+  ddl::ConvDeltaNetConfig c = ddl_test::convNetConfig(2, 5, 6, 3, {3, 4}, {1, 1}, k.dv);
   c.stemStride = k.stemStride;
-  c.dv = k.dv;
   c.block.residual.residual = k.residual;
   ddl::applyPreset(c, k.preset);
   c.block.residual.gateHidden = 3;
@@ -74,13 +70,6 @@ std::vector<ConvCase> allCases() {
   cases.push_back({"code", ddl::ResidualKind::Delta, 3, 1, "structured5"});
   cases.push_back({"code", ddl::ResidualKind::Delta, 1, 2, "deep"});
   return cases;
-}
-
-ddl::CheckpointMeta metaOf(const ddl::ConvDeltaNetConfig& cfg) {
-  ddl::CheckpointMeta meta;
-  meta.preset = cfg.preset;
-  meta.modelConfig = nlohmann::json(cfg.toKeyValues()).dump();
-  return meta;
 }
 
 // The net of `k`, perturbed, on a random batch of 3 images (the input needs no gradient).
@@ -161,23 +150,10 @@ TEST_CASE("ddl loads a PyTorch-written ConvDeltaNet state_dict and reproduces it
                             ConvCase{"code", ddl::ResidualKind::Delta, 3, 1, "structured5"}}) {
     CAPTURE(nameOf(k));
     const ddl::ConvDeltaNetConfig cfg = makeConfig(k);
-    const std::string base = tmpPath("export_" + nameOf(k));
-    {
-      std::ofstream out(base + ".config.json");
-      out << nlohmann::json(cfg.toKeyValues()).dump();
-    }
-    const std::string cmd =
-        exportCommand(base + ".config.json", base + ".state.safetensors", base + ".batch.safetensors", 6);
-    CAPTURE(cmd);
-    REQUIRE(runCommand(cmd) == 0);
     ddl::ConvDeltaNet<double> net(cfg, 1);
-    const ddl::CheckpointMeta meta = ddl::loadCheckpoint(base + ".state.safetensors", net);  // strict: every name
-    CHECK(meta.modelConfig.empty());
-    const auto batch = ddl::loadSafetensors<double>(base + ".batch.safetensors");
+    const auto batch = exportAndLoad(cfg, tmpPath("export_" + nameOf(k)), 6, net);
     MatX<double> logits;
     net.forward(batch.at("x"), logits);
-    REQUIRE(logits.rows() == batch.at("logits").rows());
-    REQUIRE(logits.cols() == batch.at("logits").cols());
-    CHECK((logits - batch.at("logits")).cwiseAbs().maxCoeff() < 1e-12);
+    checkSameLogits(logits, batch.at("logits"));
   }
 }

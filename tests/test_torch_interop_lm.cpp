@@ -28,6 +28,7 @@
 #include "ddl/io/checkpoint.hpp"
 #include "ddl/io/safetensors.hpp"
 #include "ddl/nn/models/delta_lm.hpp"
+#include "torch_export.hpp"
 #include "torch_runner.hpp"
 
 using ddl::Index;
@@ -144,12 +145,9 @@ std::pair<std::string, std::string> writeCase(const Case& k, const std::string& 
   lm.backward(dLogits);
   std::map<std::string, MatX<S>> files{{"ids", idsMatrix<S>(batch)}, {"logits", logits}, {"dlogits", dLogits}};
   lm.visitParams("", [&](const std::string& name, ddl::Param<S>& p) { files["grad." + name] = p.grad; });
-  ddl::CheckpointMeta meta;
-  meta.preset = cfg.preset;
-  meta.modelConfig = nlohmann::json(cfg.toKeyValues()).dump();
   const std::string base = tmpPath(tag + "_" + nameOf(k));
   const std::string ck = base + ".ck.safetensors", batchFile = base + ".batch.safetensors";
-  ddl::saveCheckpoint(ck, lm, meta);
+  ddl::saveCheckpoint(ck, lm, metaOf(cfg));
   ddl::saveSafetensors<S>(batchFile, files);
   return {ck, batchFile};
 }
@@ -247,18 +245,14 @@ TEST_CASE("ddl_torch.py fails on DeltaLM logits off by 1e-6, a gradient off by 1
   ddl::DeltaLM<double> lm(cfg, 5);
   ddl::loadCheckpoint(files.first, lm);
   cfg.ropeBase = 10000;
-  ddl::CheckpointMeta meta;
-  meta.preset = cfg.preset;
-  meta.modelConfig = nlohmann::json(cfg.toKeyValues()).dump();
   const std::string wrong = tmpPath("neg_lm_rope.ck.safetensors");
-  ddl::saveCheckpoint(wrong, lm, meta);
+  ddl::saveCheckpoint(wrong, lm, metaOf(cfg));
   CHECK(runCommand(checkCommand({{wrong, files.second}}, 1e-10, 1e-10)) == 1);
 
   // One block more than the tensors: loading refuses (exit 2).
   cfg = makeConfig(k);
   cfg.depth = 3;
-  meta.modelConfig = nlohmann::json(cfg.toKeyValues()).dump();
-  ddl::saveCheckpoint(wrong, lm, meta);
+  ddl::saveCheckpoint(wrong, lm, metaOf(cfg));
   CHECK(runCommand(checkCommand({{wrong, files.second}}, 1e-10, 1e-10)) == 2);
 }
 
@@ -270,18 +264,7 @@ void checkExport(const Case& k) {
   CAPTURE(nameOf(k));
   const ddl::DeltaLMConfig cfg = makeConfig(k);
   ddl::DeltaLM<double> lm(cfg, 1);
-  const std::string base = tmpPath("export_" + nameOf(k));
-  {
-    std::ofstream out(base + ".config.json");
-    out << nlohmann::json(cfg.toKeyValues()).dump();
-  }
-  const std::string cmd =
-      exportCommand(base + ".config.json", base + ".state.safetensors", base + ".batch.safetensors", 4);
-  CAPTURE(cmd);
-  REQUIRE(runCommand(cmd) == 0);
-  const ddl::CheckpointMeta meta = ddl::loadCheckpoint(base + ".state.safetensors", lm);  // strict: every name
-  CHECK(meta.modelConfig.empty());
-  const auto batch = ddl::loadSafetensors<double>(base + ".batch.safetensors");
+  const auto batch = exportAndLoad(cfg, tmpPath("export_" + nameOf(k)), 4, lm);
   const MatX<double>& ids = batch.at("ids");
   ddl::TokenBatch tokens;
   tokens.layout = ddl::TokenLayout::sequence(ids.rows(), ids.cols());
@@ -289,9 +272,7 @@ void checkExport(const Case& k) {
     for (Index t = 0; t < ids.cols(); ++t) tokens.ids.push_back(static_cast<int>(ids(b, t)));
   MatX<double> logits;
   lm.forward(tokens, logits);
-  REQUIRE(logits.rows() == batch.at("logits").rows());
-  REQUIRE(logits.cols() == batch.at("logits").cols());
-  CHECK((logits - batch.at("logits")).cwiseAbs().maxCoeff() < 1e-12);
+  checkSameLogits(logits, batch.at("logits"));
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "catch_compat.hpp"
+#include "fixtures.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/rng.hpp"
@@ -194,16 +195,9 @@ ddl::SgdOptions momentumSgd(double momentum = 0.9) {
   return s;
 }
 
-std::string freshDir(const std::string& name) {
-  const std::string dir = std::string(DDL_TEST_TMPDIR) + "/train_generic_" + name;
-  std::filesystem::remove_all(dir);
-  return dir;
-}
+std::string freshDir(const std::string& name) { return ddl_test::clearedTestPath("train_generic_" + name); }
 
-std::string readFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-}
+std::string readFile(const std::string& path) { return ddl_test::fileBytes(path); }
 
 // metrics.csv without the wall-clock columns (seconds, samples_per_s: the 10th and 11th).
 std::vector<std::string> metricsWithoutTimes(const std::string& path) {

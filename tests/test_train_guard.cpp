@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "catch_compat.hpp"
+#include "fixtures.hpp"
 #include "ddl/core/rng.hpp"
 #include "ddl/train/finite_guard.hpp"
 #include "ddl/train/stop_signal.hpp"
@@ -34,58 +35,23 @@
 
 using ddl::Index;
 using ddl::MatX;
+using ddl_test::bitIdentical;
 using ddl_test::contains;
+using ddl_test::fileBytes;
+using ddl_test::gaussianBlobs;
+using ddl_test::paramValues;
 using ddl_test::thrownMessage;
 
 namespace {
 
 ddl::DeltaNetConfig smallConfig(Index inputDim, Index classes) {
-  ddl::DeltaNetConfig c;
+  ddl::DeltaNetConfig c = ddl_test::deltaNetConfig(inputDim, classes, 16, 2, 32);
   ddl::applyPreset(c, "code");
-  c.inputDim = inputDim;
-  c.classes = classes;
-  c.d = 16;
-  c.depth = 2;
-  c.block.hidden = 32;
   return c;
 }
 
-// Gaussian blobs: class c has its mean at +3 on feature c. (features, n)
-ddl::Dataset<float> blobs(Index features, int classes, Index n, std::uint64_t seed) {
-  ddl::Rng rng(seed);
-  ddl::Dataset<float> d;
-  d.numClasses = classes;
-  d.shape = ddl::ImageShape{1, 1, features};
-  d.images.resize(features, n);
-  d.labels.resize(static_cast<std::size_t>(n));
-  for (Index j = 0; j < n; ++j) {
-    const int y = static_cast<int>(rng.below(static_cast<std::uint64_t>(classes)));
-    d.labels[static_cast<std::size_t>(j)] = y;
-    for (Index i = 0; i < features; ++i) d.images(i, j) = static_cast<float>(rng.normal() + (i == y ? 3.0 : 0.0));
-  }
-  return d;
-}
-
-std::vector<MatX<float>> paramValues(ddl::DeltaNet<float>& net) {
-  std::vector<MatX<float>> v;
-  net.visitParams("", [&](const std::string&, ddl::Param<float>& p) { v.push_back(p.value); });
-  return v;
-}
-bool bitIdentical(const std::vector<MatX<float>>& a, const std::vector<MatX<float>>& b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    if (a[i].rows() != b[i].rows() || a[i].cols() != b[i].cols() ||
-        std::memcmp(a[i].data(), b[i].data(), sizeof(float) * static_cast<std::size_t>(a[i].size())) != 0)
-      return false;
-  return true;
-}
-
-std::string readFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-}
 std::vector<std::string> lines(const std::string& path) {
-  std::istringstream in(readFile(path));
+  std::istringstream in(fileBytes(path));
   std::vector<std::string> out;
   for (std::string l; std::getline(in, l);) out.push_back(l);
   return out;
@@ -105,7 +71,7 @@ std::string withoutTimes(const std::string& row) {
 void checkSameAsUninterrupted(ddl::DeltaNet<float>& full, const ddl::Trainer<float>& fullTrainer,
                               ddl::DeltaNet<float>& net, const ddl::Trainer<float>& t) {
   CHECK(bitIdentical(paramValues(full), paramValues(net)));
-  CHECK(readFile(t.checkpointPath()) == readFile(fullTrainer.checkpointPath()));
+  CHECK(fileBytes(t.checkpointPath()) == fileBytes(fullTrainer.checkpointPath()));
   const auto a = lines(fullTrainer.metricsPath()), b = lines(t.metricsPath());
   REQUIRE(a.size() == 4);
   REQUIRE(b.size() == 4);
@@ -121,11 +87,7 @@ std::vector<std::string> strayFiles(const std::string& dir) {
   return out;
 }
 
-std::string freshDir(const std::string& name) {
-  const std::string dir = std::string(DDL_TEST_TMPDIR) + "/train_guard_" + name;
-  std::filesystem::remove_all(dir);
-  return dir;
-}
+std::string freshDir(const std::string& name) { return ddl_test::clearedTestPath("train_guard_" + name); }
 
 ddl::TrainerOptions smallOptions(const std::string& outDir) {
   ddl::TrainerOptions opt;
@@ -136,6 +98,16 @@ ddl::TrainerOptions smallOptions(const std::string& outDir) {
   opt.outDir = outDir;
   return opt;
 }
+
+// A Trainer of smallConfig(16, 3) (seed 2) with smallOptions(outDir) on 120 blob samples (seed 51) and
+// 60 test samples (seed 52): the run that the NaN and the full-disk tests break mid-way.
+struct BlobTrainer {
+  const ddl::Dataset<float> train = gaussianBlobs(16, 3, 120, 51), test = gaussianBlobs(16, 3, 60, 52);
+  const ddl::TrainerOptions opt;
+  ddl::DeltaNet<float> net{smallConfig(16, 3), 2};
+  ddl::Trainer<float> trainer{net, train, opt, nullptr, &test};
+  explicit BlobTrainer(const std::string& outDir) : opt(smallOptions(outDir)) {}
+};
 
 // Lowers the file-size limit (soft only, so it can be raised again) and ignores SIGXFSZ, so that
 // writes past the limit fail with EFBIG as on a full disk; restores both on destruction.
@@ -203,15 +175,13 @@ TEST_CASE("FiniteGuard::check allocates nothing (counting operator new)", "[trai
 }
 
 TEST_CASE("Trainer stops at a NaN before the update, the last checkpoint stays byte-identical", "[train][guard][trainer]") {
-  const ddl::Dataset<float> train = blobs(16, 3, 120, 51), test = blobs(16, 3, 60, 52);
-  const ddl::TrainerOptions opt = smallOptions(freshDir("nan"));
-  ddl::DeltaNet<float> net(smallConfig(16, 3), 2);
-  ddl::Trainer<float> t(net, train, opt, nullptr, &test);
+  BlobTrainer run(freshDir("nan"));
+  ddl::DeltaNet<float>& net = run.net;
   std::string afterEpoch1;
   std::vector<MatX<float>> lastGood;
-  t.onEpoch = [&](const ddl::EpochMetrics& m) {
+  run.trainer.onEpoch = [&](const ddl::EpochMetrics& m) {
     if (m.epoch != 1) return;
-    afterEpoch1 = readFile(t.checkpointPath());
+    afterEpoch1 = fileBytes(run.trainer.checkpointPath());
     // A poisoned weight of the classifier head (the last weight with one row per class). (A NaN
     // pixel is refused earlier, by the direction normalisation of the first block.)
     ddl::Param<float>* head = nullptr;
@@ -222,22 +192,22 @@ TEST_CASE("Trainer stops at a NaN before the update, the last checkpoint stays b
     head->value(1, 2) = std::nanf("");
     lastGood = paramValues(net);
   };
-  const std::string msg = thrownMessage<ddl::NonFiniteError>([&] { t.run(); });
+  const std::string msg = thrownMessage<ddl::NonFiniteError>([&] { run.trainer.run(); });
   CAPTURE(msg);
   CHECK(contains(msg, "ddl::TrainingLoop: training stopped in epoch 2, batch 1: "));
   CHECK(contains(msg, "the loss is nan at step 5"));
-  CHECK(contains(msg, "the last checkpoint (" + t.checkpointPath() + ", step 4) is unchanged"));
+  CHECK(contains(msg, "the last checkpoint (" + run.trainer.checkpointPath() + ", step 4) is unchanged"));
   REQUIRE_FALSE(afterEpoch1.empty());
-  CHECK(readFile(t.checkpointPath()) == afterEpoch1);
+  CHECK(fileBytes(run.trainer.checkpointPath()) == afterEpoch1);
   CHECK(bitIdentical(paramValues(net), lastGood));  // the bad step updated nothing
-  CHECK(t.step() == 4);
-  CHECK(t.optimizer().stepCount() == 4);
-  CHECK(lines(t.metricsPath()).size() == 2);  // header + epoch 1
-  CHECK(strayFiles(opt.outDir).empty());
+  CHECK(run.trainer.step() == 4);
+  CHECK(run.trainer.optimizer().stepCount() == 4);
+  CHECK(lines(run.trainer.metricsPath()).size() == 2);  // header + epoch 1
+  CHECK(strayFiles(run.opt.outDir).empty());
 }
 
 TEST_CASE("Trainer: a stop request mid-epoch checkpoints, resume is bit-identical to never stopping", "[train][stop][trainer]") {
-  const ddl::Dataset<float> train = blobs(16, 3, 120, 51), test = blobs(16, 3, 60, 52);
+  const ddl::Dataset<float> train = gaussianBlobs(16, 3, 120, 51), test = gaussianBlobs(16, 3, 60, 52);
   const ddl::DeltaNetConfig cfg = smallConfig(16, 3);
   ddl::TrainerOptions opt = smallOptions(freshDir("stop_full"));
   opt.augment.enabled = true;  // the per-batch augmentation stream must continue too
@@ -277,7 +247,7 @@ TEST_CASE("Trainer: a stop request mid-epoch checkpoints, resume is bit-identica
 }
 
 TEST_CASE("evaluate: an EvalStop ends after the batch it answers, over exactly the samples seen", "[train][stop][eval]") {
-  const ddl::Dataset<float> test = blobs(16, 3, 60, 52);  // batches of 16: 16, 16, 16, 12
+  const ddl::Dataset<float> test = gaussianBlobs(16, 3, 60, 52);  // batches of 16: 16, 16, 16, 12
   ddl::DeltaNet<float> net(smallConfig(16, 3), 2);
   ddl::SoftmaxCrossEntropy<float> loss;
   MatX<float> logits;
@@ -314,8 +284,8 @@ TEST_CASE("evaluate: an EvalStop ends after the batch it answers, over exactly t
 }
 
 TEST_CASE("Trainer: a stop during an epoch's evaluation leaves the epoch open, and resume is bit-identical", "[train][stop][trainer]") {
-  const ddl::Dataset<float> train = blobs(16, 3, 120, 51), validation = blobs(16, 3, 60, 53),
-                            test = blobs(16, 3, 60, 52);
+  const ddl::Dataset<float> train = gaussianBlobs(16, 3, 120, 51), validation = gaussianBlobs(16, 3, 60, 53),
+                            test = gaussianBlobs(16, 3, 60, 52);
   const ddl::DeltaNetConfig cfg = smallConfig(16, 3);
   ddl::TrainerOptions opt = smallOptions(freshDir("evalstop_full"));
   opt.evalBatch = 16;  // 4 evaluation batches per set
@@ -356,7 +326,7 @@ TEST_CASE("Trainer: a stop during an epoch's evaluation leaves the epoch open, a
 }
 
 TEST_CASE("Trainer: a stop requested before training returns at once and writes nothing", "[train][stop][trainer]") {
-  const ddl::Dataset<float> train = blobs(16, 3, 120, 51);
+  const ddl::Dataset<float> train = gaussianBlobs(16, 3, 120, 51);
   const ddl::TrainerOptions opt = smallOptions(freshDir("stop_early"));
   ddl::DeltaNet<float> net(smallConfig(16, 3), 2);
   const auto before = paramValues(net);
@@ -371,7 +341,7 @@ TEST_CASE("Trainer: a stop requested before training returns at once and writes 
 }
 
 TEST_CASE("Trainer::resume refuses a train_position that does not fit and changes nothing", "[train][stop][trainer]") {
-  const ddl::Dataset<float> train = blobs(16, 3, 120, 51);
+  const ddl::Dataset<float> train = gaussianBlobs(16, 3, 120, 51);
   const ddl::TrainerOptions opt = smallOptions(freshDir("bad_position"));
   ddl::DeltaNet<float> net(smallConfig(16, 3), 2);
   ddl::Trainer<float> t(net, train, opt);
@@ -402,7 +372,7 @@ TEST_CASE("Trainer::resume refuses a train_position that does not fit and change
 }
 
 TEST_CASE("Trainer: an output folder that cannot be written fails before the first step", "[train][output][trainer]") {
-  const ddl::Dataset<float> train = blobs(16, 3, 120, 51);
+  const ddl::Dataset<float> train = gaussianBlobs(16, 3, 120, 51);
   const std::string base = freshDir("unwritable");
   std::filesystem::create_directories(base);
   std::ofstream(base + "/a-file") << "x";
@@ -432,21 +402,18 @@ TEST_CASE("Trainer: an output folder that cannot be written fails before the fir
 }
 
 TEST_CASE("Trainer: a full disk fails the checkpoint write, the previous one stays byte-identical", "[train][output][trainer]") {
-  const ddl::Dataset<float> train = blobs(16, 3, 120, 51), test = blobs(16, 3, 60, 52);
-  const ddl::TrainerOptions opt = smallOptions(freshDir("full_disk"));
-  ddl::DeltaNet<float> net(smallConfig(16, 3), 2);
-  ddl::Trainer<float> t(net, train, opt, nullptr, &test);
+  BlobTrainer run(freshDir("full_disk"));
   std::string afterEpoch1;
   std::unique_ptr<FileSizeLimit> limit;
-  t.onEpoch = [&](const ddl::EpochMetrics& m) {
+  run.trainer.onEpoch = [&](const ddl::EpochMetrics& m) {
     if (m.epoch != 1) return;
-    afterEpoch1 = readFile(t.checkpointPath());
+    afterEpoch1 = fileBytes(run.trainer.checkpointPath());
     limit = std::make_unique<FileSizeLimit>(afterEpoch1.size() / 2);  // the next checkpoint does not fit
     REQUIRE(limit->ok());
   };
   std::string msg;
   try {
-    t.run();
+    run.trainer.run();
   } catch (const ddl::IoError& e) {
     msg = e.what();
   }
@@ -455,12 +422,12 @@ TEST_CASE("Trainer: a full disk fails the checkpoint write, the previous one sta
   CHECK(contains(msg, "ddl::TrainingLoop: cannot write the checkpoint of step 8"));
   CHECK(contains(msg, std::strerror(EFBIG)));
   CHECK(contains(msg, "the previous checkpoint, if any, is unchanged"));
-  CHECK(readFile(t.checkpointPath()) == afterEpoch1);
-  CHECK(lines(t.metricsPath()).size() == 2);  // no row for the epoch whose checkpoint failed
-  CHECK(strayFiles(opt.outDir).empty());      // the temporary is gone
+  CHECK(fileBytes(run.trainer.checkpointPath()) == afterEpoch1);
+  CHECK(lines(run.trainer.metricsPath()).size() == 2);  // no row for the epoch whose checkpoint failed
+  CHECK(strayFiles(run.opt.outDir).empty());      // the temporary is gone
   // The run can continue from the intact checkpoint.
   ddl::DeltaNet<float> again(smallConfig(16, 3), 5);
-  ddl::Trainer<float> r(again, train, opt, nullptr, &test);
+  ddl::Trainer<float> r(again, run.train, run.opt, nullptr, &run.test);
   r.resume(r.checkpointPath());
   CHECK(r.step() == 4);
 }

@@ -31,6 +31,7 @@ inline void eigenAssertFailed(const char* what) {
 #include <vector>
 
 #include "catch_compat.hpp"
+#include "fixtures.hpp"
 #include "ddl/core/rng.hpp"
 #include "ddl/core/threading.hpp"
 #include "ddl/data/idx.hpp"
@@ -42,57 +43,19 @@ inline void eigenAssertFailed(const char* what) {
 
 using ddl::Index;
 using ddl::MatX;
+using ddl_test::bitIdentical;
 using ddl_test::contains;
+using ddl_test::gaussianBlobs;
+using ddl_test::paramValues;
 using ddl_test::thrownMessage;
 
 namespace {
 
 ddl::DeltaNetConfig smallConfig(Index inputDim, Index classes, const std::string& preset = "code",
                                 ddl::ResidualKind kind = ddl::ResidualKind::Delta, Index dv = 1) {
-  ddl::DeltaNetConfig c;
-  ddl::applyPreset(c, preset);
-  c.block.residual.residual = kind;
-  c.inputDim = inputDim;
-  c.classes = classes;
-  c.d = 16;
-  c.depth = 2;
-  c.dv = dv;
-  c.block.hidden = 32;
-  return c;
+  return ddl_test::withPreset(ddl_test::deltaNetConfig(inputDim, classes, 16, 2, 32, dv), preset, kind);
 }
 
-// Gaussian blobs: class c has its mean at +3 on feature c (and noise 1 elsewhere). (features, n)
-ddl::Dataset<float> blobs(Index features, int classes, Index n, std::uint64_t seed) {
-  ddl::Rng rng(seed);
-  ddl::Dataset<float> d;
-  d.numClasses = classes;
-  d.shape = ddl::ImageShape{1, 1, features};
-  d.images.resize(features, n);
-  d.labels.resize(static_cast<std::size_t>(n));
-  for (Index j = 0; j < n; ++j) {
-    const int y = static_cast<int>(rng.below(static_cast<std::uint64_t>(classes)));
-    d.labels[static_cast<std::size_t>(j)] = y;
-    for (Index i = 0; i < features; ++i) d.images(i, j) = static_cast<float>(rng.normal() + (i == y ? 3.0 : 0.0));
-  }
-  return d;
-}
-
-template <class S>
-std::vector<MatX<S>> paramValues(ddl::DeltaNet<S>& net) {
-  std::vector<MatX<S>> v;
-  net.visitParams("", [&](const std::string&, ddl::Param<S>& p) { v.push_back(p.value); });
-  return v;
-}
-
-template <class S>
-bool bitIdentical(const std::vector<MatX<S>>& a, const std::vector<MatX<S>>& b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    if (a[i].rows() != b[i].rows() || a[i].cols() != b[i].cols() ||
-        std::memcmp(a[i].data(), b[i].data(), sizeof(S) * static_cast<std::size_t>(a[i].size())) != 0)
-      return false;
-  return true;
-}
 
 std::string tmpPath(const std::string& name) {
   std::filesystem::create_directories(DDL_TEST_TMPDIR);
@@ -124,7 +87,7 @@ struct AllocCase {
 // still sizes one of them), then two steps under the ban, one of them with clipping active.
 std::string steadyStateAllocation(const AllocCase& c) {
   ddl::setNumThreads(1);
-  const ddl::Dataset<float> data = blobs(10, 3, 24, 31);
+  const ddl::Dataset<float> data = gaussianBlobs(10, 3, 24, 31);
   ddl::DeltaNet<float> net(smallConfig(10, 3, c.preset, c.kind, c.dv), 1);
   ddl::SoftmaxCrossEntropy<float> loss(0.1);
   ddl::AdamW<float> opt;
@@ -174,7 +137,7 @@ TEST_CASE("a DeltaNet overfits 64 random samples to 100% accuracy", "[train][lea
 
 TEST_CASE("loss falls on a separable task and the model generalises", "[train][learn]") {
   ddl::setNumThreads(1);
-  const ddl::Dataset<float> train = blobs(12, 4, 512, 11), test = blobs(12, 4, 256, 12);
+  const ddl::Dataset<float> train = gaussianBlobs(12, 4, 512, 11), test = gaussianBlobs(12, 4, 256, 12);
   ddl::DeltaNet<float> net(smallConfig(12, 4), 5);
   ddl::SoftmaxCrossEntropy<float> loss;
   ddl::AdamWOptions ao;
@@ -199,7 +162,7 @@ TEST_CASE("loss falls on a separable task and the model generalises", "[train][l
 }
 
 TEST_CASE("two runs with the same seed and threads are bit-identical after 20 steps", "[train][determinism]") {
-  const ddl::Dataset<float> data = blobs(20, 3, 160, 21);
+  const ddl::Dataset<float> data = gaussianBlobs(20, 3, 160, 21);
   auto run = [&](std::uint64_t seed) {
     ddl::setNumThreads(2);
     ddl::DeltaNet<float> net(smallConfig(20, 3, "code", ddl::ResidualKind::Delta, 2), seed);
@@ -255,7 +218,7 @@ TEST_CASE("the no-allocation guard trips on an allocation", "[train][alloc]") {
 
 TEST_CASE("resuming from a checkpoint after N steps is bit-identical to never stopping", "[train][resume]") {
   ddl::setNumThreads(1);
-  const ddl::Dataset<float> data = blobs(16, 4, 96, 41);
+  const ddl::Dataset<float> data = gaussianBlobs(16, 4, 96, 41);
   const ddl::DeltaNetConfig cfg = smallConfig(16, 4, "paper", ddl::ResidualKind::Delta, 2);
   const std::string path = tmpPath("steps.safetensors");
   ddl::BatchOptions bo;
@@ -298,7 +261,7 @@ TEST_CASE("resuming from a checkpoint after N steps is bit-identical to never st
 }
 
 TEST_CASE("Trainer: resume from the epoch checkpoint continues bit-identically", "[train][resume][trainer]") {
-  const ddl::Dataset<float> train = blobs(16, 3, 120, 51), test = blobs(16, 3, 60, 52);
+  const ddl::Dataset<float> train = gaussianBlobs(16, 3, 120, 51), test = gaussianBlobs(16, 3, 60, 52);
   const ddl::DeltaNetConfig cfg = smallConfig(16, 3);
   ddl::TrainerOptions opt;
   opt.epochs = 3;
@@ -396,7 +359,7 @@ TEST_CASE("bad inputs throw ddl::Error naming the problem and leave the model un
   ddl::TrainerOptions o;
   o.epochs = 0;
   CHECK(contains(thrownMessage<ddl::ValueError>([&] { o.validate(); }), "epochs must be >= 1, got 0"));
-  const ddl::Dataset<float> wrong = blobs(5, 3, 10, 1);
+  const ddl::Dataset<float> wrong = gaussianBlobs(5, 3, 10, 1);
   ddl::TrainerOptions ok;
   CHECK(contains(thrownMessage<ddl::ValueError>([&] { ddl::Trainer<float> t(net, wrong, ok); }),
                  "training images have 5 features but the model expects inputDim = 6"));

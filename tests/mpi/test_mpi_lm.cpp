@@ -8,13 +8,15 @@
 // gradient differs by up to 7e-7 as one vector) and 20 AdamW steps carry that along (up to 2.1e-6
 // as one vector on 3 ranks), hence 1e-6 for the gradient and 1e-5 for the parameters. A global batch
 // that does not divide over the ranks is refused by name.
-#define CATCH_CONFIG_RUNNER
+#include "mpi/mpi_fixture.hpp"  // first: the world communicator and main
+
 #include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "catch_compat.hpp"
+#include "fixtures.hpp"
 #include "ddl/core/rng.hpp"
 #include "ddl/distributed/mpi_communicator.hpp"
 #include "ddl/nn/models/delta_lm.hpp"
@@ -27,11 +29,9 @@ using ddl::Index;
 using ddl::MatX;
 using ddl_test::contains;
 using ddl_test::thrownMessage;
+using ddl_test::world;
 
 namespace {
-
-ddl::MpiCommunicator* gWorld = nullptr;
-ddl::MpiCommunicator& world() { return *gWorld; }
 
 template <class S>
 using Loop = ddl::TrainingLoop<ddl::DeltaLM<S>, ddl::NextTokenTask<S>, ddl::TextWindows<S>, ddl::AdamW<S>>;
@@ -49,14 +49,8 @@ std::vector<std::uint8_t> corpus() {
 }
 
 ddl::DeltaLMConfig config(const std::string& variant, ddl::ResidualKind kind) {
-  ddl::DeltaLMConfig c;
-  c.d = 12;
-  c.heads = 2;
-  c.depth = 2;
-  c.context = 8;
-  c.hidden = 16;
+  ddl::DeltaLMConfig c = ddl_test::deltaLMConfig(12, 2, 2, 8, 16, variant);
   c.block.residual.residual = kind;
-  ddl::applyVariant(c, variant);
   if (c.dv > 1) c.dv = 2;
   return c;
 }
@@ -74,13 +68,6 @@ ddl::TrainerOptions options() {
 }
 
 constexpr Index kSteps = 10;  // per epoch
-
-template <class S>
-std::vector<MatX<S>> values(ddl::DeltaLM<S>& lm) {
-  std::vector<MatX<S>> v;
-  lm.visitParams("", [&](const std::string&, ddl::Param<S>& p) { v.push_back(p.value); });
-  return v;
-}
 
 // ||a - b|| / ||b|| over all tensors as one vector, and the worst tensor's.
 template <class S>
@@ -133,7 +120,7 @@ void compareWithOneProcess(const ddl::DeltaLMConfig& cfg) {
   CHECK(parallel.step() == 2 * kSteps);
   const bool isFloat = sizeof(S) == 4;
   const auto grad = relDiffs(gradRanks, gradAlone);
-  const auto params = relDiffs(values(ranked), values(reference));
+  const auto params = relDiffs(ddl_test::paramValues(ranked), ddl_test::paramValues(reference));
   INFO("rank " << world().rank() << " of " << world().size() << ": step-1 gradient " << grad.first
                << ", parameters after " << parallel.step() << " steps: all " << params.first << ", worst tensor "
                << params.second);
@@ -162,13 +149,4 @@ TEST_CASE("text windows that do not divide over the ranks are refused", "[mpi][l
                         " windows does not divide over " + std::to_string(world().size()) + " ranks"));
 }
 
-int main(int argc, char** argv) {
-  ddl::MpiSession session(&argc, &argv);
-  ddl::MpiCommunicator comm;
-  gWorld = &comm;
-  const int failed = Catch::Session().run(argc, argv);
-  // every rank exits with the worst result
-  double worst = failed > 0 ? 1.0 : 0.0;
-  comm.allreduceSum(&worst, 1);
-  return worst > 0 ? 1 : 0;
-}
+int main(int argc, char** argv) { return ddl_test::runCatchOnEveryRank(argc, argv); }

@@ -7,7 +7,8 @@
 // size give the same bits; a stop on one rank stops every rank at the same step; a NaN on one rank
 // stops every rank; a batch that does not divide and ranks that disagree are refused on every rank.
 // Every test case makes the same collective calls on every rank; comparisons are local to a rank.
-#define CATCH_CONFIG_RUNNER
+#include "mpi/mpi_fixture.hpp"  // first: the world communicator and main
+
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -17,6 +18,7 @@
 #include <unistd.h>
 
 #include "catch_compat.hpp"
+#include "fixtures.hpp"
 #include "ddl/core/collective.hpp"
 #include "ddl/core/param_list.hpp"
 #include "ddl/core/rng.hpp"
@@ -30,25 +32,14 @@ using ddl::Index;
 using ddl::MatX;
 using ddl_test::contains;
 using ddl_test::thrownMessage;
+using ddl_test::world;
 
 namespace {
 
-ddl::MpiCommunicator* gWorld = nullptr;
-ddl::MpiCommunicator& world() { return *gWorld; }
-
+// Gaussian blobs with their means 2 apart.
 template <class S>
 ddl::Dataset<S> blobs(Index features, int classes, Index n, std::uint64_t seed) {
-  ddl::Rng rng(seed);
-  ddl::Dataset<S> d;
-  d.numClasses = classes;
-  d.shape = ddl::ImageShape{1, 1, features};
-  d.images.resize(features, n);
-  for (Index j = 0; j < n; ++j) {
-    const int y = static_cast<int>(rng.below(static_cast<std::uint64_t>(classes)));
-    d.labels.push_back(y);
-    for (Index i = 0; i < features; ++i) d.images(i, j) = static_cast<S>(rng.normal() + (i == y ? 2.0 : 0.0));
-  }
-  return d;
+  return ddl_test::gaussianBlobs<S>(features, classes, n, seed, 2.0);
 }
 
 template <class S>
@@ -59,30 +50,13 @@ ddl::Dataset<S> images(Index channels, Index h, Index w, int classes, Index n, s
 }
 
 ddl::DeltaNetConfig mlpConfig(ddl::ResidualKind kind, Index dv) {
-  ddl::DeltaNetConfig c;
-  ddl::applyPreset(c, "code");
-  c.block.residual.residual = kind;
-  c.inputDim = 10;
-  c.classes = 4;
-  c.d = 12;
-  c.depth = 2;
-  c.dv = dv;
-  c.block.hidden = 20;
-  return c;
+  return ddl_test::withPreset(ddl_test::deltaNetConfig(10, 4, 12, 2, 20, dv), "code", kind);
 }
 
 ddl::ConvDeltaNetConfig convConfig(ddl::ResidualKind kind, Index dv) {
-  ddl::ConvDeltaNetConfig c;
-  c.channels = 2;
-  c.height = 5;
-  c.width = 4;
-  c.classes = 4;
-  c.widths = {3, 4};
-  c.depths = {1, 1};
-  c.dv = dv;
+  const ddl::ConvDeltaNetConfig shape = ddl_test::convNetConfig(2, 5, 4, 4, {3, 4}, {1, 1}, dv);
+  ddl::ConvDeltaNetConfig c = ddl_test::withPreset(shape, "code", kind);
   c.learnedExpansion = dv > 1;
-  c.block.residual.residual = kind;
-  ddl::applyPreset(c, "code");
   return c;
 }
 
@@ -94,13 +68,6 @@ ddl::TrainerOptions options(int epochs = 6) {
   o.adam.lr = 3e-3;
   o.threads = 1;
   return o;
-}
-
-template <class S, template <class> class Net>
-std::vector<MatX<S>> values(Net<S>& net) {
-  std::vector<MatX<S>> v;
-  net.visitParams("", [&](const std::string&, ddl::Param<S>& p) { v.push_back(p.value); });
-  return v;
 }
 
 // Largest relative difference of a tensor, ||a - b|| / ||b|| (Frobenius), over the parameters.
@@ -162,12 +129,25 @@ void compareWithOneProcess(const Config& cfg, const ddl::Dataset<S>& train, doub
   CHECK(parallel.step() == alone.step());
   const bool isFloat = sizeof(S) == 4;
   const double gradDiff = globalRelDiff(gradRanks, gradAlone);
-  const double tensorDiff = maxRelDiff(values(ranked), values(reference));
-  const double globalDiff = globalRelDiff(values(ranked), values(reference));
+  const double tensorDiff = maxRelDiff(ddl_test::paramValues(ranked), ddl_test::paramValues(reference));
+  const double globalDiff = globalRelDiff(ddl_test::paramValues(ranked), ddl_test::paramValues(reference));
   INFO("rank " << world().rank() << " of " << world().size() << ": step-1 gradient " << gradDiff
                << ", parameters after 54 steps: worst tensor " << tensorDiff << ", all " << globalDiff);
   CHECK(gradDiff <= (isFloat ? 1e-6 : 1e-14));
   CHECK((isFloat ? globalDiff : tensorDiff) <= tolerance);
+}
+
+// compareWithOneProcess for every residual kind and dv 1 and 4: float within 1e-6 (3e-5 at dv 4), double
+// within 1e-12; configOf(kind, dv) gives the net's configuration.
+template <template <class> class Net, class Config>
+void compareEveryKindAndDv(Config (*configOf)(ddl::ResidualKind, Index), const ddl::Dataset<float>& trainF,
+                           const ddl::Dataset<double>& trainD) {
+  for (ddl::ResidualKind kind : {ddl::ResidualKind::Delta, ddl::ResidualKind::WriteOnly, ddl::ResidualKind::Additive})
+    for (Index dv : {1, 4}) {
+      INFO("kind " << ddl::toString(kind) << ", dv " << dv);
+      compareWithOneProcess<float, Net<float>>(configOf(kind, dv), trainF, dv == 1 ? 1e-6 : 3e-5);
+      compareWithOneProcess<double, Net<double>>(configOf(kind, dv), trainD, 1e-12);
+    }
 }
 
 }  // namespace
@@ -175,23 +155,13 @@ void compareWithOneProcess(const Config& cfg, const ddl::Dataset<S>& train, doub
 TEST_CASE("P ranks equal one process: DeltaNet, every kind, dv 1 and 4", "[mpi][exact]") {
   const ddl::Dataset<float> trainF = blobs<float>(10, 4, 100, 3);
   const ddl::Dataset<double> trainD = blobs<double>(10, 4, 100, 3);
-  for (ddl::ResidualKind kind : {ddl::ResidualKind::Delta, ddl::ResidualKind::WriteOnly, ddl::ResidualKind::Additive})
-    for (Index dv : {1, 4}) {
-      INFO("kind " << ddl::toString(kind) << ", dv " << dv);
-      compareWithOneProcess<float, ddl::DeltaNet<float>>(mlpConfig(kind, dv), trainF, dv == 1 ? 1e-6 : 3e-5);
-      compareWithOneProcess<double, ddl::DeltaNet<double>>(mlpConfig(kind, dv), trainD, 1e-12);
-    }
+  compareEveryKindAndDv<ddl::DeltaNet>(mlpConfig, trainF, trainD);
 }
 
 TEST_CASE("P ranks equal one process: ConvDeltaNet, every kind, dv 1 and 4", "[mpi][exact]") {
   const ddl::Dataset<float> trainF = images<float>(2, 5, 4, 4, 100, 5);
   const ddl::Dataset<double> trainD = images<double>(2, 5, 4, 4, 100, 5);
-  for (ddl::ResidualKind kind : {ddl::ResidualKind::Delta, ddl::ResidualKind::WriteOnly, ddl::ResidualKind::Additive})
-    for (Index dv : {1, 4}) {
-      INFO("kind " << ddl::toString(kind) << ", dv " << dv);
-      compareWithOneProcess<float, ddl::ConvDeltaNet<float>>(convConfig(kind, dv), trainF, dv == 1 ? 1e-6 : 3e-5);
-      compareWithOneProcess<double, ddl::ConvDeltaNet<double>>(convConfig(kind, dv), trainD, 1e-12);
-    }
+  compareEveryKindAndDv<ddl::ConvDeltaNet>(convConfig, trainF, trainD);
 }
 
 // The float bound of dv = 4 above is not the reduction's: one process whose single input weight
@@ -207,7 +177,7 @@ TEST_CASE("float trajectories at dv = 4 amplify one ulp as much as the batch spl
       ddl::Trainer<float> ta(a, train, options(6)), tb(b, train, options(6));
       ta.run();
       tb.run();
-      const double moved = globalRelDiff(values(b), values(a));
+      const double moved = globalRelDiff(ddl_test::paramValues(b), ddl_test::paramValues(a));
       INFO("kind " << ddl::toString(kind) << ", dv " << dv << ": one ulp moves the parameters by " << moved);
       if (dv == 1) CHECK(moved < 1e-6);
       else CHECK(moved > 1e-6);  // the float noise floor of this trajectory is above the goal's 1e-6
@@ -245,14 +215,14 @@ TEST_CASE("a checkpoint of P ranks resumes on P ranks and on one process", "[mpi
   again.resume(again.checkpointPath());
   CHECK(again.step() == 22);
   again.run();
-  CHECK(maxRelDiff(values(onRanks), values(straight)) <= 1e-12);
+  CHECK(maxRelDiff(ddl_test::paramValues(onRanks), ddl_test::paramValues(straight)) <= 1e-12);
 
   ddl::DeltaNet<double> onOne(cfg, 3);
   ddl::Trainer<double> oneProcess(onOne, train, single);
   oneProcess.resume(oneProcess.checkpointPath());
   CHECK(oneProcess.step() == 22);
   oneProcess.run();
-  CHECK(maxRelDiff(values(onOne), values(straight)) <= 1e-12);
+  CHECK(maxRelDiff(ddl_test::paramValues(onOne), ddl_test::paramValues(straight)) <= 1e-12);
   world().barrier();
 }
 
@@ -282,7 +252,7 @@ TEST_CASE("the deterministic sum adds the ranks in rank order, buckets of any si
     t.distribute(world(), dpo);  // the same ranks, another bucket size
     t.run();
     REQUIRE(t.dataParallel() != nullptr);
-    results.push_back(values(net));
+    results.push_back(ddl_test::paramValues(net));
   }
   CHECK(maxRelDiff(results[1], results[0]) == 0.0);
   CHECK(maxRelDiff(results[2], results[0]) == 0.0);
@@ -329,7 +299,7 @@ TEST_CASE("a NaN on one rank stops every rank at the same step, with nothing app
   // the other ranks' steps are fine; every rank must stop in step 1 and none may wait for the others.
   if (world().rank() == last) train.images.setConstant(std::nanf(""));
   ddl::Trainer<float> t(net, train, options(2), nullptr, nullptr, &world());
-  const std::vector<MatX<float>> before = values(net);
+  const std::vector<MatX<float>> before = ddl_test::paramValues(net);
   std::string what = "<no exception>";
   try {
     t.run();
@@ -342,7 +312,7 @@ TEST_CASE("a NaN on one rank stops every rank at the same step, with nothing app
   else
     CHECK((contains(what, "ranks failed in this step") || contains(what, "not finite")));
   CHECK(t.step() == 0);
-  CHECK(maxRelDiff(values(net), before) == 0.0);
+  CHECK(maxRelDiff(ddl_test::paramValues(net), before) == 0.0);
 }
 
 TEST_CASE("a batch that does not divide over the ranks and ranks that disagree are refused", "[mpi][errors]") {
@@ -363,13 +333,4 @@ TEST_CASE("a batch that does not divide over the ranks and ranks that disagree a
   CHECK(contains(d, "rank " + std::to_string(world().size() - 1) + " differs from rank 0"));
 }
 
-int main(int argc, char** argv) {
-  ddl::MpiSession session(&argc, &argv);
-  ddl::MpiCommunicator comm;
-  gWorld = &comm;
-  const int failed = Catch::Session().run(argc, argv);
-  // every rank exits with the worst result
-  double worst = failed > 0 ? 1.0 : 0.0;
-  comm.allreduceSum(&worst, 1);
-  return worst > 0 ? 1 : 0;
-}
+int main(int argc, char** argv) { return ddl_test::runCatchOnEveryRank(argc, argv); }
