@@ -142,9 +142,8 @@ class CausalSelfAttention {
   using TokenMap = Eigen::Map<const MatX<S>>;
   using TokenMapMut = Eigen::Map<MatX<S>>;
 
-  // Train keeps what backward reads (the sub-layers' forward, the softmax statistics); Infer keeps nothing.
+  // Train keeps what backward reads (the sub-layers' forward, the softmax statistics); Inference keeps nothing.
   using Mode = ForwardMode;  // nn/layers/forward_mode.hpp
-
   // The one forward of forward and forwardInference, into acts.
   void run(const char* fn, const Eigen::Ref<const MatX<S>>& c, const TokenLayout& layout, MatX<S>& out,
            Activations& acts, Mode mode);

@@ -153,7 +153,7 @@ class DeltaTransformerBlock {
     MatX<S> dXin, dC, dH, dTmp, dXc;
   };
 
-  // Train keeps what backward reads (the modules' forward); Infer keeps nothing.
+  // Train keeps what backward reads (the modules' forward); Inference keeps nothing.
   using Mode = ForwardMode;  // nn/layers/forward_mode.hpp
 
   static const DeltaTransformerBlockConfig& validated(const DeltaTransformerBlockConfig& cfg);

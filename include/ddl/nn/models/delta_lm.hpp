@@ -148,7 +148,7 @@ class DeltaLM {
 
   friend class LmDecoder<S>;
 
-  // Train keeps what backward reads (the modules' forward); Infer keeps nothing.
+  // Train keeps what backward reads (the modules' forward); Inference keeps nothing.
   using Mode = ForwardMode;  // nn/layers/forward_mode.hpp
 
   // The one forward of forward and forwardInference.

@@ -169,23 +169,17 @@ inline void applyVariant(DeltaLMConfig& c, const std::string& variant) {
   }
 }
 
-// The residual presets of docs/spec.md §7 that apply to a language model: code (default) and paper.
+// The residual presets of docs/spec.md §7 that apply to a language model: code (default) and paper,
+// the options applyPreset(DeltaNetConfig&) fixes; the block's SiLU and widths are left alone.
 inline void applyPreset(DeltaLMConfig& c, Preset preset) {
   if (preset != Preset::Code && preset != Preset::Paper)
     throw ValueError(message("ddl::applyPreset", "unknown language-model preset '", toString(preset),
                              "', expected one of code, paper (v1's auxiliary direction is for DeltaNet)"));
-  DeltaResidualOptions& r = c.block.residual;
-  const ResidualKind kind = r.residual;
-  r = DeltaResidualOptions{};
-  r.residual = kind;
-  c.block.normEps = 1e-5;
-  c.finalNormEps = 1e-5;
-  if (preset == Preset::Code) {
-    c.block.compressor = CompressorKind::Structured;
-  } else {
-    r.value = ValueKind::LinearOnC;
-    c.block.compressor = CompressorKind::Free;
-  }
+  DeltaNetConfig v;
+  v.block = c.block;
+  applyPreset(v, preset);
+  c.block = v.block;
+  c.finalNormEps = v.finalNormEps;
   c.preset = preset;
 }
 
