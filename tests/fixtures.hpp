@@ -73,6 +73,35 @@ inline ddl::DeltaLMConfig deltaLMConfig(ddl::Index d, ddl::Index heads, ddl::Ind
   return c;
 }
 
+// A small DeltaLM case: a variant with a residual kind, a preset, dv (0: the variant's), heads and tied
+// or untied head.
+struct LmCase {
+  std::string variant;
+  ddl::ResidualKind residual = ddl::ResidualKind::Delta;
+  std::string preset = "code";
+  ddl::Index dv = 0;  // 0: the variant's
+  ddl::Index heads = 2;
+  bool tied = true;
+};
+
+// The small DeltaLM of a case: vocab 11, d 12, depth 2, context 6, hidden 7; the preset first, then
+// the variant, then dv when the case sets it.
+inline ddl::DeltaLMConfig smallLMConfig(const LmCase& k) {
+  ddl::DeltaLMConfig c;
+  c.vocab = 11;
+  c.d = 12;
+  c.heads = k.heads;
+  c.depth = 2;
+  c.context = 6;
+  c.hidden = 7;
+  c.tiedHead = k.tied;
+  c.block.residual.residual = k.residual;
+  ddl::applyPreset(c, k.preset);
+  ddl::applyVariant(c, k.variant);
+  if (k.dv > 0) c.dv = k.dv;
+  return c;
+}
+
 // A configuration (DeltaNet, ConvDeltaNet) with a residual kind and a preset; the preset keeps the
 // shapes and the residual kind.
 template <class Config>

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "catch_compat.hpp"
+#include "fixtures.hpp"
 #include "fd_check.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/rng.hpp"
@@ -27,35 +28,14 @@ using ddl_test::thrownMessage;
 
 namespace {
 
-struct Case {
-  std::string variant;
-  ddl::ResidualKind residual = ddl::ResidualKind::Delta;
-  std::string preset = "code";
-  Index dv = 0;  // 0: the variant's
-  Index heads = 2;
-  bool tied = true;
-};
+using Case = ddl_test::LmCase;
+using ddl_test::smallLMConfig;
 
 std::string nameOf(const Case& c) {
   return c.variant + "/" + ddl::toString(c.residual) + "/" + c.preset + "/dv" + std::to_string(c.dv) + "/h" +
          std::to_string(c.heads) + (c.tied ? "/tied" : "/untied");
 }
 
-ddl::DeltaLMConfig smallConfig(const Case& k) {
-  ddl::DeltaLMConfig c;
-  c.vocab = 11;
-  c.d = 12;
-  c.heads = k.heads;
-  c.depth = 2;
-  c.context = 6;
-  c.hidden = 7;
-  c.tiedHead = k.tied;
-  c.block.residual.residual = k.residual;
-  ddl::applyPreset(c, k.preset);
-  ddl::applyVariant(c, k.variant);
-  if (k.dv > 0) c.dv = k.dv;
-  return c;
-}
 
 // Gains, biases and kernels off their trivial starts, so no gradient term hides behind a 1 or a 0.
 template <class Module>
@@ -96,7 +76,7 @@ TEST_CASE("DeltaTransformerBlock backward matches central differences", "[grad][
     for (const auto& shape : std::vector<std::pair<Index, Index>>{{1, 1}, {2, 4}}) {
       const Index B = shape.first, T = shape.second;
       CAPTURE(nameOf(k), B, T);
-      ddl::DeltaLMConfig cfg = smallConfig(k);
+      ddl::DeltaLMConfig cfg = smallLMConfig(k);
       ddl::DeltaTransformerBlock<double> block(cfg.blockConfig());
       ddl::Rng rng(7);
       block.init(rng);
@@ -125,7 +105,7 @@ TEST_CASE("DeltaTransformerBlock backward matches central differences", "[grad][
 
 TEST_CASE("DeltaTransformerBlock with d = 1 per head and one token matches central differences", "[grad][delta_lm]") {
   Case k{"cc", ddl::ResidualKind::Delta, "code", 2, 1, true};
-  ddl::DeltaLMConfig cfg = smallConfig(k);
+  ddl::DeltaLMConfig cfg = smallLMConfig(k);
   cfg.d = 2;  // one head of two features: the smallest RoPE pair
   cfg.hidden = 1;
   ddl::DeltaTransformerBlock<double> block(cfg.blockConfig());
@@ -148,7 +128,7 @@ TEST_CASE("DeltaTransformerBlock with d = 1 per head and one token matches centr
 
 TEST_CASE("DeltaTransformerBlock additive with dv = 1 is a pre-norm GPT block", "[delta_lm]") {
   Case k{"dv1", ddl::ResidualKind::Additive, "code", 0, 2, true};
-  ddl::DeltaLMConfig cfg = smallConfig(k);
+  ddl::DeltaLMConfig cfg = smallLMConfig(k);
   ddl::DeltaTransformerBlock<double> block(cfg.blockConfig());
   ddl::Rng rng(5);
   block.init(rng);
@@ -187,7 +167,7 @@ TEST_CASE("DeltaLM backward matches central differences for every parameter", "[
     for (const auto& shape : std::vector<std::pair<Index, Index>>{{1, 1}, {2, 3}}) {
       const Index B = shape.first, T = shape.second;
       CAPTURE(nameOf(k), B, T);
-      ddl::DeltaLM<double> lm(smallConfig(k), 11);
+      ddl::DeltaLM<double> lm(smallLMConfig(k), 11);
       perturbSmallParams(lm, 12);
       // The embedding at unit scale: at N(0, 0.02²) the first RMSNorm's curvature (~1/|x|) makes the
       // central difference's truncation error as large as the tolerance.
@@ -218,7 +198,7 @@ TEST_CASE("DeltaLM backward matches central differences for every parameter", "[
 TEST_CASE("DeltaLM forwardInference gives the training forward's logits bit for bit", "[delta_lm]") {
   for (const Case& k : lmCases()) {
     CAPTURE(nameOf(k));
-    ddl::DeltaLM<float> lm(smallConfig(k), 3);
+    ddl::DeltaLM<float> lm(smallLMConfig(k), 3);
     const ddl::TokenBatch batch = randomBatch(3, 6, 11, 4);
     MatX<float> a, b;
     lm.forward(batch, a);
@@ -230,7 +210,7 @@ TEST_CASE("DeltaLM forwardInference gives the training forward's logits bit for 
 TEST_CASE("DeltaLM is causal: a token changes no earlier logit and no other sequence", "[delta_lm]") {
   for (const Case& k : lmCases()) {
     CAPTURE(nameOf(k));
-    ddl::DeltaLM<double> lm(smallConfig(k), 21);
+    ddl::DeltaLM<double> lm(smallLMConfig(k), 21);
     ddl::TokenBatch batch = randomBatch(2, 6, 11, 22);
     MatX<double> before, after;
     lm.forwardInference(batch, before);
@@ -287,7 +267,7 @@ TEST_CASE("DeltaLM's parameters declare the roles its initialisation reads, in e
   using R = ddl::ParamRole;
   for (const char* variant : {"dv1", "cc", "cc-ec", "tc", "tc-ec"}) {
     CAPTURE(variant);
-    const ddl::DeltaLMConfig cfg = smallConfig(Case{variant});
+    const ddl::DeltaLMConfig cfg = smallLMConfig(Case{variant});
     ddl::DeltaLM<double> lm(cfg, 1);
     int outputs = 0;
     lm.visitParams("", [&](const std::string& name, ddl::Param<double>& p) {
@@ -346,7 +326,7 @@ TEST_CASE("DeltaLMConfig round-trips through its key-values and names every vari
 }
 
 TEST_CASE("DeltaLM refuses bad input with clear errors and keeps its state", "[delta_lm][errors]") {
-  ddl::DeltaLM<double> lm(smallConfig(Case{"cc", ddl::ResidualKind::Delta, "code", 2, 2, true}), 1);
+  ddl::DeltaLM<double> lm(smallLMConfig(Case{"cc", ddl::ResidualKind::Delta, "code", 2, 2, true}), 1);
   MatX<double> logits;
   CHECK(contains(thrownMessage<ddl::Error>([&] { lm.backward(MatX<double>::Zero(11, 4)); }), "before forward"));
   ddl::TokenBatch bad = randomBatch(2, 3, 11, 1);
@@ -366,7 +346,7 @@ TEST_CASE("DeltaLM refuses bad input with clear errors and keeps its state", "[d
 TEST_CASE("DeltaLM cached decoding gives the logits of a full forward at every position", "[delta_lm][decode]") {
   for (const Case& k : lmCases()) {
     CAPTURE(nameOf(k));
-    ddl::DeltaLM<double> lm(smallConfig(k), 31);
+    ddl::DeltaLM<double> lm(smallLMConfig(k), 31);
     perturbSmallParams(lm, 32);
     const ddl::TokenBatch batch = randomBatch(1, 6, 11, 33);  // the whole context
     MatX<double> full, step;
@@ -380,7 +360,7 @@ TEST_CASE("DeltaLM cached decoding gives the logits of a full forward at every p
     }
     CHECK(contains(thrownMessage<ddl::ValueError>([&] { decoder.step(0, step); }), "capacity of 6"));
     // float: the same within float's rounding
-    ddl::DeltaLM<float> lf(smallConfig(k), 31);
+    ddl::DeltaLM<float> lf(smallLMConfig(k), 31);
     ddl::TokenBatch bf = batch;
     MatX<float> fullF, stepF;
     lf.forwardInference(bf, fullF);
@@ -396,7 +376,7 @@ TEST_CASE("DeltaLM cached decoding gives the logits of a full forward at every p
 TEST_CASE("DeltaLM::generate samples reproducibly and, greedy, follows full recomputation past the context", "[delta_lm][decode]") {
   for (const Case& k : lmCases()) {
     CAPTURE(nameOf(k));
-    ddl::DeltaLM<double> lm(smallConfig(k), 41);
+    ddl::DeltaLM<double> lm(smallLMConfig(k), 41);
     perturbSmallParams(lm, 42);
     const std::vector<int> prompt{3, 1, 4};
     const std::vector<int> a = lm.generate(prompt, 20, 0.9, 5, 7), b = lm.generate(prompt, 20, 0.9, 5, 7);
@@ -424,7 +404,7 @@ TEST_CASE("DeltaLM::generate samples reproducibly and, greedy, follows full reco
 }
 
 TEST_CASE("DeltaLM::generate refuses bad prompts and sampling settings, naming the accepted range", "[delta_lm][errors]") {
-  ddl::DeltaLM<float> lm(smallConfig(Case{"dv1", ddl::ResidualKind::Delta, "code", 0, 2, true}), 1);
+  ddl::DeltaLM<float> lm(smallLMConfig(Case{"dv1", ddl::ResidualKind::Delta, "code", 0, 2, true}), 1);
   auto msg = [&](const std::vector<int>& p, Index n, double temp, Index k) {
     return thrownMessage<ddl::ValueError>([&] { lm.generate(p, n, temp, k, 1); });
   };
