@@ -34,6 +34,9 @@ inline std::vector<int> randomIds(std::mt19937& gen, int vocab, int n) {
   return ids;
 }
 
+// The hidden width that leaves a DeltaNet block its default (4 d).
+constexpr ddl::Index kDefaultHidden = 0;
+
 // A DeltaNet configuration with these sizes; every other field (preset, residual, gate) is the default.
 inline ddl::DeltaNetConfig deltaNetConfig(ddl::Index inputDim, ddl::Index classes, ddl::Index d, ddl::Index depth,
                                           ddl::Index hidden, ddl::Index dv = 1) {
