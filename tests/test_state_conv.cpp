@@ -13,6 +13,7 @@
 
 #include "catch_compat.hpp"
 #include "eigen_guard_fires.hpp"
+#include "fixtures.hpp"
 #include "fd_check.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/rng.hpp"
@@ -137,20 +138,33 @@ void checkDefinitionOnAllShapes(bool stateInput, Ref ref) {
   }
 }
 
-// A double module and its float twin (the same parameter values) on the same input and output gradient
-// (given in both types): forward, then backward, each double first; the outputs and the input gradients
-// agree to tol.
-template <class ModuleD, class ModuleF>
-void checkFloatTwin(ModuleD& md, ModuleF& mf, const MatX<double>& in, const MatX<float>& inf, const MatX<double>& dOut,
-                    const MatX<float>& dOutf, const TokenLayout& layout, double tol) {
+// A Module<double>(d, dv, K) with random parameters and its float twin (the same values, cast), on the
+// same input and output gradient: forward, then backward, each double first; the outputs, the input
+// gradients and every parameter's gradient agree to tol.
+template <template <class> class Module>
+void checkFloatTwin(Index d, Index dv, Index K, const MatX<double>& in, const MatX<double>& dOut,
+                    const TokenLayout& layout, double tol) {
+  Module<double> md(d, dv, K);
+  Module<float> mf(d, dv, K);
+  randomParams(md);
+  const std::vector<MatX<double>> values = ddl_test::paramValues(md);
+  std::size_t i = 0;
+  mf.visitParams("", [&](const std::string&, ddl::Param<float>& p) { p.value = values[i++].cast<float>(); });
   MatX<double> out, dIn;
   MatX<float> outf, dInf;
   md.forward(in, layout, out);
-  mf.forward(inf, layout, outf);
+  mf.forward(in.cast<float>(), layout, outf);
   md.backward(dOut, dIn);
-  mf.backward(dOutf, dInf);
+  mf.backward(dOut.cast<float>(), dInf);
   CHECK(relErr(outf.cast<double>(), out) < tol);
   CHECK(relErr(dInf.cast<double>(), dIn) < tol);
+  std::vector<MatX<double>> grads;
+  md.visitParams("", [&](const std::string&, ddl::Param<double>& p) { grads.push_back(p.grad); });
+  i = 0;
+  mf.visitParams("", [&](const std::string& name, ddl::Param<float>& p) {
+    CAPTURE(name);
+    CHECK(relErr(p.grad.cast<double>(), grads[i++]) < tol);
+  });
 }
 
 }  // namespace
@@ -537,31 +551,10 @@ TEST_CASE("float agrees with double", "[state_conv][conv_expansion][token_compre
   const auto layout = TokenLayout::sequence(B, T);
   const MatX<double> X = MatX<double>::Random(d, dv * N), x = MatX<double>::Random(d, N);
   const MatX<double> dY = MatX<double>::Random(d, dv * N), dxin = MatX<double>::Random(d, N);
-  const MatX<float> Xf = X.cast<float>(), xf = x.cast<float>(), dYf = dY.cast<float>(), dxinf = dxin.cast<float>();
   constexpr double tol = 1e-5;
-
-  ddl::StateConv<double> conv(d, dv, K);
-  ddl::StateConv<float> convf(d, dv, K);
-  randomParams(conv);
-  convf.weight().value = conv.weight().value.cast<float>();
-  checkFloatTwin(conv, convf, X, Xf, dY, dYf, layout, tol);
-  CHECK(relErr(convf.weight().grad.cast<double>(), conv.weight().grad) < tol);
-
-  ddl::ConvExpansion<double> ec(d, dv, K);
-  ddl::ConvExpansion<float> ecf(d, dv, K);
-  randomParams(ec);
-  ecf.weight().value = ec.weight().value.cast<float>();
-  checkFloatTwin(ec, ecf, x, xf, dY, dYf, layout, tol);
-  CHECK(relErr(ecf.weight().grad.cast<double>(), ec.weight().grad) < tol);
-
-  ddl::TokenCompressor<double> tc(d, dv, K);
-  ddl::TokenCompressor<float> tcf(d, dv, K);
-  randomParams(tc);
-  tcf.conv().weight().value = tc.conv().weight().value.cast<float>();
-  tcf.read().value = tc.read().value.cast<float>();
-  checkFloatTwin(tc, tcf, X, Xf, dxin, dxinf, layout, tol);
-  CHECK(relErr(tcf.conv().weight().grad.cast<double>(), tc.conv().weight().grad) < tol);
-  CHECK(relErr(tcf.read().grad.cast<double>(), tc.read().grad) < tol);
+  checkFloatTwin<ddl::StateConv>(d, dv, K, X, dY, layout, tol);
+  checkFloatTwin<ddl::ConvExpansion>(d, dv, K, x, dY, layout, tol);
+  checkFloatTwin<ddl::TokenCompressor>(d, dv, K, X, dxin, layout, tol);
 }
 
 TEST_CASE("1 and 2 threads give identical bits above every parallel threshold, and no allocation in steady state",
