@@ -11,6 +11,7 @@
 
 #include "catch_compat.hpp"
 #include "fixtures.hpp"
+#include "layer_grad_check.hpp"
 #include "fd_check.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/rng.hpp"
@@ -83,22 +84,7 @@ TEST_CASE("DeltaTransformerBlock backward matches central differences", "[grad][
       perturbSmallParams(block, 8);
       const TokenLayout layout = TokenLayout::sequence(B, T);
       MatX<double> X = MatX<double>::Random(cfg.d, cfg.dv * B * T);
-      MatX<double> Y;
-      block.forward(X, layout, Y);
-      const MatX<double> W = MatX<double>::Random(Y.rows(), Y.cols());
-      auto loss = [&] {
-        MatX<double> Yl;
-        block.forwardInference(X, layout, Yl);
-        return (W.array() * Yl.array()).sum();
-      };
-      ddl::zeroGrad(block);
-      MatX<double> dX;
-      block.backward(W, dX);
-      FD_CHECK(dX, ddl::testing::numericGrad(X, loss));
-      block.visitParams("", [&](const std::string& name, ddl::Param<double>& p) {
-        CAPTURE(name);
-        FD_CHECK(p.grad, ddl::testing::numericGrad(p.value, loss));
-      });
+      ddl_test::checkLayerGradients(block, X, layout, [](const ddl::Param<double>&) {});
     }
   }
 }

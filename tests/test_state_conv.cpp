@@ -14,6 +14,7 @@
 #include "catch_compat.hpp"
 #include "eigen_guard_fires.hpp"
 #include "fixtures.hpp"
+#include "layer_grad_check.hpp"
 #include "fd_check.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/rng.hpp"
@@ -411,8 +412,8 @@ TEST_CASE("StateConv applied twice in one step: per-application caches match cen
   const unsigned seed = GENERATE(1u, 2u, 3u);
   std::mt19937 gen(seed);
   std::srand(seed);
-  const Index d = std::uniform_int_distribution<int>(1, 4)(gen), dv = std::uniform_int_distribution<int>(1, 3)(gen);
-  const Index K = std::uniform_int_distribution<int>(1, 4)(gen), B = 2, T = std::uniform_int_distribution<int>(1, 6)(gen);
+  const Index d = ddl_test::randInt(gen, 1, 4), dv = ddl_test::randInt(gen, 1, 3);
+  const Index K = ddl_test::randInt(gen, 1, 4), B = 2, T = ddl_test::randInt(gen, 1, 6);
   CAPTURE(seed, d, dv, K, T);
   const auto layout = TokenLayout::sequence(B, T);
   ddl::StateConv<double> conv(d, dv, K);
@@ -445,8 +446,8 @@ TEST_CASE("TokenCompressor shared by two sublayers: per-application caches match
   const unsigned seed = GENERATE(4u, 5u, 6u);
   std::mt19937 gen(seed);
   std::srand(seed);
-  const Index d = std::uniform_int_distribution<int>(1, 4)(gen), dv = std::uniform_int_distribution<int>(1, 3)(gen);
-  const Index K = std::uniform_int_distribution<int>(1, 4)(gen), B = 2, T = std::uniform_int_distribution<int>(1, 6)(gen);
+  const Index d = ddl_test::randInt(gen, 1, 4), dv = ddl_test::randInt(gen, 1, 3);
+  const Index K = ddl_test::randInt(gen, 1, 4), B = 2, T = ddl_test::randInt(gen, 1, 6);
   CAPTURE(seed, d, dv, K, T);
   const auto layout = TokenLayout::sequence(B, T);
   const Index N = layout.tokens();
@@ -454,26 +455,11 @@ TEST_CASE("TokenCompressor shared by two sublayers: per-application caches match
   randomParams(tc);
   MatX<double> X1 = MatX<double>::Random(d, dv * N), X2 = MatX<double>::Random(d, dv * N);
   const MatX<double> A = MatX<double>::Random(d, N), Bm = MatX<double>::Random(d, N);
-  // loss = <A, x1> + <B, x1 ⊙ x2>: both applications feed one value, as a block's two sublayers would
-  auto loss = [&] {
-    MatX<double> x1, x2;
-    tc.forwardInference(X1, layout, x1);
-    tc.forwardInference(X2, layout, x2);
-    return (A.array() * x1.array()).sum() + (Bm.array() * x1.array() * x2.array()).sum();
+  auto forward = [&](const MatX<double>& X, MatX<double>& x, ddl::TokenCompressor<double>::Cache& c) {
+    tc.forward(X, layout, x, c);
   };
-  ddl::TokenCompressor<double>::Cache c1, c2;
-  MatX<double> x1, x2, dX1, dX2;
-  tc.forward(X1, layout, x1, c1);
-  tc.forward(X2, layout, x2, c2);
-  ddl::zeroGrad(tc);
-  tc.backward((Bm.array() * x1.array()).matrix(), dX2, c2);
-  tc.backward((A.array() + Bm.array() * x2.array()).matrix(), dX1, c1);
-  FD_CHECK(dX1, numericGrad(X1, loss));
-  FD_CHECK(dX2, numericGrad(X2, loss));
-  tc.visitParams("", [&](const std::string& name, ddl::Param<double>& p) {
-    CAPTURE(name);
-    FD_CHECK(p.grad, numericGrad(p.value, loss));
-  });
+  ddl_test::checkTwoApplications(tc, X1, X2, A, Bm, forward,
+                                 [&](const MatX<double>& X, MatX<double>& x) { tc.forwardInference(X, layout, x); });
 }
 
 // ---------------------------------------------------------------- decoding
