@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "catch_compat.hpp"
+#include "fixtures.hpp"
 #include "eigen_guard_fires.hpp"
 #include "fd_check.hpp"
 #include "ddl/core/param.hpp"
@@ -29,11 +30,10 @@ using ddl::TokenLayout;
 using ddl::VecX;
 using ddl::Window2d;
 using ddl_test::contains;
+using ddl_test::randInt;
 using ddl_test::thrownMessage;
 
 namespace {
-
-int randInt(std::mt19937& gen, int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(gen); }
 
 // The reference: a direct loop over output pixels, channels and taps, written from the definition
 //   Y(o, (b, oy, ox)) = bias(o) + Σ_{c,i,j} Wt[o, c, i, j] X(c, (b, oy*sh - ph + i, ox*sw - pw + j)),
