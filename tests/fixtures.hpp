@@ -142,6 +142,26 @@ std::vector<ddl::MatX<S>> paramValues(Net<S>& net) {
   return v;
 }
 
+// A copy of every parameter's gradient of a module, in visit order.
+template <template <class> class Net, class S>
+std::vector<ddl::MatX<S>> paramGrads(Net<S>& net) {
+  std::vector<ddl::MatX<S>> g;
+  net.visitParams("", [&](const std::string&, ddl::Param<S>& p) { g.push_back(p.grad); });
+  return g;
+}
+
+// CHECKs each parameter's gradient == the one at its visit position in grads (a paramGrads copy), with
+// the parameter's name captured. Returns how many parameters were visited.
+template <template <class> class Net, class S>
+std::size_t checkGradsEqual(Net<S>& net, const std::vector<ddl::MatX<S>>& grads) {
+  std::size_t i = 0;
+  net.visitParams("", [&](const std::string& name, ddl::Param<S>& p) {
+    CAPTURE(name);
+    CHECK(p.grad == grads[i++]);
+  });
+  return i;
+}
+
 // True when both lists hold matrices of the same shapes and the same bits.
 template <class S>
 bool bitIdentical(const std::vector<ddl::MatX<S>>& a, const std::vector<ddl::MatX<S>>& b) {

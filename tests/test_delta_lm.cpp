@@ -70,6 +70,21 @@ std::vector<Case> lmCases() {
           {"tc-ec", R::Delta, "paper", 2, 2, false}, {"tc-ec", R::WriteOnly, "code", 2, 2, true}};
 }
 
+// Decoding the batch's one sequence a token a step, from decoder.start(T), gives the logits of
+// lm.forwardInference at every position: each step's column within tol times the largest full logit.
+template <class S>
+void checkStepsMatchFull(ddl::DeltaLM<S>& lm, ddl::LmDecoder<S>& decoder, const ddl::TokenBatch& batch, S tol) {
+  const Index T = batch.layout.length;
+  MatX<S> full, step;
+  lm.forwardInference(batch, full);
+  decoder.start(T);
+  for (Index t = 0; t < T; ++t) {
+    decoder.step(batch.ids[static_cast<std::size_t>(t)], step);
+    CAPTURE(t);
+    CHECK((step.col(0) - full.col(t)).cwiseAbs().maxCoeff() <= tol * full.cwiseAbs().maxCoeff());
+  }
+}
+
 }  // namespace
 
 TEST_CASE("DeltaTransformerBlock backward matches central differences", "[grad][delta_lm]") {
@@ -335,27 +350,14 @@ TEST_CASE("DeltaLM cached decoding gives the logits of a full forward at every p
     ddl::DeltaLM<double> lm(smallLMConfig(k), 31);
     perturbSmallParams(lm, 32);
     const ddl::TokenBatch batch = randomBatch(1, 6, 11, 33);  // the whole context
-    MatX<double> full, step;
-    lm.forwardInference(batch, full);
     ddl::LmDecoder<double> decoder(lm);
-    decoder.start(6);
-    for (Index t = 0; t < 6; ++t) {
-      decoder.step(batch.ids[static_cast<std::size_t>(t)], step);
-      CAPTURE(t);
-      CHECK((step.col(0) - full.col(t)).cwiseAbs().maxCoeff() <= 1e-12 * full.cwiseAbs().maxCoeff());
-    }
+    checkStepsMatchFull(lm, decoder, batch, 1e-12);
+    MatX<double> step;
     CHECK(contains(thrownMessage<ddl::ValueError>([&] { decoder.step(0, step); }), "capacity of 6"));
     // float: the same within float's rounding
     ddl::DeltaLM<float> lf(smallLMConfig(k), 31);
-    ddl::TokenBatch bf = batch;
-    MatX<float> fullF, stepF;
-    lf.forwardInference(bf, fullF);
     ddl::LmDecoder<float> df(lf);
-    df.start(6);
-    for (Index t = 0; t < 6; ++t) {
-      df.step(batch.ids[static_cast<std::size_t>(t)], stepF);
-      CHECK((stepF.col(0) - fullF.col(t)).cwiseAbs().maxCoeff() <= 1e-5f * fullF.cwiseAbs().maxCoeff());
-    }
+    checkStepsMatchFull(lf, df, batch, 1e-5f);
   }
 }
 

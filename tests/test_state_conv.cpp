@@ -52,6 +52,16 @@ std::vector<Shape> allShapes() {
   return shapes;
 }
 
+// A small random shape from a seed, which also seeds std::rand: d in 1..4, dv in 1..3, K in 1..4, B = 2,
+// T in 1..6, drawn in that order.
+Shape seededShape(unsigned seed) {
+  std::mt19937 gen(seed);
+  std::srand(seed);
+  const Index d = ddl_test::randInt(gen, 1, 4), dv = ddl_test::randInt(gen, 1, 3);
+  const Index K = ddl_test::randInt(gen, 1, 4), T = ddl_test::randInt(gen, 1, 6);
+  return Shape{d, dv, K, 2, T};
+}
+
 // The definitions, written independently of the modules' loops. Channel (i, j) of the state is
 // X(i, j*N + n); its weight row is o = i*dv + j; tap s reads the token K-1-s positions back.
 MatX<double> refStateConv(const MatX<double>& w, const MatX<double>& X, Index d, Index dv, Index B, Index T) {
@@ -410,10 +420,8 @@ TEST_CASE("every module is causal and keeps the sequences of a batch apart",
 TEST_CASE("StateConv applied twice in one step: per-application caches match central differences",
           "[state_conv][shared][grad]") {
   const unsigned seed = GENERATE(1u, 2u, 3u);
-  std::mt19937 gen(seed);
-  std::srand(seed);
-  const Index d = ddl_test::randInt(gen, 1, 4), dv = ddl_test::randInt(gen, 1, 3);
-  const Index K = ddl_test::randInt(gen, 1, 4), B = 2, T = ddl_test::randInt(gen, 1, 6);
+  const Shape shape = seededShape(seed);
+  const Index d = shape.d, dv = shape.dv, K = shape.K, B = shape.B, T = shape.T;
   CAPTURE(seed, d, dv, K, T);
   const auto layout = TokenLayout::sequence(B, T);
   ddl::StateConv<double> conv(d, dv, K);
@@ -444,10 +452,8 @@ TEST_CASE("StateConv applied twice in one step: per-application caches match cen
 TEST_CASE("TokenCompressor shared by two sublayers: per-application caches match central differences",
           "[token_compressor][shared][grad]") {
   const unsigned seed = GENERATE(4u, 5u, 6u);
-  std::mt19937 gen(seed);
-  std::srand(seed);
-  const Index d = ddl_test::randInt(gen, 1, 4), dv = ddl_test::randInt(gen, 1, 3);
-  const Index K = ddl_test::randInt(gen, 1, 4), B = 2, T = ddl_test::randInt(gen, 1, 6);
+  const Shape shape = seededShape(seed);
+  const Index d = shape.d, dv = shape.dv, K = shape.K, B = shape.B, T = shape.T;
   CAPTURE(seed, d, dv, K, T);
   const auto layout = TokenLayout::sequence(B, T);
   const Index N = layout.tokens();
