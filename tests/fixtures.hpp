@@ -34,6 +34,9 @@ inline std::vector<int> randomIds(std::mt19937& gen, int vocab, int n) {
   return ids;
 }
 
+// The hidden width that leaves a DeltaNet block its default (4 d).
+constexpr ddl::Index kDefaultHidden = 0;
+
 // A DeltaNet configuration with these sizes; every other field (preset, residual, gate) is the default.
 inline ddl::DeltaNetConfig deltaNetConfig(ddl::Index inputDim, ddl::Index classes, ddl::Index d, ddl::Index depth,
                                           ddl::Index hidden, ddl::Index dv = 1) {
@@ -73,6 +76,35 @@ inline ddl::DeltaLMConfig deltaLMConfig(ddl::Index d, ddl::Index heads, ddl::Ind
   return c;
 }
 
+// A small DeltaLM case: a variant with a residual kind, a preset, dv (0: the variant's), heads and tied
+// or untied head.
+struct LmCase {
+  std::string variant;
+  ddl::ResidualKind residual = ddl::ResidualKind::Delta;
+  std::string preset = "code";
+  ddl::Index dv = 0;  // 0: the variant's
+  ddl::Index heads = 2;
+  bool tied = true;
+};
+
+// The small DeltaLM of a case: vocab 11, d 12, depth 2, context 6, hidden 7; the preset first, then
+// the variant, then dv when the case sets it.
+inline ddl::DeltaLMConfig smallLMConfig(const LmCase& k) {
+  ddl::DeltaLMConfig c;
+  c.vocab = 11;
+  c.d = 12;
+  c.heads = k.heads;
+  c.depth = 2;
+  c.context = 6;
+  c.hidden = 7;
+  c.tiedHead = k.tied;
+  c.block.residual.residual = k.residual;
+  ddl::applyPreset(c, k.preset);
+  ddl::applyVariant(c, k.variant);
+  if (k.dv > 0) c.dv = k.dv;
+  return c;
+}
+
 // A configuration (DeltaNet, ConvDeltaNet) with a residual kind and a preset; the preset keeps the
 // shapes and the residual kind.
 template <class Config>
@@ -108,6 +140,26 @@ std::vector<ddl::MatX<S>> paramValues(Net<S>& net) {
   std::vector<ddl::MatX<S>> v;
   net.visitParams("", [&](const std::string&, ddl::Param<S>& p) { v.push_back(p.value); });
   return v;
+}
+
+// A copy of every parameter's gradient of a module, in visit order.
+template <template <class> class Net, class S>
+std::vector<ddl::MatX<S>> paramGrads(Net<S>& net) {
+  std::vector<ddl::MatX<S>> g;
+  net.visitParams("", [&](const std::string&, ddl::Param<S>& p) { g.push_back(p.grad); });
+  return g;
+}
+
+// CHECKs each parameter's gradient == the one at its visit position in grads (a paramGrads copy), with
+// the parameter's name captured. Returns how many parameters were visited.
+template <template <class> class Net, class S>
+std::size_t checkGradsEqual(Net<S>& net, const std::vector<ddl::MatX<S>>& grads) {
+  std::size_t i = 0;
+  net.visitParams("", [&](const std::string& name, ddl::Param<S>& p) {
+    CAPTURE(name);
+    CHECK(p.grad == grads[i++]);
+  });
+  return i;
 }
 
 // True when both lists hold matrices of the same shapes and the same bits.

@@ -12,6 +12,7 @@
 
 #include "catch_compat.hpp"
 #include "fd_check.hpp"
+#include "fixtures.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/rng.hpp"
 #include "ddl/core/threading.hpp"
@@ -335,19 +336,14 @@ TEST_CASE("CausalSelfAttention: an inference call between forward and backward c
   a.forward(c, layout, out);
   ddl::zeroGrad(a);
   a.backward(dOut, dcRef);
-  std::vector<MatX<double>> gradsRef;
-  a.visitParams("", [&](const std::string&, ddl::Param<double>& p) { gradsRef.push_back(p.grad); });
+  const std::vector<MatX<double>> gradsRef = ddl_test::paramGrads(a);
 
   a.forward(c, layout, out);
   a.forwardInference(other, ddl::TokenLayout::sequence(3, 7), outOther);  // another shape in between
   ddl::zeroGrad(a);
   a.backward(dOut, dc);
   CHECK(dc == dcRef);
-  std::size_t i = 0;
-  a.visitParams("", [&](const std::string& name, ddl::Param<double>& p) {
-    CAPTURE(name);
-    CHECK(p.grad == gradsRef[i++]);
-  });
+  ddl_test::checkGradsEqual(a, gradsRef);
 
   auto step = [&] {
     a.forward(c, layout, out);

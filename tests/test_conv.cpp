@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "catch_compat.hpp"
+#include "fixtures.hpp"
+#include "eigen_guard_fires.hpp"
 #include "fd_check.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/rng.hpp"
@@ -28,11 +30,10 @@ using ddl::TokenLayout;
 using ddl::VecX;
 using ddl::Window2d;
 using ddl_test::contains;
+using ddl_test::randInt;
 using ddl_test::thrownMessage;
 
 namespace {
-
-int randInt(std::mt19937& gen, int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(gen); }
 
 // The reference: a direct loop over output pixels, channels and taps, written from the definition
 //   Y(o, (b, oy, ox)) = bias(o) + Σ_{c,i,j} Wt[o, c, i, j] X(c, (b, oy*sh - ph + i, ox*sw - pw + j)),
@@ -485,18 +486,7 @@ TEST_CASE("Conv2d steady-state forward and backward allocate nothing on one and 
   }
 }
 
-TEST_CASE("the allocation guard of this file fires", "[conv2d][alloc]") {
-  Eigen::internal::set_is_malloc_allowed(false);
-  bool threw = false;
-  try {
-    MatX<float> M(64, 64);
-    CHECK(M.size() == 4096);
-  } catch (const ddl_test::EigenAssertFailure&) {
-    threw = true;
-  }
-  Eigen::internal::set_is_malloc_allowed(true);
-  CHECK(threw);
-}
+TEST_CASE("the allocation guard of this file fires", "[conv2d][alloc]") { CHECK(ddl_test::allocationGuardFires()); }
 
 // ---------------------------------------------------------------- errors
 

@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "catch_compat.hpp"
+#include "fixtures.hpp"
+#include "layer_grad_check.hpp"
 #include "fd_check.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/rng.hpp"
@@ -27,35 +29,14 @@ using ddl_test::thrownMessage;
 
 namespace {
 
-struct Case {
-  std::string variant;
-  ddl::ResidualKind residual = ddl::ResidualKind::Delta;
-  std::string preset = "code";
-  Index dv = 0;  // 0: the variant's
-  Index heads = 2;
-  bool tied = true;
-};
+using Case = ddl_test::LmCase;
+using ddl_test::smallLMConfig;
 
 std::string nameOf(const Case& c) {
   return c.variant + "/" + ddl::toString(c.residual) + "/" + c.preset + "/dv" + std::to_string(c.dv) + "/h" +
          std::to_string(c.heads) + (c.tied ? "/tied" : "/untied");
 }
 
-ddl::DeltaLMConfig smallConfig(const Case& k) {
-  ddl::DeltaLMConfig c;
-  c.vocab = 11;
-  c.d = 12;
-  c.heads = k.heads;
-  c.depth = 2;
-  c.context = 6;
-  c.hidden = 7;
-  c.tiedHead = k.tied;
-  c.block.residual.residual = k.residual;
-  ddl::applyPreset(c, k.preset);
-  ddl::applyVariant(c, k.variant);
-  if (k.dv > 0) c.dv = k.dv;
-  return c;
-}
 
 // Gains, biases and kernels off their trivial starts, so no gradient term hides behind a 1 or a 0.
 template <class Module>
@@ -89,6 +70,21 @@ std::vector<Case> lmCases() {
           {"tc-ec", R::Delta, "paper", 2, 2, false}, {"tc-ec", R::WriteOnly, "code", 2, 2, true}};
 }
 
+// Decoding the batch's one sequence a token a step, from decoder.start(T), gives the logits of
+// lm.forwardInference at every position: each step's column within tol times the largest full logit.
+template <class S>
+void checkStepsMatchFull(ddl::DeltaLM<S>& lm, ddl::LmDecoder<S>& decoder, const ddl::TokenBatch& batch, S tol) {
+  const Index T = batch.layout.length;
+  MatX<S> full, step;
+  lm.forwardInference(batch, full);
+  decoder.start(T);
+  for (Index t = 0; t < T; ++t) {
+    decoder.step(batch.ids[static_cast<std::size_t>(t)], step);
+    CAPTURE(t);
+    CHECK((step.col(0) - full.col(t)).cwiseAbs().maxCoeff() <= tol * full.cwiseAbs().maxCoeff());
+  }
+}
+
 }  // namespace
 
 TEST_CASE("DeltaTransformerBlock backward matches central differences", "[grad][delta_lm]") {
@@ -96,36 +92,21 @@ TEST_CASE("DeltaTransformerBlock backward matches central differences", "[grad][
     for (const auto& shape : std::vector<std::pair<Index, Index>>{{1, 1}, {2, 4}}) {
       const Index B = shape.first, T = shape.second;
       CAPTURE(nameOf(k), B, T);
-      ddl::DeltaLMConfig cfg = smallConfig(k);
+      ddl::DeltaLMConfig cfg = smallLMConfig(k);
       ddl::DeltaTransformerBlock<double> block(cfg.blockConfig());
       ddl::Rng rng(7);
       block.init(rng);
       perturbSmallParams(block, 8);
       const TokenLayout layout = TokenLayout::sequence(B, T);
       MatX<double> X = MatX<double>::Random(cfg.d, cfg.dv * B * T);
-      MatX<double> Y;
-      block.forward(X, layout, Y);
-      const MatX<double> W = MatX<double>::Random(Y.rows(), Y.cols());
-      auto loss = [&] {
-        MatX<double> Yl;
-        block.forwardInference(X, layout, Yl);
-        return (W.array() * Yl.array()).sum();
-      };
-      ddl::zeroGrad(block);
-      MatX<double> dX;
-      block.backward(W, dX);
-      FD_CHECK(dX, ddl::testing::numericGrad(X, loss));
-      block.visitParams("", [&](const std::string& name, ddl::Param<double>& p) {
-        CAPTURE(name);
-        FD_CHECK(p.grad, ddl::testing::numericGrad(p.value, loss));
-      });
+      ddl_test::checkLayerGradients(block, X, layout, [](const ddl::Param<double>&) {});
     }
   }
 }
 
 TEST_CASE("DeltaTransformerBlock with d = 1 per head and one token matches central differences", "[grad][delta_lm]") {
   Case k{"cc", ddl::ResidualKind::Delta, "code", 2, 1, true};
-  ddl::DeltaLMConfig cfg = smallConfig(k);
+  ddl::DeltaLMConfig cfg = smallLMConfig(k);
   cfg.d = 2;  // one head of two features: the smallest RoPE pair
   cfg.hidden = 1;
   ddl::DeltaTransformerBlock<double> block(cfg.blockConfig());
@@ -148,7 +129,7 @@ TEST_CASE("DeltaTransformerBlock with d = 1 per head and one token matches centr
 
 TEST_CASE("DeltaTransformerBlock additive with dv = 1 is a pre-norm GPT block", "[delta_lm]") {
   Case k{"dv1", ddl::ResidualKind::Additive, "code", 0, 2, true};
-  ddl::DeltaLMConfig cfg = smallConfig(k);
+  ddl::DeltaLMConfig cfg = smallLMConfig(k);
   ddl::DeltaTransformerBlock<double> block(cfg.blockConfig());
   ddl::Rng rng(5);
   block.init(rng);
@@ -187,7 +168,7 @@ TEST_CASE("DeltaLM backward matches central differences for every parameter", "[
     for (const auto& shape : std::vector<std::pair<Index, Index>>{{1, 1}, {2, 3}}) {
       const Index B = shape.first, T = shape.second;
       CAPTURE(nameOf(k), B, T);
-      ddl::DeltaLM<double> lm(smallConfig(k), 11);
+      ddl::DeltaLM<double> lm(smallLMConfig(k), 11);
       perturbSmallParams(lm, 12);
       // The embedding at unit scale: at N(0, 0.02²) the first RMSNorm's curvature (~1/|x|) makes the
       // central difference's truncation error as large as the tolerance.
@@ -218,7 +199,7 @@ TEST_CASE("DeltaLM backward matches central differences for every parameter", "[
 TEST_CASE("DeltaLM forwardInference gives the training forward's logits bit for bit", "[delta_lm]") {
   for (const Case& k : lmCases()) {
     CAPTURE(nameOf(k));
-    ddl::DeltaLM<float> lm(smallConfig(k), 3);
+    ddl::DeltaLM<float> lm(smallLMConfig(k), 3);
     const ddl::TokenBatch batch = randomBatch(3, 6, 11, 4);
     MatX<float> a, b;
     lm.forward(batch, a);
@@ -230,7 +211,7 @@ TEST_CASE("DeltaLM forwardInference gives the training forward's logits bit for 
 TEST_CASE("DeltaLM is causal: a token changes no earlier logit and no other sequence", "[delta_lm]") {
   for (const Case& k : lmCases()) {
     CAPTURE(nameOf(k));
-    ddl::DeltaLM<double> lm(smallConfig(k), 21);
+    ddl::DeltaLM<double> lm(smallLMConfig(k), 21);
     ddl::TokenBatch batch = randomBatch(2, 6, 11, 22);
     MatX<double> before, after;
     lm.forwardInference(batch, before);
@@ -287,7 +268,7 @@ TEST_CASE("DeltaLM's parameters declare the roles its initialisation reads, in e
   using R = ddl::ParamRole;
   for (const char* variant : {"dv1", "cc", "cc-ec", "tc", "tc-ec"}) {
     CAPTURE(variant);
-    const ddl::DeltaLMConfig cfg = smallConfig(Case{variant});
+    const ddl::DeltaLMConfig cfg = smallLMConfig(Case{variant});
     ddl::DeltaLM<double> lm(cfg, 1);
     int outputs = 0;
     lm.visitParams("", [&](const std::string& name, ddl::Param<double>& p) {
@@ -346,7 +327,7 @@ TEST_CASE("DeltaLMConfig round-trips through its key-values and names every vari
 }
 
 TEST_CASE("DeltaLM refuses bad input with clear errors and keeps its state", "[delta_lm][errors]") {
-  ddl::DeltaLM<double> lm(smallConfig(Case{"cc", ddl::ResidualKind::Delta, "code", 2, 2, true}), 1);
+  ddl::DeltaLM<double> lm(smallLMConfig(Case{"cc", ddl::ResidualKind::Delta, "code", 2, 2, true}), 1);
   MatX<double> logits;
   CHECK(contains(thrownMessage<ddl::Error>([&] { lm.backward(MatX<double>::Zero(11, 4)); }), "before forward"));
   ddl::TokenBatch bad = randomBatch(2, 3, 11, 1);
@@ -366,37 +347,24 @@ TEST_CASE("DeltaLM refuses bad input with clear errors and keeps its state", "[d
 TEST_CASE("DeltaLM cached decoding gives the logits of a full forward at every position", "[delta_lm][decode]") {
   for (const Case& k : lmCases()) {
     CAPTURE(nameOf(k));
-    ddl::DeltaLM<double> lm(smallConfig(k), 31);
+    ddl::DeltaLM<double> lm(smallLMConfig(k), 31);
     perturbSmallParams(lm, 32);
     const ddl::TokenBatch batch = randomBatch(1, 6, 11, 33);  // the whole context
-    MatX<double> full, step;
-    lm.forwardInference(batch, full);
     ddl::LmDecoder<double> decoder(lm);
-    decoder.start(6);
-    for (Index t = 0; t < 6; ++t) {
-      decoder.step(batch.ids[static_cast<std::size_t>(t)], step);
-      CAPTURE(t);
-      CHECK((step.col(0) - full.col(t)).cwiseAbs().maxCoeff() <= 1e-12 * full.cwiseAbs().maxCoeff());
-    }
+    checkStepsMatchFull(lm, decoder, batch, 1e-12);
+    MatX<double> step;
     CHECK(contains(thrownMessage<ddl::ValueError>([&] { decoder.step(0, step); }), "capacity of 6"));
     // float: the same within float's rounding
-    ddl::DeltaLM<float> lf(smallConfig(k), 31);
-    ddl::TokenBatch bf = batch;
-    MatX<float> fullF, stepF;
-    lf.forwardInference(bf, fullF);
+    ddl::DeltaLM<float> lf(smallLMConfig(k), 31);
     ddl::LmDecoder<float> df(lf);
-    df.start(6);
-    for (Index t = 0; t < 6; ++t) {
-      df.step(batch.ids[static_cast<std::size_t>(t)], stepF);
-      CHECK((stepF.col(0) - fullF.col(t)).cwiseAbs().maxCoeff() <= 1e-5f * fullF.cwiseAbs().maxCoeff());
-    }
+    checkStepsMatchFull(lf, df, batch, 1e-5f);
   }
 }
 
 TEST_CASE("DeltaLM::generate samples reproducibly and, greedy, follows full recomputation past the context", "[delta_lm][decode]") {
   for (const Case& k : lmCases()) {
     CAPTURE(nameOf(k));
-    ddl::DeltaLM<double> lm(smallConfig(k), 41);
+    ddl::DeltaLM<double> lm(smallLMConfig(k), 41);
     perturbSmallParams(lm, 42);
     const std::vector<int> prompt{3, 1, 4};
     const std::vector<int> a = lm.generate(prompt, 20, 0.9, 5, 7), b = lm.generate(prompt, 20, 0.9, 5, 7);
@@ -424,7 +392,7 @@ TEST_CASE("DeltaLM::generate samples reproducibly and, greedy, follows full reco
 }
 
 TEST_CASE("DeltaLM::generate refuses bad prompts and sampling settings, naming the accepted range", "[delta_lm][errors]") {
-  ddl::DeltaLM<float> lm(smallConfig(Case{"dv1", ddl::ResidualKind::Delta, "code", 0, 2, true}), 1);
+  ddl::DeltaLM<float> lm(smallLMConfig(Case{"dv1", ddl::ResidualKind::Delta, "code", 0, 2, true}), 1);
   auto msg = [&](const std::vector<int>& p, Index n, double temp, Index k) {
     return thrownMessage<ddl::ValueError>([&] { lm.generate(p, n, temp, k, 1); });
   };

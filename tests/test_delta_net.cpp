@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "catch_compat.hpp"
+#include "fixtures.hpp"
 #include "fd_check.hpp"
 #include "ddl/nn/models/delta_net.hpp"
 #include "ddl/testing/grad_check.hpp"
@@ -163,16 +164,8 @@ TEST_CASE("whole DeltaNet backward matches central differences per preset and re
   const auto kind = GENERATE(ddl::ResidualKind::Delta, ddl::ResidualKind::WriteOnly, ddl::ResidualKind::Additive);
   const Index dv = GENERATE(1, 3);
   CAPTURE(preset, ddl::toString(kind), dv);
-  ddl::DeltaNetConfig cfg;
-  cfg.inputDim = 5;
-  cfg.classes = 3;
-  cfg.d = 4;
-  cfg.depth = 2;
-  cfg.dv = dv;
+  ddl::DeltaNetConfig cfg = ddl_test::withPreset(ddl_test::deltaNetConfig(5, 3, 4, 2, /*hidden=*/6, dv), preset, kind);
   cfg.learnedExpansion = dv > 1;
-  cfg.block.residual.residual = kind;
-  ddl::applyPreset(cfg, preset);
-  cfg.block.hidden = 6;
   cfg.block.residual.gateHidden = 3;
   ddl::DeltaNet<double> net(cfg, 42);
   std::srand(5);
@@ -193,11 +186,7 @@ TEST_CASE("whole DeltaNet backward matches central differences per preset and re
 TEST_CASE("DeltaNet::init(seed) after training equals a new net of that seed, every parameter", "[nn][delta_net][init]") {
   // Before: init re-drew only Linear, gate and value parameters; RMSNorm gains, compressor and expansion
   // weights kept their trained values.
-  ddl::DeltaNetConfig cfg;
-  cfg.inputDim = 5;
-  cfg.d = 4;
-  cfg.depth = 2;
-  cfg.dv = 3;
+  ddl::DeltaNetConfig cfg = ddl_test::deltaNetConfig(5, 10, 4, 2, ddl_test::kDefaultHidden, 3);
   cfg.learnedExpansion = true;
   ddl::DeltaNet<float> net(cfg, 7);
   net.visitParams("", [](const std::string&, ddl::Param<float>& p) {  // "training" moved every entry
@@ -221,11 +210,7 @@ TEST_CASE("DeltaNet::init(seed) after training equals a new net of that seed, ev
 }
 
 TEST_CASE("DeltaNet parameter names are stable and dotted", "[nn][delta_net]") {
-  ddl::DeltaNetConfig cfg;
-  cfg.inputDim = 4;
-  cfg.d = 3;
-  cfg.depth = 2;
-  cfg.dv = 2;
+  ddl::DeltaNetConfig cfg = ddl_test::deltaNetConfig(4, 10, 3, 2, ddl_test::kDefaultHidden, 2);
   cfg.learnedExpansion = true;
   ddl::DeltaNet<float> net(cfg, 1);
   std::vector<std::string> names;
@@ -245,16 +230,11 @@ TEST_CASE("DeltaNet parameter names are stable and dotted", "[nn][delta_net]") {
 }
 
 TEST_CASE("same seed gives bit-identical parameters, gate bias starts at logit(beta0/2)", "[nn][delta_net]") {
-  ddl::DeltaNetConfig cfg;
-  cfg.inputDim = 6;
-  cfg.d = 4;
-  cfg.depth = 2;
+  ddl::DeltaNetConfig cfg = ddl_test::deltaNetConfig(6, 10, 4, 2, ddl_test::kDefaultHidden);
   cfg.block.residual.beta0 = 0.5;
   ddl::DeltaNet<float> a(cfg, 9), b(cfg, 9), c(cfg, 10);
-  std::vector<MatX<float>> pa, pb, pc;
-  a.visitParams("", [&](const std::string&, ddl::Param<float>& p) { pa.push_back(p.value); });
-  b.visitParams("", [&](const std::string&, ddl::Param<float>& p) { pb.push_back(p.value); });
-  c.visitParams("", [&](const std::string&, ddl::Param<float>& p) { pc.push_back(p.value); });
+  const std::vector<MatX<float>> pa = ddl_test::paramValues(a), pb = ddl_test::paramValues(b),
+                                 pc = ddl_test::paramValues(c);
   CHECK(pa == pb);
   CHECK(pa != pc);
   a.visitParams("", [&](const std::string& n, ddl::Param<float>& p) {
@@ -265,10 +245,7 @@ TEST_CASE("same seed gives bit-identical parameters, gate bias starts at logit(b
 TEST_CASE("bad configurations throw ddl::Error naming the option", "[nn][errors]") {
   auto msgFor = [](auto edit) {
     return ddl_test::thrownMessage<ddl::Error>([&] {
-      ddl::DeltaNetConfig cfg;
-      cfg.inputDim = 4;
-      cfg.d = 4;
-      cfg.depth = 1;
+      ddl::DeltaNetConfig cfg = ddl_test::deltaNetConfig(4, 10, 4, 1, ddl_test::kDefaultHidden);
       edit(cfg);
       ddl::DeltaNet<float> net(cfg, 0);
     });
@@ -285,24 +262,15 @@ TEST_CASE("bad configurations throw ddl::Error naming the option", "[nn][errors]
     ddl::applyPreset(c, "v2");
   });
   CHECK(ddl_test::contains(presetMsg, "ddl::applyPreset: unknown preset 'v2'"));
-  ddl::DeltaNetConfig cfg;
-  cfg.inputDim = 4;
-  cfg.d = 4;
-  cfg.depth = 1;
-  ddl::DeltaNet<float> net(cfg, 0);
+  ddl::DeltaNet<float> net(ddl_test::deltaNetConfig(4, 10, 4, 1, ddl_test::kDefaultHidden), 0);
   MatX<float> X = MatX<float>::Zero(5, 2), logits;
   const std::string shapeMsg = ddl_test::thrownMessage<ddl::ShapeError>([&] { net.forward(X, logits); });
   CHECK(ddl_test::contains(shapeMsg, "ddl::DeltaNet::forward: X has shape (5, 2), expected (4, any)"));
 }
 
 TEST_CASE("config survives its key/value form", "[nn][delta_net]") {
-  ddl::DeltaNetConfig cfg;
-  cfg.inputDim = 12;
-  cfg.d = 8;
-  cfg.dv = 3;
-  cfg.depth = 3;
-  cfg.block.residual.residual = ddl::ResidualKind::WriteOnly;
-  ddl::applyPreset(cfg, "v1");
+  ddl::DeltaNetConfig cfg =
+      ddl_test::withPreset(ddl_test::deltaNetConfig(12, 10, 8, 3, ddl_test::kDefaultHidden, 3), "v1", ddl::ResidualKind::WriteOnly);
   cfg.block.residual.beta0 = 0.3;
   const auto kv = cfg.toKeyValues();
   const ddl::DeltaNetConfig back = ddl::DeltaNetConfig::fromKeyValues(kv);

@@ -7,9 +7,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -213,15 +210,12 @@ TEST_CASE("Embedding's walk is one 'weight' of PyTorch shape [vocab, d], row i t
   CHECK(names == std::vector<std::string>{"tok.weight"});
   CHECK(ddl::numParams(emb) == 18);
 
-  const std::string dir = std::string(DDL_TEST_TMPDIR) + "/embedding";
-  std::filesystem::create_directories(dir);
-  const std::string path = dir + "/emb.safetensors";
+  const std::string path = ddl_test::freshTestDir("embedding") + "/emb.safetensors";
   ddl::saveCheckpoint(path, emb);
   ddl::SafetensorsReader r(path);
   const ddl::TensorInfo& t = r.checkTensor<float>("weight", {6, 3});
   // Row-major data: element (i, j) of [vocab, d] at flat index i * d + j is W(i, j).
-  std::ifstream in(path, std::ios::binary);
-  const std::vector<char> file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string file = ddl_test::fileBytes(path);
   REQUIRE(file.size() >= r.header().dataStart() + t.end);
   const char* data = file.data() + r.header().dataStart() + t.begin;
   for (Index i = 0; i < 6; ++i)

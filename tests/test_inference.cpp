@@ -7,12 +7,16 @@
 #include <vector>
 
 #include "catch_compat.hpp"
+#include "fixtures.hpp"
 #include "ddl/data/dataset.hpp"
 #include "ddl/nn/models/conv_delta_net.hpp"
 #include "ddl/nn/layers/cross_entropy.hpp"
 #include "ddl/nn/models/delta_net.hpp"
 #include "ddl/train/train_step.hpp"
 
+using ddl_test::convNetConfig;
+using ddl_test::deltaNetConfig;
+using ddl_test::kDefaultHidden;
 using ddl::Index;
 using ddl::MatX;
 
@@ -105,14 +109,8 @@ TEMPLATE_TEST_CASE("DeltaNet::forwardInference: forward's logits bit for bit, ca
   std::srand(7);
   for (const Case<S>& c : cases<S>()) {
     CAPTURE(c.name);
-    ddl::DeltaNetConfig cfg;
-    cfg.inputDim = 6;
-    cfg.classes = 3;
-    cfg.d = 5;
-    cfg.depth = 2;
-    cfg.dv = c.dv;
+    ddl::DeltaNetConfig cfg = deltaNetConfig(6, 3, 5, 2, /*hidden=*/7, c.dv);
     cfg.learnedExpansion = c.dv > 1;
-    cfg.block.hidden = 7;
     cfg.block.compressor = c.dv > 1 && c.residual.direction == ddl::DirectionSource::AuxiliaryMlp
                                ? ddl::CompressorKind::Free
                                : ddl::CompressorKind::Structured;
@@ -131,14 +129,7 @@ TEMPLATE_TEST_CASE("ConvDeltaNet::forwardInference: forward's logits bit for bit
   for (Index dv : {Index(1), Index(2)}) {
     for (ddl::ResidualKind kind : {ddl::ResidualKind::Delta, ddl::ResidualKind::Additive}) {
       CAPTURE(dv, ddl::toString(kind));
-      ddl::ConvDeltaNetConfig cfg;
-      cfg.channels = 2;
-      cfg.height = 6;
-      cfg.width = 6;
-      cfg.classes = 3;
-      cfg.widths = {3, 4};
-      cfg.depths = {2, 1};
-      cfg.dv = dv;
+      ddl::ConvDeltaNetConfig cfg = convNetConfig(2, 6, 6, 3, {3, 4}, {2, 1}, dv);
       cfg.learnedExpansion = dv > 1;
       cfg.block.residual.residual = kind;
       ddl::ConvDeltaNet<S> net(cfg, 5);
@@ -151,21 +142,10 @@ TEMPLATE_TEST_CASE("ConvDeltaNet::forwardInference: forward's logits bit for bit
 
 TEST_CASE("forwardInference allocates nothing once its buffers have their shapes", "[inference][alloc]") {
   std::srand(9);
-  ddl::DeltaNetConfig cfg;
-  cfg.inputDim = 6;
-  cfg.classes = 3;
-  cfg.d = 5;
-  cfg.depth = 2;
-  cfg.dv = 2;
+  ddl::DeltaNetConfig cfg = deltaNetConfig(6, 3, 5, 2, kDefaultHidden, 2);
   cfg.learnedExpansion = true;
   ddl::DeltaNet<float> net(cfg, 3);
-  ddl::ConvDeltaNetConfig ccfg;
-  ccfg.channels = 2;
-  ccfg.height = 4;
-  ccfg.width = 4;
-  ccfg.classes = 3;
-  ccfg.widths = {3, 4};
-  ccfg.depths = {1, 1};
+  const ddl::ConvDeltaNetConfig ccfg = convNetConfig(2, 4, 4, 3, {3, 4}, {1, 1});
   ddl::ConvDeltaNet<float> cnet(ccfg, 3);
   const MatX<float> X = MatX<float>::Random(6, 8), XI = MatX<float>::Random(ccfg.inputDim(), 2);
   MatX<float> logits, clogits;
@@ -181,12 +161,7 @@ TEST_CASE("forwardInference allocates nothing once its buffers have their shapes
 
 TEST_CASE("evaluate uses forwardInference: the training caches survive it", "[inference][train]") {
   std::srand(10);
-  ddl::DeltaNetConfig cfg;
-  cfg.inputDim = 4;
-  cfg.classes = 3;
-  cfg.d = 4;
-  cfg.depth = 1;
-  ddl::DeltaNet<double> net(cfg, 2);
+  ddl::DeltaNet<double> net(deltaNetConfig(4, 3, 4, 1, kDefaultHidden), 2);
   ddl::Dataset<double> data;
   data.images = MatX<double>::Random(4, 10);
   data.labels = {0, 1, 2, 0, 1, 2, 0, 1, 2, 0};

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "catch_compat.hpp"
+#include "fixtures.hpp"
 #include "ddl/nn/models/delta_lm.hpp"
 #include "ddl/nn/models/lm_decoder.hpp"
 
@@ -12,30 +13,9 @@ using ddl::Index;
 
 namespace {
 
-struct Case {
-  std::string variant;
-  ddl::ResidualKind residual;
-  std::string preset;
-  Index dv;  // 0: the variant's
-  Index heads;
-  bool tied;
-};
+using Case = ddl_test::LmCase;
+using ddl_test::smallLMConfig;
 
-ddl::DeltaLMConfig smallConfig(const Case& k) {
-  ddl::DeltaLMConfig c;
-  c.vocab = 11;
-  c.d = 12;
-  c.heads = k.heads;
-  c.depth = 2;
-  c.context = 6;
-  c.hidden = 7;
-  c.tiedHead = k.tied;
-  c.block.residual.residual = k.residual;
-  ddl::applyPreset(c, k.preset);
-  ddl::applyVariant(c, k.variant);
-  if (k.dv > 0) c.dv = k.dv;
-  return c;
-}
 
 // Every variant with the tokens DeltaLM<float>(cfg, 41).generate({3, 1, 4}, 14, 0.9, 5, 7) gave when
 // decoding lived in the model (14 tokens: the context of 6 is refilled twice).
@@ -65,7 +45,7 @@ std::vector<Pinned> pinnedCases() {
 TEST_CASE("generate gives the pinned tokens in every variant", "[lm_decoder][decode]") {
   for (const Pinned& p : pinnedCases()) {
     CAPTURE(p.k.variant, ddl::toString(p.k.residual), p.k.preset);
-    ddl::DeltaLM<float> lm(smallConfig(p.k), 41);
+    ddl::DeltaLM<float> lm(smallLMConfig(p.k), 41);
     CHECK(lm.generate({3, 1, 4}, 14, 0.9, 5, 7) == p.tokens);
   }
 }
@@ -73,7 +53,7 @@ TEST_CASE("generate gives the pinned tokens in every variant", "[lm_decoder][dec
 TEST_CASE("a decoder on a const model gives generate's tokens, and its own again after a restart", "[lm_decoder][decode]") {
   for (const Pinned& p : pinnedCases()) {
     CAPTURE(p.k.variant, ddl::toString(p.k.residual), p.k.preset);
-    const ddl::DeltaLM<float> lm(smallConfig(p.k), 41);
+    const ddl::DeltaLM<float> lm(smallLMConfig(p.k), 41);
     ddl::LmDecoder<float> decoder(lm);
     CHECK(decoder.generate({3, 1, 4}, 14, 0.9, 5, 7) == p.tokens);
     CHECK(decoder.generate({3, 1, 4}, 14, 0.9, 5, 7) == p.tokens);  // the decoder's state restarts
@@ -90,7 +70,7 @@ TEST_CASE("two threads generate from one const model at once and get their seque
   for (const Case& k : {Case{"dv1", R::Delta, "code", 0, 2, true}, Case{"cc-ec", R::Delta, "code", 2, 2, true},
                         Case{"tc", R::Delta, "code", 3, 1, true}, Case{"tc-ec", R::Delta, "paper", 2, 2, false}}) {
     CAPTURE(k.variant);
-    ddl::DeltaLMConfig cfg = smallConfig(k);
+    ddl::DeltaLMConfig cfg = smallLMConfig(k);
     cfg.context = 32;  // long enough runs for the threads to overlap
     const ddl::DeltaLM<float> lm(cfg, 5);
     const std::vector<int> promptA{1, 2, 3}, promptB{7, 0, 9, 4};

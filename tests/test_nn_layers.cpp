@@ -11,6 +11,8 @@
 
 #include "catch_compat.hpp"
 #include "fd_check.hpp"
+#include "fixtures.hpp"
+#include "layer_grad_check.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/threading.hpp"
 #include "ddl/nn/layers/activation.hpp"
@@ -24,37 +26,21 @@
 using ddl::Index;
 using ddl::MatX;
 using ddl_test::contains;
+using ddl_test::randInt;
 using ddl_test::thrownMessage;
 
 namespace {
 
-int randInt(std::mt19937& gen, int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(gen); }
-
-// Central-difference check of dX and of every named parameter for loss = <W, Y>, so dY = W.
-// Returns the visited parameter names so callers can check the walk too.
+// Central-difference check of dX and of every named parameter for loss = <W, Y>, so dY = W, each
+// parameter's gradient of its value's shape. Returns the visited parameter names so callers can check
+// the walk too.
 template <class Layer>
 std::vector<std::string> checkLayerGrads(Layer& layer, MatX<double>& X) {
-  MatX<double> Y;
-  layer.forward(X, Y);
-  const MatX<double> W = MatX<double>::Random(Y.rows(), Y.cols());
-  auto loss = [&] {
-    MatX<double> Yl;
-    layer.forward(X, Yl);
-    return (W.array() * Yl.array()).sum();
-  };
-  ddl::zeroGrad(layer);
-  MatX<double> dX;
-  layer.backward(W, dX);
-  FD_CHECK(dX, ddl::testing::numericGrad(X, loss));
-  std::vector<std::string> names;
-  layer.visitParams("", [&](const std::string& name, ddl::Param<double>& p) {
-    CAPTURE(name);
-    names.push_back(name);
+  auto forward = [&](const MatX<double>& in, MatX<double>& Y) { layer.forward(in, Y); };
+  return ddl_test::checkGradientsThrough(layer, X, forward, forward, [](const ddl::Param<double>& p) {
     CHECK(p.grad.rows() == p.value.rows());
     CHECK(p.grad.cols() == p.value.cols());
-    FD_CHECK(p.grad, ddl::testing::numericGrad(p.value, loss));
   });
-  return names;
 }
 
 // Keeps every entry at least `gap` away from 0 (ReLU's kink) while preserving its sign.

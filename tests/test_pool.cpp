@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "catch_compat.hpp"
+#include "fixtures.hpp"
 #include "ddl/core/threading.hpp"
 #include "ddl/core/token_layout.hpp"
 #include "ddl/nn/layers/global_avg_pool.hpp"
@@ -24,11 +25,10 @@ using ddl::MatX;
 using ddl::TokenLayout;
 using ddl::Window2d;
 using ddl_test::contains;
+using ddl_test::randInt;
 using ddl_test::thrownMessage;
 
 namespace {
-
-int randInt(std::mt19937& gen, int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(gen); }
 
 // Calls f(outColumn, c-independent list of the window's input columns) for every output pixel, from the
 // definition: window (oy, ox) covers input pixels (oy*sh - ph + i, ox*sw - pw + j) inside the image,

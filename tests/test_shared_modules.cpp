@@ -8,6 +8,8 @@
 
 #include "catch_compat.hpp"
 #include "fd_check.hpp"
+#include "fixtures.hpp"
+#include "layer_grad_check.hpp"
 #include "ddl/nn/blocks/compressor.hpp"
 #include "ddl/nn/layers/linear.hpp"
 #include "ddl/testing/grad_check.hpp"
@@ -21,7 +23,7 @@ TEST_CASE("Linear applied twice in one step: per-application caches match centra
   const unsigned seed = GENERATE(1u, 2u, 3u, 4u);
   std::mt19937 rng(seed);
   std::srand(seed);
-  const Index d = std::uniform_int_distribution<int>(1, 6)(rng), B = std::uniform_int_distribution<int>(1, 4)(rng);
+  const Index d = ddl_test::randInt(rng, 1, 6), B = ddl_test::randInt(rng, 1, 4);
   CAPTURE(seed, d, B);
   ddl::Linear<double> lin(d, d);
   ddl::Rng init(seed);
@@ -72,35 +74,17 @@ TEST_CASE("Compressor shared by two sublayers: per-application caches match cent
   const unsigned seed = GENERATE(5u, 6u, 7u);
   std::mt19937 rng(seed);
   std::srand(seed);
-  const Index d = std::uniform_int_distribution<int>(1, 5)(rng), dv = std::uniform_int_distribution<int>(2, 4)(rng);
-  const Index N = std::uniform_int_distribution<int>(1, 4)(rng);
+  const Index d = ddl_test::randInt(rng, 1, 5), dv = ddl_test::randInt(rng, 2, 4);
+  const Index N = ddl_test::randInt(rng, 1, 4);
   for (ddl::CompressorKind kind : {ddl::CompressorKind::Free, ddl::CompressorKind::Structured}) {
     CAPTURE(seed, d, dv, N, ddl::toString(kind));
     ddl::Compressor<double> cc(d, dv, kind, 3);
     cc.visitParams("", [](const std::string&, ddl::Param<double>& p) { p.value.setRandom(); });
     MatX<double> X1 = MatX<double>::Random(d, dv * N), X2 = MatX<double>::Random(d, dv * N);
     const MatX<double> A = MatX<double>::Random(d, N), B = MatX<double>::Random(d, N);
-    // loss = <A, x1> + <B, x1 ⊙ x2>: both applications feed one value, as two sublayers of a block would
-    auto loss = [&] {
-      MatX<double> x1, x2;
-      cc.forward(X1, x1);
-      cc.forward(X2, x2);
-      return (A.array() * x1.array()).sum() + (B.array() * x1.array() * x2.array()).sum();
-    };
-    ddl::Compressor<double>::Cache c1, c2;
-    MatX<double> x1, x2, dX1, dX2;
-    cc.forward(X1, x1, c1);
-    cc.forward(X2, x2, c2);
-    ddl::zeroGrad(cc);
-    const MatX<double> dx2 = (B.array() * x1.array()).matrix();
-    const MatX<double> dx1 = (A.array() + B.array() * x2.array()).matrix();
-    cc.backward(dx2, dX2, c2);
-    cc.backward(dx1, dX1, c1);
-    FD_CHECK(dX1, numericGrad(X1, loss));
-    FD_CHECK(dX2, numericGrad(X2, loss));
-    cc.visitParams("", [&](const std::string& name, ddl::Param<double>& p) {
-      CAPTURE(name);
-      FD_CHECK(p.grad, numericGrad(p.value, loss));
-    });
+    ddl_test::checkTwoApplications(
+        cc, X1, X2, A, B,
+        [&](const MatX<double>& X, MatX<double>& x, ddl::Compressor<double>::Cache& c) { cc.forward(X, x, c); },
+        [&](const MatX<double>& X, MatX<double>& x) { cc.forward(X, x); });
   }
 }

@@ -12,6 +12,9 @@
 #include <vector>
 
 #include "catch_compat.hpp"
+#include "eigen_guard_fires.hpp"
+#include "fixtures.hpp"
+#include "layer_grad_check.hpp"
 #include "fd_check.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/rng.hpp"
@@ -47,6 +50,16 @@ std::vector<Shape> allShapes() {
         for (Index B : {1, 2})
           for (Index T : {1, 3, 6}) shapes.push_back(Shape{d, dv, K, B, T});
   return shapes;
+}
+
+// A small random shape from a seed, which also seeds std::rand: d in 1..4, dv in 1..3, K in 1..4, B = 2,
+// T in 1..6, drawn in that order.
+Shape seededShape(unsigned seed) {
+  std::mt19937 gen(seed);
+  std::srand(seed);
+  const Index d = ddl_test::randInt(gen, 1, 4), dv = ddl_test::randInt(gen, 1, 3);
+  const Index K = ddl_test::randInt(gen, 1, 4), T = ddl_test::randInt(gen, 1, 6);
+  return Shape{d, dv, K, 2, T};
 }
 
 // The definitions, written independently of the modules' loops. Channel (i, j) of the state is
@@ -119,53 +132,77 @@ void checkGrads(Module& m, MatX<double>& in, const TokenLayout& layout, Index K)
   });
 }
 
+// For every shape: a Module(d, dv, K) with random parameters, on a random input of d rows and dv * N
+// columns (a state) or N columns (a token vector), gives ref(module, input, shape) to 1e-14, and its
+// backward matches central differences (checkGrads).
+template <class Module, class Ref>
+void checkDefinitionOnAllShapes(bool stateInput, Ref ref) {
+  for (const Shape& c : allShapes()) {
+    CAPTURE(c.d, c.dv, c.K, c.B, c.T);
+    Module m(c.d, c.dv, c.K);
+    randomParams(m);
+    const auto layout = TokenLayout::sequence(c.B, c.T);
+    MatX<double> in = MatX<double>::Random(c.d, (stateInput ? c.dv : 1) * layout.tokens()), out;
+    m.forward(in, layout, out);
+    CHECK(relErr(out, ref(m, in, c)) < 1e-14);
+    checkGrads(m, in, layout, c.K);
+  }
+}
+
+// A Module<double>(d, dv, K) with random parameters and its float twin (the same values, cast), on the
+// same input and output gradient: forward, then backward, each double first; the outputs, the input
+// gradients and every parameter's gradient agree to tol.
+template <template <class> class Module>
+void checkFloatTwin(Index d, Index dv, Index K, const MatX<double>& in, const MatX<double>& dOut,
+                    const TokenLayout& layout, double tol) {
+  Module<double> md(d, dv, K);
+  Module<float> mf(d, dv, K);
+  randomParams(md);
+  const std::vector<MatX<double>> values = ddl_test::paramValues(md);
+  std::size_t i = 0;
+  mf.visitParams("", [&](const std::string&, ddl::Param<float>& p) { p.value = values[i++].cast<float>(); });
+  MatX<double> out, dIn;
+  MatX<float> outf, dInf;
+  md.forward(in, layout, out);
+  mf.forward(in.cast<float>(), layout, outf);
+  md.backward(dOut, dIn);
+  mf.backward(dOut.cast<float>(), dInf);
+  CHECK(relErr(outf.cast<double>(), out) < tol);
+  CHECK(relErr(dInf.cast<double>(), dIn) < tol);
+  std::vector<MatX<double>> grads;
+  md.visitParams("", [&](const std::string&, ddl::Param<double>& p) { grads.push_back(p.grad); });
+  i = 0;
+  mf.visitParams("", [&](const std::string& name, ddl::Param<float>& p) {
+    CAPTURE(name);
+    CHECK(relErr(p.grad.cast<double>(), grads[i++]) < tol);
+  });
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- definitions and gradients
 
 TEST_CASE("StateConv computes the definition and its backward matches central differences", "[state_conv][grad]") {
   std::srand(101);
-  for (const Shape& c : allShapes()) {
-    CAPTURE(c.d, c.dv, c.K, c.B, c.T);
-    ddl::StateConv<double> conv(c.d, c.dv, c.K);
-    randomParams(conv);
-    const auto layout = TokenLayout::sequence(c.B, c.T);
-    MatX<double> X = MatX<double>::Random(c.d, c.dv * layout.tokens()), Y;
-    conv.forward(X, layout, Y);
-    CHECK(relErr(Y, refStateConv(conv.weight().value, X, c.d, c.dv, c.B, c.T)) < 1e-14);
-    checkGrads(conv, X, layout, c.K);
-  }
+  checkDefinitionOnAllShapes<ddl::StateConv<double>>(true, [](auto& conv, const MatX<double>& X, const Shape& c) {
+    return refStateConv(conv.weight().value, X, c.d, c.dv, c.B, c.T);
+  });
 }
 
 TEST_CASE("ConvExpansion computes the definition and its backward matches central differences",
           "[conv_expansion][grad]") {
   std::srand(102);
-  for (const Shape& c : allShapes()) {
-    CAPTURE(c.d, c.dv, c.K, c.B, c.T);
-    ddl::ConvExpansion<double> ec(c.d, c.dv, c.K);
-    randomParams(ec);
-    const auto layout = TokenLayout::sequence(c.B, c.T);
-    MatX<double> x = MatX<double>::Random(c.d, layout.tokens()), X;
-    ec.forward(x, layout, X);
-    CHECK(relErr(X, refExpansion(ec.weight().value, x, c.d, c.dv, c.B, c.T)) < 1e-14);
-    checkGrads(ec, x, layout, c.K);
-  }
+  checkDefinitionOnAllShapes<ddl::ConvExpansion<double>>(false, [](auto& ec, const MatX<double>& x, const Shape& c) {
+    return refExpansion(ec.weight().value, x, c.d, c.dv, c.B, c.T);
+  });
 }
 
 TEST_CASE("TokenCompressor computes the definition and its backward matches central differences",
           "[token_compressor][grad]") {
   std::srand(103);
-  for (const Shape& c : allShapes()) {
-    CAPTURE(c.d, c.dv, c.K, c.B, c.T);
-    ddl::TokenCompressor<double> tc(c.d, c.dv, c.K);
-    randomParams(tc);
-    const auto layout = TokenLayout::sequence(c.B, c.T);
-    MatX<double> X = MatX<double>::Random(c.d, c.dv * layout.tokens()), xin;
-    tc.forward(X, layout, xin);
-    CHECK(relErr(xin, refTokenCompressor(tc.conv().weight().value, tc.read().value, X, c.d, c.dv, c.B, c.T)) <
-          1e-14);
-    checkGrads(tc, X, layout, c.K);
-  }
+  checkDefinitionOnAllShapes<ddl::TokenCompressor<double>>(true, [](auto& tc, const MatX<double>& X, const Shape& c) {
+    return refTokenCompressor(tc.conv().weight().value, tc.read().value, X, c.d, c.dv, c.B, c.T);
+  });
 }
 
 TEST_CASE("the channel order is PyTorch's o = i*dv + j: a hand-computed case", "[state_conv][conv_expansion]") {
@@ -383,10 +420,8 @@ TEST_CASE("every module is causal and keeps the sequences of a batch apart",
 TEST_CASE("StateConv applied twice in one step: per-application caches match central differences",
           "[state_conv][shared][grad]") {
   const unsigned seed = GENERATE(1u, 2u, 3u);
-  std::mt19937 gen(seed);
-  std::srand(seed);
-  const Index d = std::uniform_int_distribution<int>(1, 4)(gen), dv = std::uniform_int_distribution<int>(1, 3)(gen);
-  const Index K = std::uniform_int_distribution<int>(1, 4)(gen), B = 2, T = std::uniform_int_distribution<int>(1, 6)(gen);
+  const Shape shape = seededShape(seed);
+  const Index d = shape.d, dv = shape.dv, K = shape.K, B = shape.B, T = shape.T;
   CAPTURE(seed, d, dv, K, T);
   const auto layout = TokenLayout::sequence(B, T);
   ddl::StateConv<double> conv(d, dv, K);
@@ -417,10 +452,8 @@ TEST_CASE("StateConv applied twice in one step: per-application caches match cen
 TEST_CASE("TokenCompressor shared by two sublayers: per-application caches match central differences",
           "[token_compressor][shared][grad]") {
   const unsigned seed = GENERATE(4u, 5u, 6u);
-  std::mt19937 gen(seed);
-  std::srand(seed);
-  const Index d = std::uniform_int_distribution<int>(1, 4)(gen), dv = std::uniform_int_distribution<int>(1, 3)(gen);
-  const Index K = std::uniform_int_distribution<int>(1, 4)(gen), B = 2, T = std::uniform_int_distribution<int>(1, 6)(gen);
+  const Shape shape = seededShape(seed);
+  const Index d = shape.d, dv = shape.dv, K = shape.K, B = shape.B, T = shape.T;
   CAPTURE(seed, d, dv, K, T);
   const auto layout = TokenLayout::sequence(B, T);
   const Index N = layout.tokens();
@@ -428,26 +461,11 @@ TEST_CASE("TokenCompressor shared by two sublayers: per-application caches match
   randomParams(tc);
   MatX<double> X1 = MatX<double>::Random(d, dv * N), X2 = MatX<double>::Random(d, dv * N);
   const MatX<double> A = MatX<double>::Random(d, N), Bm = MatX<double>::Random(d, N);
-  // loss = <A, x1> + <B, x1 ⊙ x2>: both applications feed one value, as a block's two sublayers would
-  auto loss = [&] {
-    MatX<double> x1, x2;
-    tc.forwardInference(X1, layout, x1);
-    tc.forwardInference(X2, layout, x2);
-    return (A.array() * x1.array()).sum() + (Bm.array() * x1.array() * x2.array()).sum();
+  auto forward = [&](const MatX<double>& X, MatX<double>& x, ddl::TokenCompressor<double>::Cache& c) {
+    tc.forward(X, layout, x, c);
   };
-  ddl::TokenCompressor<double>::Cache c1, c2;
-  MatX<double> x1, x2, dX1, dX2;
-  tc.forward(X1, layout, x1, c1);
-  tc.forward(X2, layout, x2, c2);
-  ddl::zeroGrad(tc);
-  tc.backward((Bm.array() * x1.array()).matrix(), dX2, c2);
-  tc.backward((A.array() + Bm.array() * x2.array()).matrix(), dX1, c1);
-  FD_CHECK(dX1, numericGrad(X1, loss));
-  FD_CHECK(dX2, numericGrad(X2, loss));
-  tc.visitParams("", [&](const std::string& name, ddl::Param<double>& p) {
-    CAPTURE(name);
-    FD_CHECK(p.grad, numericGrad(p.value, loss));
-  });
+  ddl_test::checkTwoApplications(tc, X1, X2, A, Bm, forward,
+                                 [&](const MatX<double>& X, MatX<double>& x) { tc.forwardInference(X, layout, x); });
 }
 
 // ---------------------------------------------------------------- decoding
@@ -525,52 +543,10 @@ TEST_CASE("float agrees with double", "[state_conv][conv_expansion][token_compre
   const auto layout = TokenLayout::sequence(B, T);
   const MatX<double> X = MatX<double>::Random(d, dv * N), x = MatX<double>::Random(d, N);
   const MatX<double> dY = MatX<double>::Random(d, dv * N), dxin = MatX<double>::Random(d, N);
-  const MatX<float> Xf = X.cast<float>(), xf = x.cast<float>(), dYf = dY.cast<float>(), dxinf = dxin.cast<float>();
   constexpr double tol = 1e-5;
-
-  ddl::StateConv<double> conv(d, dv, K);
-  ddl::StateConv<float> convf(d, dv, K);
-  randomParams(conv);
-  convf.weight().value = conv.weight().value.cast<float>();
-  MatX<double> Y, dX;
-  MatX<float> Yf, dXf;
-  conv.forward(X, layout, Y);
-  convf.forward(Xf, layout, Yf);
-  conv.backward(dY, dX);
-  convf.backward(dYf, dXf);
-  CHECK(relErr(Yf.cast<double>(), Y) < tol);
-  CHECK(relErr(dXf.cast<double>(), dX) < tol);
-  CHECK(relErr(convf.weight().grad.cast<double>(), conv.weight().grad) < tol);
-
-  ddl::ConvExpansion<double> ec(d, dv, K);
-  ddl::ConvExpansion<float> ecf(d, dv, K);
-  randomParams(ec);
-  ecf.weight().value = ec.weight().value.cast<float>();
-  MatX<double> Xe, dx;
-  MatX<float> Xef, dxf;
-  ec.forward(x, layout, Xe);
-  ecf.forward(xf, layout, Xef);
-  ec.backward(dY, dx);
-  ecf.backward(dYf, dxf);
-  CHECK(relErr(Xef.cast<double>(), Xe) < tol);
-  CHECK(relErr(dxf.cast<double>(), dx) < tol);
-  CHECK(relErr(ecf.weight().grad.cast<double>(), ec.weight().grad) < tol);
-
-  ddl::TokenCompressor<double> tc(d, dv, K);
-  ddl::TokenCompressor<float> tcf(d, dv, K);
-  randomParams(tc);
-  tcf.conv().weight().value = tc.conv().weight().value.cast<float>();
-  tcf.read().value = tc.read().value.cast<float>();
-  MatX<double> xin, dXc;
-  MatX<float> xinf, dXcf;
-  tc.forward(X, layout, xin);
-  tcf.forward(Xf, layout, xinf);
-  tc.backward(dxin, dXc);
-  tcf.backward(dxinf, dXcf);
-  CHECK(relErr(xinf.cast<double>(), xin) < tol);
-  CHECK(relErr(dXcf.cast<double>(), dXc) < tol);
-  CHECK(relErr(tcf.conv().weight().grad.cast<double>(), tc.conv().weight().grad) < tol);
-  CHECK(relErr(tcf.read().grad.cast<double>(), tc.read().grad) < tol);
+  checkFloatTwin<ddl::StateConv>(d, dv, K, X, dY, layout, tol);
+  checkFloatTwin<ddl::ConvExpansion>(d, dv, K, x, dY, layout, tol);
+  checkFloatTwin<ddl::TokenCompressor>(d, dv, K, X, dxin, layout, tol);
 }
 
 TEST_CASE("1 and 2 threads give identical bits above every parallel threshold, and no allocation in steady state",
@@ -604,20 +580,18 @@ TEST_CASE("1 and 2 threads give identical bits above every parallel threshold, a
     ddl::zeroGrad(conv);
     ddl::zeroGrad(ec);
     ddl::zeroGrad(tc);
-    conv.forward(X, layout, o.Y);
-    conv.backward(dY, o.dX);
-    ec.forward(x, layout, o.Xe);
-    ec.backward(dY, o.dx);
-    tc.forward(X, layout, o.xin);
-    tc.backward(dxin, o.dXc);
+    auto trainPass = [&] {
+      conv.forward(X, layout, o.Y);
+      conv.backward(dY, o.dX);
+      ec.forward(x, layout, o.Xe);
+      ec.backward(dY, o.dx);
+      tc.forward(X, layout, o.xin);
+      tc.backward(dxin, o.dXc);
+    };
+    trainPass();
     // Steady state: the same calls again allocate nothing (the gradients accumulate twice).
     Eigen::internal::set_is_malloc_allowed(false);
-    conv.forward(X, layout, o.Y);
-    conv.backward(dY, o.dX);
-    ec.forward(x, layout, o.Xe);
-    ec.backward(dY, o.dx);
-    tc.forward(X, layout, o.xin);
-    tc.backward(dxin, o.dXc);
+    trainPass();
     conv.forwardInference(X, layout, o.Y);
     ec.forwardInference(x, layout, o.Xe);
     tc.forwardInference(X, layout, o.xin);
@@ -705,18 +679,7 @@ TEST_CASE("on a wide state every backward is the adjoint of its forward",
   CHECK(close(dot(dxin, fU), dot(tc.read().grad, u)));
 }
 
-TEST_CASE("the allocation guard of this file fires", "[alloc]") {
-  Eigen::internal::set_is_malloc_allowed(false);
-  bool threw = false;
-  try {
-    MatX<float> M(64, 64);
-    CHECK(M.size() == 4096);
-  } catch (const ddl_test::EigenAssertFailure&) {
-    threw = true;
-  }
-  Eigen::internal::set_is_malloc_allowed(true);
-  CHECK(threw);
-}
+TEST_CASE("the allocation guard of this file fires", "[alloc]") { CHECK(ddl_test::allocationGuardFires()); }
 
 // ---------------------------------------------------------------- errors
 

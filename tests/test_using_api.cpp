@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "catch_compat.hpp"
+#include "fixtures.hpp"
 #include "ddl/core/token_batch.hpp"
 #include "ddl/io/checkpoint.hpp"
 #include "ddl/nn/models/conv_delta_net.hpp"
@@ -23,14 +24,8 @@ std::string tmpPath(const std::string& name) { return std::string(DDL_TEST_TMPDI
 
 // Not the defaults in any size, so a reload that fell back to defaults cannot pass.
 ddl::DeltaLMConfig smallLm() {
-  ddl::DeltaLMConfig c;
+  ddl::DeltaLMConfig c = ddl_test::deltaLMConfig(16, 2, 2, 12, 24, "cc");
   c.vocab = 32;
-  c.d = 16;
-  c.heads = 2;
-  c.depth = 2;
-  c.context = 12;
-  c.hidden = 24;
-  ddl::applyVariant(c, "cc");
   return c;
 }
 
@@ -61,13 +56,7 @@ TEST_CASE("saveModel / loadModel: a DeltaLM comes back from the file alone, same
 }
 
 TEST_CASE("saveModel / loadModel: DeltaNet and ConvDeltaNet come back from the file alone", "[using][checkpoint]") {
-  ddl::DeltaNetConfig mlp;
-  mlp.inputDim = 7;
-  mlp.classes = 3;
-  mlp.d = 5;
-  mlp.depth = 2;
-  mlp.dv = 2;
-  ddl::DeltaNet<double> net(mlp, 4);
+  ddl::DeltaNet<double> net(ddl_test::deltaNetConfig(7, 3, 5, 2, ddl_test::kDefaultHidden, 2), 4);
   ddl::saveModel(tmpPath("net.safetensors"), net);
   ddl::DeltaNet<double> net2 = ddl::loadModel<ddl::DeltaNet<double>>(tmpPath("net.safetensors"));
   const MatX<double> X = MatX<double>::Random(7, 3);
@@ -76,13 +65,7 @@ TEST_CASE("saveModel / loadModel: DeltaNet and ConvDeltaNet come back from the f
   net2.forward(X, b);
   CHECK(a == b);
 
-  ddl::ConvDeltaNetConfig conv;
-  conv.channels = 2;
-  conv.height = conv.width = 4;
-  conv.classes = 3;
-  conv.widths = {3, 4};
-  conv.depths = {1, 1};
-  ddl::ConvDeltaNet<float> cnn(conv, 6);
+  ddl::ConvDeltaNet<float> cnn(ddl_test::convNetConfig(2, 4, 4, 3, {3, 4}, {1, 1}), 6);
   ddl::saveModel(tmpPath("conv.safetensors"), cnn);
   ddl::ConvDeltaNet<float> cnn2 = ddl::loadModel<ddl::ConvDeltaNet<float>>(tmpPath("conv.safetensors"));
   const MatX<float> images = MatX<float>::Random(2 * 4 * 4, 2);
