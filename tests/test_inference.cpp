@@ -8,7 +8,9 @@
 
 #include "catch_compat.hpp"
 #include "fixtures.hpp"
+#include "ddl/core/rng.hpp"
 #include "ddl/data/dataset.hpp"
+#include "ddl/nn/blocks/delta_residual.hpp"
 #include "ddl/nn/models/conv_delta_net.hpp"
 #include "ddl/nn/layers/cross_entropy.hpp"
 #include "ddl/nn/models/delta_net.hpp"
@@ -119,6 +121,34 @@ TEMPLATE_TEST_CASE("DeltaNet::forwardInference: forward's logits bit for bit, ca
     perturbParams<S>(net);
     const MatX<S> X1 = MatX<S>::Random(6, 9), X2 = MatX<S>::Random(6, 4);
     checkNet<S>(net, X1, X2);
+  }
+}
+
+TEMPLATE_TEST_CASE("DeltaResidual's const forwardInference: forward's output bit for bit into the caller's workspace",
+                   "[inference][const]", float, double) {
+  using S = TestType;
+  std::srand(5);
+  const Index d = 6, N = 7;
+  for (const Case<S>& c : cases<S>()) {
+    CAPTURE(c.name);
+    ddl::DeltaResidual<S> r(d, c.dv, c.residual);
+    ddl::Rng rng(3);
+    r.init(rng);
+    const MatX<S> X = MatX<S>::Random(d, c.dv * N), Xin = MatX<S>::Random(d, N), C = MatX<S>::Random(d, N),
+                  H = MatX<S>::Random(d, N), X2 = MatX<S>::Random(d, c.dv * 2);
+    MatX<S> Y, Yc, Y2;
+    r.forward(X, Xin, C, H, Y);
+    const MatX<S> beta = r.beta();
+    const ddl::DeltaResidual<S>& shared = r;
+    typename ddl::DeltaResidual<S>::Workspace ws, other;
+    shared.forwardInference(X, Xin, C, H, Yc, ws);
+    CHECK((Yc.array() == Y.array()).all());
+    // another caller with another batch leaves the first workspace's result alone
+    shared.forwardInference(X2, Xin.leftCols(2), C.leftCols(2), H.leftCols(2), Y2, other);
+    shared.forwardInference(X, Xin, C, H, Yc, ws);
+    CHECK((Yc.array() == Y.array()).all());
+    // the diagnostics still describe the last forward
+    CHECK((r.beta().array() == beta.array()).all());
   }
 }
 

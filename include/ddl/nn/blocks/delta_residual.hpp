@@ -22,6 +22,8 @@
 // Initialisation (seeded): gate and value weights as torch.nn.Linear (U(+-1/sqrt(fan_in))), value bias 0,
 // gate bias = logit(beta0/2) (docs/spec.md §2), so every token starts near beta0; aux MLP as torch.nn.Linear.
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "ddl/core/alias.hpp"
@@ -32,7 +34,6 @@
 #include "ddl/core/types.hpp"
 #include "ddl/core/view.hpp"
 #include "ddl/nn/layers/activation.hpp"
-#include "ddl/nn/layers/forward_mode.hpp"
 #include "ddl/nn/layers/linear.hpp"
 #include "ddl/ops/delta_write.hpp"
 #include "ddl/ops/direction.hpp"
@@ -147,7 +148,11 @@ class DeltaResidual {
   // unchanged until backward.
   void forward(const Eigen::Ref<const MatX<S>>& X, const Eigen::Ref<const MatX<S>>& Xin,
                const Eigen::Ref<const MatX<S>>& C, const Eigen::Ref<const MatX<S>>& H, MatX<S>& Y) {
-    run("ddl::DeltaResidual::forward", X, Xin, C, H, Y, ForwardMode::Train);
+    run(*this, "ddl::DeltaResidual::forward", X, Xin, C, H, Y, m_train);
+    m_N = H.cols();
+    m_lastInference = false;
+    m_C.bind(C);  // the gate's backward needs c
+    m_X.bind(X);  // the write's backward needs the old state
   }
 
   // Same Y as forward, bit for bit; writes none of forward's caches, so backward still refers to the
@@ -155,7 +160,34 @@ class DeltaResidual {
   // buffers of their own, so steady state allocates nothing. Y must not alias X.
   void forwardInference(const Eigen::Ref<const MatX<S>>& X, const Eigen::Ref<const MatX<S>>& Xin,
                         const Eigen::Ref<const MatX<S>>& C, const Eigen::Ref<const MatX<S>>& H, MatX<S>& Y) {
-    run("ddl::DeltaResidual::forwardInference", X, Xin, C, H, Y, ForwardMode::Inference);
+    std::as_const(*this).forwardInference(X, Xin, C, H, Y, m_inference);
+    m_lastInference = true;
+  }
+
+  // What one forward computes per token: kept for backward (training), for the diagnostics, or in a
+  // caller's Workspace.
+  struct Tensors {
+    MatX<S> K;        // (d, N) unit directions k
+    MatX<S> Kt;       // (d, N) raw directions k~ of the aux MLP (the branch output H otherwise)
+    MatX<S> V;        // (dv, N) values v
+    MatX<S> delta;    // (dv, N) v - X^T k (Delta kind)
+    MatX<S> gateHid;  // (hg, N) tanh(W1 c) (TwoLayerTanh)
+    MatX<S> pool, auxPre, auxHid;  // (d, N), (ha, N), (ha, N): aux MLP input, pre-activation, hidden
+    RowX<S> kNorm;    // (1, N) n (SqrtEps) or |k~| (AddEps)
+    RowX<S> Z, beta;  // (1, N) gate logits and beta = 2 sigma(Z)
+  };
+  // Everything the const forwardInference writes: one per caller, so callers on several threads can
+  // share one residual (decoding, nn/models/lm_decoder.hpp).
+  struct Workspace {
+    Tensors t;
+    typename Linear<S>::Workspace value, auxFc1, auxFc2;
+  };
+
+  // The same into ws, reading the residual only; the diagnostics do not see this call.
+  void forwardInference(const Eigen::Ref<const MatX<S>>& X, const Eigen::Ref<const MatX<S>>& Xin,
+                        const Eigen::Ref<const MatX<S>>& C, const Eigen::Ref<const MatX<S>>& H, MatX<S>& Y,
+                        Workspace& ws) const {
+    run(*this, "ddl::DeltaResidual::forwardInference", X, Xin, C, H, Y, ws);
   }
 
   // dY: (d, dv*N) -> dX: (d, dv*N), dXin, dC, dH: (d, N); all overwritten. Parameter grads accumulate.
@@ -191,23 +223,14 @@ class DeltaResidual {
   const DeltaResidualOptions& options() const { return m_opt; }
 
  private:
-  // What one forward computes per token: kept for backward (training) or for the diagnostics only.
-  struct Tensors {
-    MatX<S> K;        // (d, N) unit directions k
-    MatX<S> Kt;       // (d, N) raw directions k~ of the aux MLP (the branch output H otherwise)
-    MatX<S> V;        // (dv, N) values v
-    MatX<S> delta;    // (dv, N) v - X^T k (Delta kind)
-    MatX<S> gateHid;  // (hg, N) tanh(W1 c) (TwoLayerTanh)
-    MatX<S> pool, auxPre, auxHid;  // (d, N), (ha, N), (ha, N): aux MLP input, pre-activation, hidden
-    RowX<S> kNorm;    // (1, N) n (SqrtEps) or |k~| (AddEps)
-    RowX<S> Z, beta;  // (1, N) gate logits and beta = 2 sigma(Z)
-  };
-  const Tensors& last() const { return m_lastInference ? m_inference : m_train; }
+  const Tensors& last() const { return m_lastInference ? m_inference.t : m_train.t; }
 
-  // The forward of both modes (fn names the public caller in errors): Train binds the views backward
-  // reads and fills m_train, Inference fills m_inference.
-  void run(const char* fn, const Eigen::Ref<const MatX<S>>& X, const Eigen::Ref<const MatX<S>>& Xin,
-           const Eigen::Ref<const MatX<S>>& C, const Eigen::Ref<const MatX<S>>& H, MatX<S>& Y, ForwardMode mode);
+  // The forward of both modes, written once (fn names the public caller in errors). Self is the
+  // residual itself in Train mode, which runs the sub-layers' forward and keeps what backward reads in
+  // ws; a const residual runs Inference: the sub-layers' const forwardInference into ws.
+  template <class Self>
+  static void run(Self& self, const char* fn, const Eigen::Ref<const MatX<S>>& X, const Eigen::Ref<const MatX<S>>& Xin,
+                  const Eigen::Ref<const MatX<S>>& C, const Eigen::Ref<const MatX<S>>& H, MatX<S>& Y, Workspace& ws);
 
   static Index auxHiddenOf(Index d, const DeltaResidualOptions& opt);
   bool usesAuxMlp() const {
@@ -228,7 +251,7 @@ class DeltaResidual {
   Param<S> m_gateW, m_gateW1, m_gateB;
   // forward caches; m_inference holds what forwardInference computes (diagnostics only)
   ConstView<S> m_X, m_C;  // the state and c of the last forward, owned by the caller
-  Tensors m_train, m_inference;
+  Workspace m_train, m_inference;
   bool m_lastInference = false;
   // backward workspaces
   MatX<S> m_dK, m_dKt, m_dV, m_dTmp, m_gateDPre, m_dAuxHid, m_dPool;
@@ -259,7 +282,7 @@ void DeltaResidual<S>::backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX
   if (m_N < 0) throw Error(message(fn, "called before forward"));
   checkShape(fn, "dY", dY, m_d, m_dv * m_N);
   const Index N = m_N;
-  const Tensors& t = m_train;
+  const Tensors& t = m_train.t;
   if (m_opt.residual == ResidualKind::Additive) {
     additiveResidualBackward(dY, N, dX, dH);
     dC.setZero(m_d, N);
@@ -311,60 +334,66 @@ void DeltaResidual<S>::backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX
 }
 
 template <class S>
-void DeltaResidual<S>::run(const char* fn, const Eigen::Ref<const MatX<S>>& X, const Eigen::Ref<const MatX<S>>& Xin,
-                           const Eigen::Ref<const MatX<S>>& C, const Eigen::Ref<const MatX<S>>& H, MatX<S>& Y,
-                           ForwardMode mode) {
+template <class Self>
+void DeltaResidual<S>::run(Self& self, const char* fn, const Eigen::Ref<const MatX<S>>& X,
+                           const Eigen::Ref<const MatX<S>>& Xin, const Eigen::Ref<const MatX<S>>& C,
+                           const Eigen::Ref<const MatX<S>>& H, MatX<S>& Y, Workspace& ws) {
+  // layer(in, out): forward on a mutable residual, the const forwardInference with ws's buffers otherwise
+  const auto apply = [&](auto& layer, typename Linear<S>::Workspace& lws, const auto& in, MatX<S>& out) {
+    if constexpr (std::is_const_v<Self>)
+      layer.forwardInference(in, out, lws);
+    else
+      layer.forward(in, out);
+  };
+  const DeltaResidualOptions& opt = self.m_opt;
   requireNoAlias(fn, "X", X, "Y", Y);
   const Index N = H.cols();
-  checkShape(fn, "H", H, m_d, -1);
-  checkShape(fn, "X", X, m_d, m_dv * N);
-  checkShape(fn, "Xin", Xin, m_d, N);
-  checkShape(fn, "C", C, m_d, N);
-  const bool training = mode == ForwardMode::Train;
-  if (training) m_N = N;
-  m_lastInference = !training;
-  if (m_opt.residual == ResidualKind::Additive) {
+  checkShape(fn, "H", H, self.m_d, -1);
+  checkShape(fn, "X", X, self.m_d, self.m_dv * N);
+  checkShape(fn, "Xin", Xin, self.m_d, N);
+  checkShape(fn, "C", C, self.m_d, N);
+  if (opt.residual == ResidualKind::Additive) {
     additiveResidual(H, X, Y);
     return;
   }
-  if (training) {
-    m_C.bind(C);  // the gate's backward needs c
-    if (m_opt.residual == ResidualKind::Delta) m_X.bind(X);  // the write's backward needs the old state
-  }
-  Tensors& t = training ? m_train : m_inference;
+  Tensors& t = ws.t;
   // direction
-  if (usesAuxMlp()) {
-    poolChannels(X, t.pool);
-    forwardAs(mode, m_auxFc1, t.pool, t.auxPre);
-    forwardAs(mode, m_auxAct, t.auxPre, t.auxHid);
-    forwardAs(mode, m_auxFc2, t.auxHid, t.Kt);
-    normalizeDirections(t.Kt, m_opt.norm, static_cast<S>(m_opt.epsK), t.K, t.kNorm);
+  if (self.usesAuxMlp()) {
+    self.poolChannels(X, t.pool);
+    apply(self.m_auxFc1, ws.auxFc1, t.pool, t.auxPre);
+    if constexpr (std::is_const_v<Self>)
+      self.m_auxAct.forwardInference(t.auxPre, t.auxHid);
+    else
+      self.m_auxAct.forward(t.auxPre, t.auxHid);
+    apply(self.m_auxFc2, ws.auxFc2, t.auxHid, t.Kt);
+    normalizeDirections(t.Kt, opt.norm, static_cast<S>(opt.epsK), t.K, t.kNorm);
   } else {
-    normalizeDirections(H, m_opt.norm, static_cast<S>(m_opt.epsK), t.K, t.kNorm);
+    normalizeDirections(H, opt.norm, static_cast<S>(opt.epsK), t.K, t.kNorm);
   }
   // gate
-  if (m_opt.gate == GateKind::Linear)
-    linearGateLogits(m_gateW.value, m_gateB.value(0, 0), C, t.Z);
+  if (opt.gate == GateKind::Linear)
+    linearGateLogits(self.m_gateW.value, self.m_gateB.value(0, 0), C, t.Z);
   else
-    twoLayerGateLogits(m_gateW1.value, m_gateW.value, m_gateB.value(0, 0), C, t.gateHid, t.Z);
+    twoLayerGateLogits(self.m_gateW1.value, self.m_gateW.value, self.m_gateB.value(0, 0), C, t.gateHid, t.Z);
   gateFromLogits(t.Z, t.beta);
   // value
-  switch (m_opt.value) {
+  switch (opt.value) {
     case ValueKind::SigmoidScaled: {
-      forwardAs(mode, m_value, Xin, t.V);
-      const S s = static_cast<S>(m_opt.valueScale);
+      apply(self.m_value, ws.value, Xin, t.V);
+      const S s = static_cast<S>(opt.valueScale);
+      const Index dv = self.m_dv;
       MatX<S>& V = t.V;  // per token, so split over threads like the rest of the residual
-      DDL_OMP(parallel for schedule(static) if (m_dv * N >= detail::kParallelMinWork))
+      DDL_OMP(parallel for schedule(static) if (dv * N >= detail::kParallelMinWork))
       for (Index n = 0; n < N; ++n)
-        for (Index j = 0; j < m_dv; ++j) V(j, n) = s * stableSigmoid(V(j, n));
+        for (Index j = 0; j < dv; ++j) V(j, n) = s * stableSigmoid(V(j, n));
       break;
     }
-    case ValueKind::LinearOnC: forwardAs(mode, m_value, C, t.V); break;
-    case ValueKind::FromBranch: forwardAs(mode, m_value, H, t.V); break;
-    case ValueKind::Constant: t.V.setConstant(m_dv, N, static_cast<S>(m_opt.valueConstant)); break;
+    case ValueKind::LinearOnC: apply(self.m_value, ws.value, C, t.V); break;
+    case ValueKind::FromBranch: apply(self.m_value, ws.value, H, t.V); break;
+    case ValueKind::Constant: t.V.setConstant(self.m_dv, N, static_cast<S>(opt.valueConstant)); break;
   }
   // rewrite
-  if (m_opt.residual == ResidualKind::Delta)
+  if (opt.residual == ResidualKind::Delta)
     deltaWrite(t.K, t.beta, t.V, X, Y, t.delta);
   else
     writeOnly(t.K, t.beta, t.V, X, Y);

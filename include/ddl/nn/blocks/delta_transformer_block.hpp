@@ -99,18 +99,18 @@ class DeltaTransformerBlock {
   void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX);
 
   // Incremental decoding of one sequence: the attention's keys and values of the positions so far,
-  // with TC the last K states each sublayer's compressor read, and one position's scratch. The
-  // rewrites and the CC compressor are copies: their forwardInference writes the module (diagnostics,
-  // effective weights), so a decoder runs its own and shares nothing it writes with other decoders.
+  // with TC the last K states each sublayer's compressor read, and one position's scratch. The CC
+  // compressor is a copy: its forwardInference writes the module (its effective weights), so a decoder
+  // runs its own and shares nothing it writes with other decoders.
   struct DecodeState {
     typename CausalSelfAttention<S>::DecodeCache attention;
     typename TokenCompressor<S>::StepCache attnTc, mlpTc;
-    std::optional<DeltaResidual<S>> attnDelta, mlpDelta;  // the weights of the rewrites at startDecode
-    std::optional<Compressor<S>> compress;                // CC (dv > 1), likewise
+    typename DeltaResidual<S>::Workspace attnDelta, mlpDelta;
+    std::optional<Compressor<S>> compress;  // CC (dv > 1): its weights at startDecode
     typename SwiGluBranch<S>::Workspace mlp;
     MatX<S> mid, xin, c, h;  // one position: (d, dv), (d, 1) x 3
   };
-  // Empties state for up to `capacity` positions and copies the rewrites' (and CC's) weights into it
+  // Empties state for up to `capacity` positions and copies CC's weights into it
   // (allocates the first time; the first step sizes the scratch). Reads the block only.
   void startDecode(DecodeState& state, Index capacity) const;
 
@@ -237,11 +237,6 @@ void DeltaTransformerBlock<S>::startDecode(DecodeState& state, Index capacity) c
   } else if (m_dv > 1) {
     state.compress = m_compress;
   }
-  for (auto* p : {&state.attnDelta, &state.mlpDelta}) {
-    const DeltaResidual<S>& src = p == &state.attnDelta ? m_attn.delta : m_mlp.delta;
-    if (!*p) p->emplace(m_d, m_dv, src.options());
-    assignParams(**p, const_cast<DeltaResidual<S>&>(src));  // the walk has no const form; it only reads src
-  }
 }
 
 template <class S>
@@ -249,7 +244,7 @@ void DeltaTransformerBlock<S>::forwardStep(const Eigen::Ref<const MatX<S>>& Xt, 
   const char* fn = "ddl::DeltaTransformerBlock::forwardStep";
   checkShape(fn, "Xt", Xt, m_d, m_dv);
   requireNoAlias(fn, "Xt", Xt, "Yt", Yt);
-  if (!st.attnDelta || !st.mlpDelta || (m_dv > 1 && !m_overTokens && !st.compress))
+  if (m_dv > 1 && !m_overTokens && !st.compress)
     throw Error(message(fn, "call startDecode first"));
   const auto compress = [&](typename TokenCompressor<S>::StepCache& tc) {
     return [&](const Eigen::Ref<const MatX<S>>& X, MatX<S>& xin) {
@@ -259,20 +254,20 @@ void DeltaTransformerBlock<S>::forwardStep(const Eigen::Ref<const MatX<S>>& Xt, 
         st.compress->forwardInference(X, xin);
     };
   };
-  const auto rewrite = [](DeltaResidual<S>& r) {
-    return [&r](const auto& X, const auto& in, const MatX<S>& c, const MatX<S>& h, MatX<S>& Y) {
-      r.forwardInference(X, in, c, h, Y);
+  const auto rewrite = [](const DeltaResidual<S>& r, typename DeltaResidual<S>::Workspace& ws) {
+    return [&r, &ws](const auto& X, const auto& in, const MatX<S>& c, const MatX<S>& h, MatX<S>& Y) {
+      r.forwardInference(X, in, c, h, Y, ws);
     };
   };
   sublayer(Xt, st.mid, st.xin, st.c, st.h, compress(st.attnTc),
            [&](const auto& in, MatX<S>& c) { m_attn.norm.forwardInference(in, c); },
            [&](const MatX<S>& c, MatX<S>& h) { m_attn.branch.forwardStep(c, st.attention, h); },
-           rewrite(*st.attnDelta));
+           rewrite(m_attn.delta, st.attnDelta));
   const TokenLayout one = TokenLayout::sequence(1, 1);
   sublayer(st.mid, Yt, st.xin, st.c, st.h, compress(st.mlpTc),
            [&](const auto& in, MatX<S>& c) { m_mlp.norm.forwardInference(in, c); },
            [&](const MatX<S>& c, MatX<S>& h) { m_mlp.branch.forwardInference(c, one, h, st.mlp); },
-           rewrite(*st.mlpDelta));
+           rewrite(m_mlp.delta, st.mlpDelta));
 }
 
 template <class S>
