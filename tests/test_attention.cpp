@@ -197,7 +197,31 @@ TEST_CASE("RoPE rejects odd head sizes and shapes that do not fit", "[rope][erro
                  "X has 6 rows, not a whole number of heads of size 4"));
   MatX<double> Z = MatX<double>::Zero(8, 12);
   CHECK(contains(thrownMessage<ddl::ValueError>([&] { ddl::applyRotary(Z, 6, table); }),
-                 "the table covers 3 positions, T = 6"));
+                 "the table covers 3 positions, the columns reach position 5"));
+  MatX<double> W = MatX<double>::Zero(8, 2);
+  CHECK(contains(thrownMessage<ddl::ValueError>([&] { ddl::applyRotaryFrom(W, 2, table); }),
+                 "ddl::applyRotaryFrom: the table covers 3 positions, the columns reach position 3"));
+}
+
+TEST_CASE("RoPE from a position offset turns each column as applyRotary does at that position, bit for bit",
+          "[rope]") {
+  std::srand(11);
+  const Index T = 9;
+  for (const Index dh : {2, 4, 8}) {
+    ddl::RotaryTable<float> table(dh, 500.0);
+    table.reserve(T);
+    const MatX<float> X = MatX<float>::Random(3 * dh, T);  // one sequence, 3 heads
+    MatX<float> whole = X;
+    ddl::applyRotary(whole, T, table);
+    for (const Index first : {0, 1, 4, 8}) {
+      for (Index n = 1; first + n <= T; n += 3) {
+        CAPTURE(dh, first, n);
+        MatX<float> part = X.middleCols(first, n);
+        ddl::applyRotaryFrom(part, first, table);
+        CHECK(part == whole.middleCols(first, n));
+      }
+    }
+  }
 }
 
 // ---------------------------------------------------------------- forward

@@ -55,22 +55,21 @@ class RotaryTable {
   MatX<S> m_cos, m_sin;
 };
 
-// X: (H * d_h, B * T) rotated in place, every column by its position t = column % T (inverse: by −t).
-// The table must cover T positions. Columns are independent: split over OpenMP threads when large.
+namespace detail {
+// Column n of X at position first + n % T, rotated by its angle (sign -1: the inverse rotation).
 template <class S, class Derived>
-void applyRotary(Eigen::MatrixBase<Derived>& X, Index T, const RotaryTable<S>& table, bool inverse = false) {
-  const char* fn = "ddl::applyRotary";
+void rotate(const char* fn, Eigen::MatrixBase<Derived>& X, Index T, Index first, const RotaryTable<S>& table, S sign) {
   const Index dh = table.headDim(), half = dh / 2, N = X.cols();
   require(T >= 1 && N % T == 0, fn, "X has ", N, " columns, not a whole number of sequences of length T = ", T);
   require(X.rows() % dh == 0, fn, "X has ", X.rows(), " rows, not a whole number of heads of size ", dh);
-  require(table.positions() >= T, fn, "the table covers ", table.positions(), " positions, T = ", T);
+  require(first >= 0 && table.positions() >= first + T, fn, "the table covers ", table.positions(),
+          " positions, the columns reach position ", first + T - 1);
   const Index heads = X.rows() / dh;
-  const S sign = inverse ? S(-1) : S(1);
   const MatX<S>& cosT = table.cosines();
   const MatX<S>& sinT = table.sines();
   DDL_OMP(parallel for schedule(static) if (X.rows() * N >= detail::kParallelMinWork))
   for (Index n = 0; n < N; ++n) {
-    const Index t = n % T;
+    const Index t = first + n % T;
     for (Index h = 0; h < heads; ++h) {
       const Index r = h * dh;
       for (Index i = 0; i < half; ++i) {
@@ -81,6 +80,21 @@ void applyRotary(Eigen::MatrixBase<Derived>& X, Index T, const RotaryTable<S>& t
       }
     }
   }
+}
+}  // namespace detail
+
+// X: (H * d_h, B * T) rotated in place, every column by its position t = column % T (inverse: by −t).
+// The table must cover T positions. Columns are independent: split over OpenMP threads when large.
+template <class S, class Derived>
+void applyRotary(Eigen::MatrixBase<Derived>& X, Index T, const RotaryTable<S>& table, bool inverse = false) {
+  detail::rotate("ddl::applyRotary", X, T, 0, table, inverse ? S(-1) : S(1));
+}
+
+// X: (H * d_h, n), the positions first .. first+n-1 of one sequence (decoding after `first` cached
+// positions), rotated in place with the same operations as applyRotary. The table must cover first + n.
+template <class S, class Derived>
+void applyRotaryFrom(Eigen::MatrixBase<Derived>& X, Index first, const RotaryTable<S>& table) {
+  detail::rotate("ddl::applyRotaryFrom", X, X.cols() > 0 ? X.cols() : 1, first, table, S(1));
 }
 
 }  // namespace ddl

@@ -29,8 +29,8 @@
 //   would use for s (a key depends only on its own token and position), so a new query needs only
 //     q_t = norm(RoPE_t(W_q c_t)),  P(s, t) = softmax_{s <= t} (k_s · q_t / sqrt(d_h)),  o_t = Σ_s P(s, t) v_s
 //   per head, and a step costs O(t d) for attention plus 4 d² for the projections, not the O(t² d)
-//   of recomputing the prefix. The cache also holds RoPE's cos and sin for positions 0 .. capacity-1,
-//   made by a RotaryTable as forward's, so position t turns by the same rounded angle.
+//   of recomputing the prefix. The cache also holds a RotaryTable for positions 0 .. capacity-1, made
+//   as forward's, so position t turns by the same rounded angle (ops/rotary.hpp, applyRotaryFrom).
 //   forwardStep over c (d, n) with n > 1 is a prefill of positions length .. length + n - 1 (each
 //   query sees the keys up to its own position). startDecode allocates; a one-column step allocates
 //   nothing (matrix-vector products, scratch in the cache); a block of n > 1 reserves the cache's
@@ -38,6 +38,7 @@
 //   forwardStep reads the weights and leaves what backward keeps untouched: a forward, decode steps,
 //   then backward give the gradients of that forward. A cache belongs to the layer that started it.
 #include <cmath>
+#include <optional>
 #include <string>
 
 #include "ddl/core/alias.hpp"
@@ -97,9 +98,9 @@ class CausalSelfAttention {
     MatX<S> K, V;        // (d, capacity): column s holds position s, for s < length
     Index length = 0;    // positions held
     Index capacity() const { return K.cols(); }
-    // Owned by startDecode and forwardStep: RoPE's cos and sin of positions 0 .. capacity-1
-    // ((d_h/2, capacity), from a RotaryTable with the layer's base) and one step's scratch.
-    MatX<S> ropeCos, ropeSin;
+    // Owned by startDecode and forwardStep: RoPE's table for positions 0 .. capacity-1 with the
+    // layer's base (the cache's own, so decoders share nothing they write) and one step's scratch.
+    std::optional<RotaryTable<S>> rope;
     double ropeBase = 0;
     MatX<S> q, k, v, a;  // (d, n): projections (q, k after RoPE), heads concatenated
     MatX<S> qn, kn;      // (d_h, H*n): q, k after the norms (qkNorm)
@@ -226,16 +227,14 @@ void CausalSelfAttention<S>::run(const char* fn, const Eigen::Ref<const MatX<S>>
 template <class S>
 void CausalSelfAttention<S>::startDecode(DecodeCache& cache, Index capacity) const {
   require(capacity >= 1, "ddl::CausalSelfAttention::startDecode", "capacity must be >= 1, got ", capacity);
-  const Index d = m_cfg.d, half = m_dh / 2;
+  const Index d = m_cfg.d;
   cache.K.resize(d, capacity);
   cache.V.resize(d, capacity);
-  if (cache.ropeCos.rows() != half || cache.ropeCos.cols() != capacity || cache.ropeBase != m_cfg.ropeBase) {
-    RotaryTable<S> table(m_dh, m_cfg.ropeBase);  // forward's angles, rounded the same way
-    table.reserve(capacity);
-    cache.ropeCos = table.cosines();
-    cache.ropeSin = table.sines();
+  if (!cache.rope || cache.rope->headDim() != m_dh || cache.ropeBase != m_cfg.ropeBase) {
+    cache.rope.emplace(m_dh, m_cfg.ropeBase);  // forward's angles, rounded the same way
     cache.ropeBase = m_cfg.ropeBase;
   }
+  cache.rope->reserve(capacity);
   for (MatX<S>* M : {&cache.q, &cache.k, &cache.v, &cache.a}) M->resize(d, 1);
   if (m_cfg.qkNorm) {
     cache.qn.resize(m_dh, m_cfg.heads);
@@ -249,13 +248,13 @@ template <class S>
 void CausalSelfAttention<S>::forwardStep(const Eigen::Ref<const MatX<S>>& c, DecodeCache& cache,
                                          MatX<S>& out) const {
   const char* fn = "ddl::CausalSelfAttention::forwardStep";
-  const Index d = m_cfg.d, H = m_cfg.heads, half = m_dh / 2;
+  const Index d = m_cfg.d, H = m_cfg.heads;
   checkShape(fn, "c", c, d, -1);
   const Index n = c.cols();
   if (n < 1) throw ShapeError(message(fn, "c has shape ", shapeOf(c), ", expected (", d, ", n) with n >= 1"));
   const Index cap = cache.K.cols(), L = cache.length;
-  if (cache.K.rows() != d || cache.V.rows() != d || cache.V.cols() != cap || cache.ropeCos.rows() != half ||
-      cache.ropeCos.cols() != cap || cache.p.size() != cap || L < 0 || L > cap)
+  if (cache.K.rows() != d || cache.V.rows() != d || cache.V.cols() != cap || !cache.rope ||
+      cache.rope->headDim() != m_dh || cache.rope->positions() < cap || cache.p.size() != cap || L < 0 || L > cap)
     throw Error(message(fn, "the cache was not started for this layer (K has shape ", shapeOf(cache.K),
                         ", expected (", d, ", capacity)); call startDecode first"));
   if (n > cap - L)
@@ -268,20 +267,8 @@ void CausalSelfAttention<S>::forwardStep(const Eigen::Ref<const MatX<S>>& c, Dec
   stepProduct(m_q.weight().value, c, cache.q, cache.gemm);
   stepProduct(m_k.weight().value, c, cache.k, cache.gemm);
   stepProduct(m_v.weight().value, c, cache.v, cache.gemm);
-  // RoPE at positions L .. L+n-1: applyRotary's operations with the cache's copy of its table.
-  for (Index j = 0; j < n; ++j) {
-    const Index t = L + j;
-    for (MatX<S>* X : {&cache.q, &cache.k})
-      for (Index h = 0; h < H; ++h) {
-        const Index r = h * m_dh;
-        for (Index i = 0; i < half; ++i) {
-          const S cs = cache.ropeCos(i, t), sn = cache.ropeSin(i, t);
-          const S x1 = (*X)(r + i, j), x2 = (*X)(r + half + i, j);
-          (*X)(r + i, j) = x1 * cs - x2 * sn;
-          (*X)(r + half + i, j) = x2 * cs + x1 * sn;
-        }
-      }
-  }
+  applyRotaryFrom(cache.q, L, *cache.rope);  // positions L .. L+n-1
+  applyRotaryFrom(cache.k, L, *cache.rope);
   const bool norm = m_cfg.qkNorm;
   if (norm) {
     m_qNorm.forwardInference(heads(cache.q), cache.qn);
