@@ -12,6 +12,7 @@
 #include <iterator>
 #include <map>
 #include <sstream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -176,8 +177,8 @@ TokenWindows heldOut(const std::vector<int>& tokens) {
 
 using Loop = ddl::TrainingLoop<BigramModel, NextTokenTask, RandomWindows, ddl::Sgd<float>>;
 
-ddl::TrainerOptions loopOptions(const std::string& outDir, int epochs) {
-  ddl::TrainerOptions o;
+ddl::LoopOptions loopOptions(const std::string& outDir, int epochs) {
+  ddl::LoopOptions o;
   o.epochs = epochs;
   o.batchSize = 4;  // windows per batch (recorded; the source decides)
   o.schedule = ddl::LrScheduleKind::Cosine;
@@ -225,7 +226,7 @@ TEST_CASE("TrainingLoop: a next-token model, task and window source with Sgd lea
           "[train][generic][resume]") {
   const std::vector<int> tokens = corpus(600, 3), evalTokens = corpus(200, 4);
   const TokenWindows validation = heldOut(evalTokens);
-  const ddl::TrainerOptions full = loopOptions(freshDir("full"), 3);
+  const ddl::LoopOptions full = loopOptions(freshDir("full"), 3);
 
   BigramModel fullModel(kVocab, 1);
   NextTokenTask fullTask;
@@ -281,10 +282,17 @@ TEST_CASE("TrainingLoop: a next-token model, task and window source with Sgd lea
   CHECK(saved.at("lr") == 0.5);
   CHECK(saved.at("sgd_momentum") == 0.9);
   CHECK_FALSE(saved.contains("beta1"));
+  // The loop's own options and the optimizer's; this task and source report no settings, so nothing
+  // of a classifier's (label smoothing, augmentation) is recorded.
+  std::set<std::string> keys;
+  for (const auto& kv : saved.items()) keys.insert(kv.key());
+  CHECK(keys == std::set<std::string>{"batch", "clip_norm", "epochs", "lr", "min_lr_factor", "optimizer", "schedule",
+                                      "seed", "sgd_dampening", "sgd_momentum", "sgd_nesterov", "sgd_weight_decay",
+                                      "step_every", "step_gamma", "warmup_steps"});
   CHECK(ddl::readSafetensorsHeader(fullLoop.checkpointPath()).find("optim.table.momentum_buffer") != nullptr);
 
   // The same run stopped after step 7 (epoch 2, batch 2 of 5), resumed into a model of another init.
-  ddl::TrainerOptions split = loopOptions(freshDir("split"), 3);
+  ddl::LoopOptions split = loopOptions(freshDir("split"), 3);
   {
     BigramModel model(kVocab, 1);
     NextTokenTask task;
@@ -328,7 +336,7 @@ TEST_CASE("TrainingLoop: a next-token model, task and window source with Sgd lea
 TEST_CASE("TrainingLoop: a hook that scales the gradients (an allreduce's stand-in) gives the hand-computed update",
           "[train][generic][hooks]") {
   const std::vector<int> tokens = corpus(300, 7);
-  ddl::TrainerOptions opt = loopOptions("", 1);
+  ddl::LoopOptions opt = loopOptions("", 1);
   opt.schedule = ddl::LrScheduleKind::Constant;
   opt.warmupSteps = 0;
   const double lr = 0.5, scale = 0.25;
@@ -376,7 +384,7 @@ TEST_CASE("TrainingLoop: a hook that scales the gradients (an allreduce's stand-
 TEST_CASE("TrainingLoop: a hook that throws aborts the step, nothing is written and the last checkpoint stays",
           "[train][generic][hooks]") {
   const std::vector<int> tokens = corpus(400, 9);
-  const ddl::TrainerOptions opt = loopOptions(freshDir("abort"), 2);
+  const ddl::LoopOptions opt = loopOptions(freshDir("abort"), 2);
   BigramModel model(kVocab, 3);
   NextTokenTask task;
   RandomWindows source(tokens, 4, 6, 4, 13);

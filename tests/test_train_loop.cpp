@@ -314,8 +314,16 @@ TEST_CASE("Trainer: resume from the epoch checkpoint continues bit-identically",
   CHECK(meta.preset == "code");
   CHECK(meta.extra.at("note") == "resume test");
   CHECK(ddl::configJson(ddl::configFromCheckpoint(meta, t.checkpointPath())) == ddl::configJson(cfg));
+  // The loop's options and its parts' reports (AdamW, label smoothing, augmentation) make up exactly
+  // the options the Trainer was given, under their keys.
+  CHECK(nlohmann::json::parse(meta.extra.at("train_options")) == opt.toJson());
 
   // A resume under other options or another model is refused, naming what differs.
+  ddl::TrainerOptions smoothed = opt;
+  smoothed.labelSmoothing = 0.1;
+  ddl::Trainer<float> t1(net, train, smoothed, nullptr, &test);
+  CHECK(contains(thrownMessage<ddl::ValueError>([&] { t1.resume(t.checkpointPath()); }),
+                 "label_smoothing (saved 0.0, now 0.1)"));
   ddl::TrainerOptions other = opt;
   other.adam.lr = 5e-3;
   ddl::Trainer<float> t2(net, train, other, nullptr, &test);

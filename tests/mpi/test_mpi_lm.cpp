@@ -23,6 +23,7 @@
 #include "ddl/train/adamw.hpp"
 #include "ddl/train/next_token_task.hpp"
 #include "ddl/train/text_windows.hpp"
+#include "ddl/train/trainer_options.hpp"
 #include "ddl/train/training_loop.hpp"
 
 using ddl::Index;

@@ -61,6 +61,15 @@ class DatasetBatches {
   const Dataset<S>& data() const { return *m_data; }
   const Batcher<S>& batcher() const { return m_batcher; }
 
+  // train/run_settings.hpp: the augmentation decides the batches.
+  template <class Put>
+  void reportSettings(Put&& put) const {
+    const AugmentOptions& a = m_batcher.options().augment;
+    put("augment", a.enabled);
+    put("augment_pad", a.pad);
+    put("augment_flip", a.flip);
+  }
+
  private:
   const Dataset<S>* m_data;
   Batcher<S> m_batcher;

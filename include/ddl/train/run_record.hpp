@@ -1,9 +1,10 @@
 #pragma once
 // ddl/train/run_record.hpp: what a training loop's checkpoint records besides the tensors, and how
 // a resume checks it (train/training_loop.hpp):
-//   train_options   the run's options as JSON, with the optimizer's settings in place of adam's
-//                   (train/optimizer.hpp); a resume refuses any key that differs, except those the
-//                   caller lets change (a program's "epochs" or "lr" given on the command line);
+//   train_options   the loop's options (LoopOptions) and the settings its parts report: the optimizer's
+//                   (train/optimizer.hpp), the task's and the batch source's (train/run_settings.hpp);
+//                   a resume refuses any key that differs, except those the caller lets change (a
+//                   program's "epochs" or "lr" given on the command line);
 //   train_position  where the run stands inside the current epoch: batches done and the running
 //                   sums of their loss and accuracy (EpochPosition), checked against the training set.
 #include <algorithm>
@@ -18,7 +19,8 @@
 #include "ddl/core/parse.hpp"
 #include "ddl/core/types.hpp"
 #include "ddl/io/checkpoint.hpp"
-#include "ddl/train/trainer_options.hpp"
+#include "ddl/train/loop_options.hpp"
+#include "ddl/train/run_settings.hpp"
 
 namespace ddl {
 
@@ -35,18 +37,31 @@ inline std::string positionJson(const EpochPosition& pos) {
       .dump();
 }
 
-// The train_options metadata: the options' JSON with the optimizer's settings in place of adam's.
-inline nlohmann::json runOptionsJson(const TrainerOptions& o, const nlohmann::json& optimizer) {
+// The settings of the loop's parts as one JSON object: the optimizer's (optimizerOptionsJson), then
+// the task's and the source's reports. Two parts that report one key are an error naming it.
+template <class Task, class Source>
+nlohmann::json partSettingsJson(const nlohmann::json& optimizer, const Task& task, const Source& source) {
+  nlohmann::json j = optimizer;
+  const auto put = [&j](const char* key, const auto& value) {
+    require(!j.contains(key), "ddl::partSettingsJson", "two parts of the training loop report the setting '", key, "'");
+    j[key] = value;
+  };
+  reportSettingsOf(task, put);
+  reportSettingsOf(source, put);
+  return j;
+}
+
+// The train_options metadata: the loop's options with its parts' settings (partSettingsJson).
+inline nlohmann::json runOptionsJson(const LoopOptions& o, const nlohmann::json& parts) {
   nlohmann::json j = o.toJson();
-  for (const char* key : {"lr", "beta1", "beta2", "adam_eps", "weight_decay"}) j.erase(key);
-  j.update(optimizer);
+  j.update(parts);
   return j;
 }
 
 // Throws (naming fn and path) when the checkpoint's train_options differ from now's in a key that is
 // not in mayChange; the message names every such key with both values.
 inline void requireSameRunOptions(const char* fn, const std::string& path, const CheckpointMeta& head,
-                                  const TrainerOptions& now, const nlohmann::json& optimizer,
+                                  const LoopOptions& now, const nlohmann::json& parts,
                                   const std::vector<std::string>& mayChange) {
   const auto it = head.extra.find("train_options");
   if (it == head.extra.end()) throw IoError(message(fn, path, ": no train_options metadata (not a Trainer checkpoint)"));
@@ -54,12 +69,12 @@ inline void requireSameRunOptions(const char* fn, const std::string& path, const
   const nlohmann::json savedJson = nlohmann::json::parse(it->second, nullptr, false);
   if (!savedJson.is_object())
     throw IoError(message(fn, path, ": the train_options metadata is not a JSON object: ", it->second.substr(0, 200)));
-  TrainerOptions saved = now;
-  saved.updateFromJson(savedJson);  // checks the types and ranges of the shared keys
-  nlohmann::json savedAll = runOptionsJson(saved, optimizer);
-  for (const auto& kv : optimizer.items())
+  LoopOptions saved = now;
+  saved.updateFromJson(savedJson);  // checks the types and ranges of the loop's keys
+  nlohmann::json savedAll = runOptionsJson(saved, parts);
+  for (const auto& kv : parts.items())
     if (savedJson.contains(kv.key())) savedAll[kv.key()] = savedJson.at(kv.key());
-  const nlohmann::json current = runOptionsJson(now, optimizer);
+  const nlohmann::json current = runOptionsJson(now, parts);
   std::string differing;
   for (const auto& kv : current.items()) {
     const bool same = savedAll.contains(kv.key()) && savedAll.at(kv.key()) == kv.value();

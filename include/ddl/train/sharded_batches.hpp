@@ -14,10 +14,12 @@
 // hold at least one sample per rank. With one rank, next() is the wrapped source's, without a copy.
 // The wrapped source's Input is a matrix of samples as columns and its Target one label per column.
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "ddl/core/error.hpp"
 #include "ddl/core/types.hpp"
+#include "ddl/train/run_settings.hpp"
 
 namespace ddl {
 
@@ -67,6 +69,13 @@ class ShardedBatches {
   template <class Model>
   void checkModel(const Model& model, const char* fn) const {
     m_source->checkModel(model, fn);
+  }
+
+  // The wrapped source's settings (train/run_settings.hpp); sharding adds none: a checkpoint does not
+  // depend on the number of ranks.
+  template <class Put>
+  void reportSettings(Put&& put) const {
+    reportSettingsOf(*m_source, std::forward<Put>(put));
   }
 
   Source& source() { return *m_source; }

@@ -62,6 +62,12 @@ class ClassificationTask {
 
   SoftmaxCrossEntropy<S>& loss() { return m_loss; }
 
+  // train/run_settings.hpp
+  template <class Put>
+  void reportSettings(Put&& put) const {
+    put("label_smoothing", m_loss.labelSmoothing());
+  }
+
  private:
   SoftmaxCrossEntropy<S> m_loss;
 };

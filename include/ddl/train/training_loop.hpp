@@ -66,7 +66,7 @@
 #include "ddl/train/run_record.hpp"
 #include "ddl/train/step_hooks.hpp"
 #include "ddl/train/task_step.hpp"
-#include "ddl/train/trainer_options.hpp"
+#include "ddl/train/loop_options.hpp"
 
 namespace ddl {
 
@@ -95,10 +95,11 @@ class TrainingLoop {
   // model, task, source, optimizer and the evaluation data must outlive the loop; validation and
   // test may be null. Throws ValueError for options outside their domain or a model that cannot
   // take the source's batches or the evaluation data.
-  TrainingLoop(Model& model, Task& task, Source& source, Optimizer& optimizer, const TrainerOptions& options,
+  TrainingLoop(Model& model, Task& task, Source& source, Optimizer& optimizer, const LoopOptions& options,
                const EvalData* validation = nullptr, const EvalData* test = nullptr)
       : m_model(model), m_task(task), m_source(source), m_optimizer(optimizer), m_val(validation), m_test(test),
-        m_opt(checked(options)), m_optimizerJson(optimizerOptionsJson(optimizer)), m_guard(model) {
+        m_opt(checked(options)), m_partsJson(partSettingsJson(optimizerOptionsJson(optimizer), task, source)),
+        m_guard(model) {
     const char* fn = "ddl::TrainingLoop";
     source.checkModel(model, fn);
     for (const EvalData* d : {validation, test})
@@ -177,7 +178,7 @@ class TrainingLoop {
     if (head.modelConfig != mine)
       throw ValueError(message(fn, path, ": the checkpoint's model configuration differs from this model's\n  saved: ",
                                head.modelConfig, "\n  model: ", mine));
-    requireSameRunOptions(fn, path, head, m_opt, m_optimizerJson, mayChange);
+    requireSameRunOptions(fn, path, head, m_opt, m_partsJson, mayChange);
     require(head.epoch >= 0 && head.epoch <= m_opt.epochs, fn, path, ": saved epoch ", head.epoch,
             " is outside [0, ", m_opt.epochs, "]");
     const EpochPosition pos =
@@ -202,7 +203,7 @@ class TrainingLoop {
     meta.epoch = m_epoch;
     meta.step = m_step;
     meta.extra = m_opt.extraMeta;
-    meta.extra["train_options"] = runOptionsJson(m_opt, m_optimizerJson).dump();
+    meta.extra["train_options"] = runOptionsJson(m_opt, m_partsJson).dump();
     meta.extra["train_position"] = positionJson(m_pos);
     try {
       ddl::saveCheckpoint(path, m_model, m_optimizer, meta);
@@ -235,7 +236,7 @@ class TrainingLoop {
   bool stopped() const { return m_stopped; }            // the last run() ended through shouldStop
   std::int64_t step() const { return m_step; }
   const LrSchedule& schedule() const { return m_schedule; }
-  const TrainerOptions& options() const { return m_opt; }
+  const LoopOptions& options() const { return m_opt; }
   Optimizer& optimizer() { return m_optimizer; }
   Model& model() { return m_model; }
   Task& task() { return m_task; }
@@ -253,13 +254,13 @@ class TrainingLoop {
  private:
   using Clock = std::chrono::steady_clock;
 
-  static const TrainerOptions& checked(const TrainerOptions& o) {
-    o.validate();
+  static const LoopOptions& checked(const LoopOptions& o) {
+    o.validate("ddl::TrainingLoop");
     return o;
   }
   LrSchedule makeSchedule() const {
     const std::int64_t total = static_cast<std::int64_t>(m_opt.epochs) * m_source.batchesPerEpoch();
-    const double lr = m_optimizerJson.at("lr").get<double>();  // the optimizer's rate when it was passed in
+    const double lr = m_partsJson.at("lr").get<double>();  // the optimizer's rate when it was passed in
     switch (m_opt.schedule) {
       case LrScheduleKind::Constant: return LrSchedule::constant(lr, m_opt.warmupSteps);
       case LrScheduleKind::Cosine:
@@ -290,7 +291,7 @@ class TrainingLoop {
   void synchronizeRanks() {
     requireShardOf(m_source, *m_dp, "ddl::TrainingLoop::run");
     nlohmann::json j{{"model_config", modelConfigJson(m_model)},
-                     {"train_options", runOptionsJson(m_opt, m_optimizerJson)},
+                     {"train_options", runOptionsJson(m_opt, m_partsJson)},
                      {"batches_per_epoch", m_source.batchesPerEpoch()},
                      {"samples_per_epoch", m_source.samplesIn(m_source.batchesPerEpoch())},
                      {"validation", m_val != nullptr},
@@ -456,8 +457,8 @@ class TrainingLoop {
   Optimizer& m_optimizer;
   const EvalData* m_val;
   const EvalData* m_test;
-  TrainerOptions m_opt;
-  nlohmann::json m_optimizerJson;  // the optimizer's settings when it was passed in (train_options)
+  LoopOptions m_opt;
+  nlohmann::json m_partsJson;  // the settings of optimizer, task and source when passed in (train_options)
   std::vector<StepHook<S>> m_hooks;
   std::vector<EvalColumns<Model>> m_columns;
   std::unique_ptr<DataParallel<S>> m_dp;  // null on one process
