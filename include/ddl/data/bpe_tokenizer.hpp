@@ -112,6 +112,12 @@ class BpeTokenizer {
     const auto it = m_idOf.find(std::string(bytes));
     return it == m_idOf.end() ? -1 : it->second;
   }
+  // The text of the special tokens encode() may recognise, longest first.
+  std::vector<std::string> specialTokens() const {
+    std::vector<std::string> out;
+    for (const auto& s : m_specials) out.push_back(s.first);
+    return out;
+  }
   // The id of a special token ("<|endoftext|>"); ValueError when it is not one of the specials.
   int specialId(std::string_view text) const {
     for (const auto& s : m_specials)
