@@ -286,7 +286,8 @@ TEST_CASE("files: a Hugging Face tokenizer.json gives the tokenizer of the vocab
     }
   }
   const auto file = [&](const std::string& merges, const std::string& pre) {
-    return R"({"version": "1.0", "added_tokens": [{"id": 272, "content": "<|endoftext|>", "special": true}],
+    return R"({"version": "1.0", "added_tokens": [{"id": 272, "content": "<|endoftext|>", "special": true},
+                                                  {"id": 280, "content": "<|pad|>", "special": true}],
                "normalizer": null, "pre_tokenizer": )" + pre + R"(,
                "model": {"type": "BPE", "dropout": null, "vocab": )" + vocab + R"(, "merges": [)" + merges + "]}}";
   };
@@ -297,6 +298,9 @@ TEST_CASE("files: a Hugging Face tokenizer.json gives the tokenizer of the vocab
     const BpeTokenizer tok = BpeTokenizer::fromTokenizerJson(writeText("tokenizer.json", file(merges, byteLevel)));
     CHECK(tok.encode(text, SpecialTokens::Recognised) == expected);
     CHECK(tok.specialId("<|endoftext|>") == 272);
+    CHECK(tok.specialId("<|pad|>") == 280);  // an added token outside model.vocab keeps its own id
+    CHECK(tok.vocabSize() == 281);
+    CHECK(tok.decode({280, 267}) == "<|pad|> world");
   }
   const std::string path = tmpPath("tokenizer.json");
   const std::string bad = file(mergeStrings, R"({"type": "Metaspace"})");

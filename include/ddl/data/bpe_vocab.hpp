@@ -174,6 +174,7 @@ inline void readTokenizerJson(std::string_view text, const std::string& source, 
     unsupported(*r, "use_regex other than true");
 
   std::vector<std::string> specials;
+  std::vector<BpeVocabEntry> addedOnly;  // added tokens the model's vocabulary lacks: Hugging Face gives them their own ids
   if (const JsonValue* added = root.find("added_tokens"); added != nullptr) {
     detail::requireKind(*added, JsonValue::Kind::Array, "added_tokens", fn, source);
     for (const JsonValue& t : added->items) {
@@ -182,6 +183,9 @@ inline void readTokenizerJson(std::string_view text, const std::string& source, 
       detail::requireKind(content, JsonValue::Kind::String, "an added token's content", fn, source);
       if (content.text.empty()) throwJsonError(fn, source, content.offset, "an added token's content is empty");
       specials.push_back(content.text);
+      const auto id = static_cast<int>(jsonInteger(detail::requireMember(t, "id", fn, source), 0, (1LL << 31) - 2, fn,
+                                                   source, "an added token's id"));
+      addedOnly.push_back({content.text, id, t.offset});
     }
   }
 
@@ -190,7 +194,10 @@ inline void readTokenizerJson(std::string_view text, const std::string& source, 
   const JsonValue& type = detail::requireMember(model, "type", fn, source);
   if (!type.isString() || type.text != "BPE") unsupported(type, "a model other than BPE");
   if (const JsonValue* d = model.find("dropout"); d != nullptr && !d->isNull()) unsupported(*d, "BPE dropout");
-  detail::readVocabObject(detail::requireMember(model, "vocab", fn, source), specials, fn, source, into);
+  const JsonValue& vocab = detail::requireMember(model, "vocab", fn, source);
+  detail::readVocabObject(vocab, specials, fn, source, into);
+  for (const BpeVocabEntry& a : addedOnly)
+    if (vocab.find(a.bytes) == nullptr) into.tokens.push_back(a);
   const JsonValue& merges = detail::requireMember(model, "merges", fn, source);
   detail::requireKind(merges, JsonValue::Kind::Array, "model.merges", fn, source);
   into.merges.reserve(merges.items.size());
