@@ -190,9 +190,9 @@ inline BpeTokenizer::BpeTokenizer(const BpeVocabulary& v) {
   m_idOf.reserve(v.tokens.size());
   for (const BpeVocabEntry& t : v.tokens) {
     const auto id = static_cast<std::size_t>(t.id);
-    if (m_defined[id]) throwJsonError(fn, v.vocabSource, t.offset, "token id ", t.id, " is given to two tokens");
+    if (m_defined[id]) throwFileError(fn, v.vocabSource, t.offset, "token id ", t.id, " is given to two tokens");
     if (!m_idOf.emplace(t.bytes, t.id).second)
-      throwJsonError(fn, v.vocabSource, t.offset, "two tokens stand for the same bytes (ids ", m_idOf[t.bytes], " and ", t.id, ")");
+      throwFileError(fn, v.vocabSource, t.offset, "two tokens stand for the same bytes (ids ", m_idOf[t.bytes], " and ", t.id, ")");
     m_defined[id] = 1;
     m_bytes[id] = t.bytes;
     ++m_tokenCount;
@@ -210,7 +210,7 @@ inline BpeTokenizer::BpeTokenizer(const BpeVocabulary& v) {
     const auto l = m_idOf.find(m.left), r = m_idOf.find(m.right), res = m_idOf.find(m.left + m.right);
     const char* missing = l == m_idOf.end() ? "its left token" : r == m_idOf.end() ? "its right token"
                         : res == m_idOf.end() ? "the merged token" : nullptr;
-    if (missing != nullptr) throwJsonError(fn, v.mergesSource, m.offset, "merge ", rank + 1, ": ", missing, " is not in the vocabulary");
+    if (missing != nullptr) throwFileError(fn, v.mergesSource, m.offset, "merge ", rank + 1, ": ", missing, " is not in the vocabulary");
     m_merges.emplace(pairKey(l->second, r->second), Merge{rank, res->second});  // a repeated merge keeps its first rank
     ++rank;
   }

@@ -81,7 +81,7 @@ inline std::string gpt2TokenBytes(std::string_view spelled, const char* fn, cons
     const Utf8Char c = utf8CharAt(spelled, i);
     const int b = c.len == 1 && c.cp >= 0x80 ? -1 : gpt2UnicodeToByte(c.cp);  // a lone non-UTF-8 byte
     if (b < 0)
-      throwJsonError(fn, source, offset, "token \"", std::string(spelled), "\" has a character (code point ",
+      throwFileError(fn, source, offset, "token \"", std::string(spelled), "\" has a character (code point ",
                      static_cast<std::uint32_t>(c.cp), ") outside GPT-2's byte-level alphabet");
     out += static_cast<char>(b);
     i += c.len;
@@ -92,13 +92,13 @@ inline std::string gpt2TokenBytes(std::string_view spelled, const char* fn, cons
 namespace detail {
 inline const JsonValue& requireMember(const JsonValue& obj, const char* key, const char* fn, const std::string& source) {
   const JsonValue* v = obj.find(key);
-  if (v == nullptr) throwJsonError(fn, source, obj.offset, "expected a member \"", key, "\" in this object");
+  if (v == nullptr) throwFileError(fn, source, obj.offset, "expected a member \"", key, "\" in this object");
   return *v;
 }
 inline void requireKind(const JsonValue& v, JsonValue::Kind kind, const char* what, const char* fn,
                         const std::string& source) {
   if (v.kind != kind)
-    throwJsonError(fn, source, v.offset, what, " must be ", jsonKindName(kind), ", found ", jsonKindName(v.kind));
+    throwFileError(fn, source, v.offset, what, " must be ", jsonKindName(kind), ", found ", jsonKindName(v.kind));
 }
 // Appends the members of a {token: id} object; `raw` holds tokens spelled as plain text.
 inline void readVocabObject(const JsonValue& obj, const std::vector<std::string>& raw, const char* fn,
@@ -144,7 +144,7 @@ inline void readMergesTxt(std::string_view text, const std::string& source, BpeV
     const std::size_t space = line.find(' ');
     if (line.empty() || space == 0 || space == std::string_view::npos || space + 1 == line.size() ||
         line.find(' ', space + 1) != std::string_view::npos)
-      throwJsonError(fn, source, pos, "expected a merge \"left right\" (two tokens, one space), found \"",
+      throwFileError(fn, source, pos, "expected a merge \"left right\" (two tokens, one space), found \"",
                      std::string(line), "\"");
     detail::addMerge(line.substr(0, space), line.substr(space + 1), pos, fn, source, into);
     pos = end + 1;
@@ -161,7 +161,7 @@ inline void readTokenizerJson(std::string_view text, const std::string& source, 
   const JsonValue root = JsonReader(text, source).parse();
   detail::requireKind(root, JsonValue::Kind::Object, "the file", fn, source);
   const auto unsupported = [&](const JsonValue& v, const char* what) {
-    throwJsonError(fn, source, v.offset, what, " is not supported (ddl reads GPT-2-style byte-level BPE, docs/tokenizer.md)");
+    throwFileError(fn, source, v.offset, what, " is not supported (ddl reads GPT-2-style byte-level BPE, docs/tokenizer.md)");
   };
   if (const JsonValue* norm = root.find("normalizer"); norm != nullptr && !norm->isNull()) unsupported(*norm, "a normalizer");
   const JsonValue& pre = detail::requireMember(root, "pre_tokenizer", fn, source);
@@ -181,7 +181,7 @@ inline void readTokenizerJson(std::string_view text, const std::string& source, 
       detail::requireKind(t, JsonValue::Kind::Object, "an added token", fn, source);
       const JsonValue& content = detail::requireMember(t, "content", fn, source);
       detail::requireKind(content, JsonValue::Kind::String, "an added token's content", fn, source);
-      if (content.text.empty()) throwJsonError(fn, source, content.offset, "an added token's content is empty");
+      if (content.text.empty()) throwFileError(fn, source, content.offset, "an added token's content is empty");
       specials.push_back(content.text);
       const auto id = static_cast<int>(jsonInteger(detail::requireMember(t, "id", fn, source), 0, (1LL << 31) - 2, fn,
                                                    source, "an added token's id"));
@@ -205,13 +205,13 @@ inline void readTokenizerJson(std::string_view text, const std::string& source, 
     if (m.isString()) {
       const std::size_t space = m.text.find(' ');
       if (space == std::string::npos || space == 0 || space + 1 == m.text.size() || m.text.find(' ', space + 1) != std::string::npos)
-        throwJsonError(fn, source, m.offset, "expected a merge \"left right\" (two tokens, one space), found \"", m.text, "\"");
+        throwFileError(fn, source, m.offset, "expected a merge \"left right\" (two tokens, one space), found \"", m.text, "\"");
       detail::addMerge(std::string_view(m.text).substr(0, space), std::string_view(m.text).substr(space + 1), m.offset, fn,
                        source, into);
     } else if (m.isArray() && m.items.size() == 2 && m.items[0].isString() && m.items[1].isString()) {
       detail::addMerge(m.items[0].text, m.items[1].text, m.offset, fn, source, into);
     } else {
-      throwJsonError(fn, source, m.offset, "expected a merge, a string \"left right\" or a pair [\"left\", \"right\"]");
+      throwFileError(fn, source, m.offset, "expected a merge, a string \"left right\" or a pair [\"left\", \"right\"]");
     }
   }
   into.specials = std::move(specials);

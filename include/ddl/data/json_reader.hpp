@@ -56,16 +56,16 @@ inline const char* jsonKindName(JsonValue::Kind k) {
   return "?";
 }
 
-// "fn: file 'source': byte offset N: parts..." as an IoError: what every reader of a JSON file throws.
+// Throws IoError "fn: file 'source': byte offset N: parts...": how the readers of JSON and text files report a fault.
 template <class... Parts>
-[[noreturn]] void throwJsonError(const char* fn, const std::string& source, std::uint64_t offset, const Parts&... parts) {
+[[noreturn]] void throwFileError(const char* fn, const std::string& source, std::uint64_t offset, const Parts&... parts) {
   throw IoError(message(fn, "file '", source, "': byte offset ", offset, ": ", parts...));
 }
 
 // A number value as an integer in [lo, hi]; refuses fractions, exponents and values out of range.
 inline long long jsonInteger(const JsonValue& v, long long lo, long long hi, const char* fn, const std::string& source,
                              const char* what) {
-  if (!v.isNumber()) throwJsonError(fn, source, v.offset, what, " must be an integer, found ", jsonKindName(v.kind));
+  if (!v.isNumber()) throwFileError(fn, source, v.offset, what, " must be an integer, found ", jsonKindName(v.kind));
   const std::string& t = v.text;
   bool ok = t.find_first_of(".eE") == std::string::npos && t.size() <= 18;  // 17 digits and a sign: no overflow below
   long long value = 0;
@@ -75,7 +75,7 @@ inline long long jsonInteger(const JsonValue& v, long long lo, long long hi, con
     if (t[0] == '-') value = -value;
     ok = value >= lo && value <= hi;
   }
-  if (!ok) throwJsonError(fn, source, v.offset, what, " must be an integer in [", lo, ", ", hi, "], found ", t);
+  if (!ok) throwFileError(fn, source, v.offset, what, " must be an integer in [", lo, ", ", hi, "], found ", t);
   return value;
 }
 
@@ -98,7 +98,7 @@ class JsonReader {
   static constexpr const char* kFn = "ddl::JsonReader";
 
   template <class... Parts>
-  [[noreturn]] void fail(const Parts&... parts) const { throwJsonError(kFn, m_source, m_pos, parts...); }
+  [[noreturn]] void fail(const Parts&... parts) const { throwFileError(kFn, m_source, m_pos, parts...); }
 
   bool atEnd() const { return m_pos >= m_text.size(); }
   char peek() const { return m_text[m_pos]; }
@@ -156,7 +156,7 @@ class JsonReader {
       const std::size_t keyAt = m_pos;
       if (atEnd() || peek() != '"') fail("expected a string key in the object");
       std::string key = string();
-      if (!keys.insert(key).second) throwJsonError(kFn, m_source, keyAt, "duplicate key \"", key, "\" in the object");
+      if (!keys.insert(key).second) throwFileError(kFn, m_source, keyAt, "duplicate key \"", key, "\" in the object");
       skipSpace();
       expect(':');
       skipSpace();
@@ -285,14 +285,14 @@ class JsonReader {
         case 'u': {
           const std::size_t at = m_pos - 2;
           std::uint32_t cp = hex4();
-          if (cp >= 0xDC00 && cp <= 0xDFFF) throwJsonError(kFn, m_source, at, "\\u escape is a lone low surrogate");
+          if (cp >= 0xDC00 && cp <= 0xDFFF) throwFileError(kFn, m_source, at, "\\u escape is a lone low surrogate");
           if (cp >= 0xD800 && cp <= 0xDBFF) {
             if (m_text.substr(m_pos, 2) != "\\u")
-              throwJsonError(kFn, m_source, at, "\\u escape is a high surrogate without its low surrogate");
+              throwFileError(kFn, m_source, at, "\\u escape is a high surrogate without its low surrogate");
             m_pos += 2;
             const std::uint32_t lo = hex4();
             if (lo < 0xDC00 || lo > 0xDFFF)
-              throwJsonError(kFn, m_source, at, "\\u escape is a high surrogate without its low surrogate");
+              throwFileError(kFn, m_source, at, "\\u escape is a high surrogate without its low surrogate");
             cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
           }
           appendUtf8(out, cp);
