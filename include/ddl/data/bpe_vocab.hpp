@@ -106,7 +106,7 @@ inline void readVocabObject(const JsonValue& obj, const std::vector<std::string>
   requireKind(obj, JsonValue::Kind::Object, "the vocabulary", fn, source);
   into.tokens.reserve(into.tokens.size() + obj.members.size());
   for (const auto& m : obj.members) {
-    const auto id = static_cast<int>(jsonInteger(m.second, 0, (1LL << 31) - 2, fn, source, "a token id"));
+    const auto id = static_cast<int>(readJsonInteger(m.second, 0, (1LL << 31) - 2, fn, source, "a token id"));
     bool isRaw = false;
     for (const std::string& r : raw) isRaw = isRaw || r == m.first;
     into.tokens.push_back({isRaw ? m.first : gpt2TokenBytes(m.first, fn, source, m.second.offset), id, m.second.offset});
@@ -183,7 +183,7 @@ inline void readTokenizerJson(std::string_view text, const std::string& source, 
       detail::requireKind(content, JsonValue::Kind::String, "an added token's content", fn, source);
       if (content.text.empty()) throwFileError(fn, source, content.offset, "an added token's content is empty");
       specials.push_back(content.text);
-      const auto id = static_cast<int>(jsonInteger(detail::requireMember(t, "id", fn, source), 0, (1LL << 31) - 2, fn,
+      const auto id = static_cast<int>(readJsonInteger(detail::requireMember(t, "id", fn, source), 0, (1LL << 31) - 2, fn,
                                                    source, "an added token's id"));
       addedOnly.push_back({content.text, id, t.offset});
     }

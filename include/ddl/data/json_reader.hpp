@@ -6,7 +6,7 @@
 // who finds a value of the wrong kind can name the file and the offset. Strict: one value, surrounded
 // only by white space; no comments, trailing commas, NaN, leading zeros or control characters in
 // strings; \u escapes must pair surrogates; duplicate object keys are refused. Numbers keep their text:
-// the caller converts them with the range it expects (integerValue). Nesting is limited to
+// the caller converts them with the range it expects (readJsonInteger). Nesting is limited to
 // kMaxJsonDepth so a hostile file cannot exhaust the stack.
 #include <cstddef>
 #include <cstdint>
@@ -63,7 +63,7 @@ template <class... Parts>
 }
 
 // A number value as an integer in [lo, hi]; refuses fractions, exponents and values out of range.
-inline long long jsonInteger(const JsonValue& v, long long lo, long long hi, const char* fn, const std::string& source,
+inline long long readJsonInteger(const JsonValue& v, long long lo, long long hi, const char* fn, const std::string& source,
                              const char* what) {
   if (!v.isNumber()) throwFileError(fn, source, v.offset, what, " must be an integer, found ", jsonKindName(v.kind));
   const std::string& t = v.text;
