@@ -4,7 +4,7 @@
 //   ddl-tokenize --tokenizer tokenizer.json --in text.txt --out train.bin --val-out val.bin --val-fraction 0.1
 // With --val-out the text is cut once, at the first line start at or after (1 - fraction) of its bytes
 // (nanoGPT's prepare.py cuts at 90 % too); each part is encoded on its own. Large files are read in
-// chunks cut where GPT-2's pre-tokens cannot cross (ddl::gpt2SafeCut), so the ids equal those of the
+// chunks (--chunk-bytes, 4 MiB) cut where GPT-2's pre-tokens cannot cross (ddl::gpt2SafeCut), so the ids equal those of the
 // whole text encoded at once. Every output is written atomically (io/atomic_file.hpp).
 // Exit 0: written; 1: bad option; 2: unusable files (missing, malformed, vocabulary too large for uint16).
 #include <algorithm>
@@ -27,7 +27,6 @@ namespace {
 
 constexpr int kExitUsage = 1;
 constexpr int kExitFile = 2;
-constexpr std::size_t kChunk = std::size_t(1) << 22;  // bytes read at a time
 
 // A regular file read by byte ranges.
 class TextFile {
@@ -60,10 +59,10 @@ class TextFile {
 
 // Where the validation part starts: the first line start at or after `at`, else the first UTF-8
 // character start after it (the split then never breaks a character), else the end.
-std::uint64_t splitPoint(TextFile& in, std::uint64_t at) {
+std::uint64_t splitPoint(TextFile& in, std::uint64_t at, std::size_t chunk) {
   if (at == 0) return 0;
-  for (std::uint64_t pos = at - 1; pos < in.size(); pos += kChunk) {  // a '\n' at at - 1 makes `at` a line start
-    const std::string buf = in.read(pos, kChunk);
+  for (std::uint64_t pos = at - 1; pos < in.size(); pos += chunk) {  // a '\n' at at - 1 makes `at` a line start
+    const std::string buf = in.read(pos, chunk);
     const std::size_t nl = buf.find('\n');
     if (nl != std::string::npos) return pos + nl + 1;
   }
@@ -79,7 +78,7 @@ struct Written {
 
 // Encodes bytes [begin, end) of the text and writes the ids as little-endian uint16 to `out`, atomically.
 Written encodeRange(const ddl::BpeTokenizer& tok, TextFile& in, std::uint64_t begin, std::uint64_t end,
-                    ddl::SpecialTokens specials, const std::string& out) {
+                    ddl::SpecialTokens specials, std::size_t chunk, const std::string& out) {
   Written w;
   ddl::BpeCache cache;
   ddl::writeFileAtomically(out, [&](std::ostream& os) {
@@ -99,7 +98,7 @@ Written encodeRange(const ddl::BpeTokenizer& tok, TextFile& in, std::uint64_t be
       w.tokens += ids.size();
     };
     for (std::uint64_t pos = begin; pos < end;) {
-      const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(kChunk, end - pos));
+      const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(chunk, end - pos));
       pending += in.read(pos, n);
       pos += n;
       if (pos == end) break;
@@ -121,6 +120,7 @@ int run(const ddl::cli::CommandLine& cli) {
   if (cli.has("val-fraction") && !cli.has("val-out")) throw ddl::ValueError("--val-fraction needs --val-out");
   const double valFraction = cli.has("val-out") ? cli.number("val-fraction", 0.0, 1.0) : 0.0;
   const ddl::SpecialTokens specials = cli.has("specials") ? ddl::SpecialTokens::Recognised : ddl::SpecialTokens::AsText;
+  const auto chunk = cli.integer<std::size_t>("chunk-bytes", 1, std::size_t(1) << 34);
 
   const auto t0 = std::chrono::steady_clock::now();
   const ddl::BpeTokenizer tok = hfFile ? ddl::BpeTokenizer::fromTokenizerJson(cli.text("tokenizer"))
@@ -133,12 +133,12 @@ int run(const ddl::cli::CommandLine& cli) {
       throw ddl::ValueError("--specials: the special token \"" + s + "\" holds a line break, which the chunked reading may cut");
   TextFile in(cli.text("in"));
   const std::uint64_t split =
-      valFraction > 0 ? splitPoint(in, static_cast<std::uint64_t>(static_cast<double>(in.size()) * (1.0 - valFraction)))
+      valFraction > 0 ? splitPoint(in, static_cast<std::uint64_t>(static_cast<double>(in.size()) * (1.0 - valFraction)), chunk)
                       : in.size();
   const auto t1 = std::chrono::steady_clock::now();
-  const Written train = encodeRange(tok, in, 0, split, specials, cli.text("out"));
+  const Written train = encodeRange(tok, in, 0, split, specials, chunk, cli.text("out"));
   Written val;
-  if (cli.has("val-out")) val = encodeRange(tok, in, split, in.size(), specials, cli.text("val-out"));
+  if (cli.has("val-out")) val = encodeRange(tok, in, split, in.size(), specials, chunk, cli.text("val-out"));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   const double loadSeconds = std::chrono::duration<double>(t1 - t0).count();
 
@@ -169,7 +169,8 @@ int main(int argc, char** argv) {
       .option("in", "FILE", "the text to encode (any bytes)")
       .option("out", "FILE", "the token file of the text (of the training part with --val-out)")
       .option("val-out", "FILE", "also write the last --val-fraction of the text as a validation token file")
-      .option("val-fraction", "F", "the share of the text that goes to --val-out", "0.1");
+      .option("val-fraction", "F", "the share of the text that goes to --val-out", "0.1")
+      .option("chunk-bytes", "N", "bytes read at a time: the memory used (the ids do not depend on it)", "4194304");
   try {
     cli.parse(argc, argv);
     if (cli.has("help")) {

@@ -23,6 +23,16 @@ grep -q "all.bin: 13 tokens from 22 bytes" all.log || fail "summary: $(cat all.l
 [ "$(hex train.bin)" = "010103016f000b010a00" ] || fail "train.bin is $(hex train.bin)"
 [ "$(hex val.bin)" = "7400010120006300610066000f010a00" ] || fail "val.bin is $(hex val.bin)"
 
+# Chunked reading: 7-byte chunks give the ids of the text read whole (the chunks are cut only where
+# no pre-token can cross, ddl::gpt2SafeCut).
+for i in $(seq 1 200); do printf 'hello world\nthe  caf\xc3\xa9 12\n  it'"'"'s\n\xff\xfe x\n\n'; done > long.txt
+"$exe" "${tok[@]}" --in long.txt --out whole.bin > /dev/null || fail "long.txt: exit $?"
+"$exe" "${tok[@]}" --in long.txt --out chunked.bin --chunk-bytes 7 > /dev/null || fail "--chunk-bytes 7: exit $?"
+cmp -s whole.bin chunked.bin || fail "7-byte chunks changed the ids"
+"$exe" "${tok[@]}" --in long.txt --out t1.bin --val-out v1.bin --val-fraction 0.3 > /dev/null || fail "split 1"
+"$exe" "${tok[@]}" --in long.txt --out t2.bin --val-out v2.bin --val-fraction 0.3 --chunk-bytes 5 > /dev/null || fail "split 2"
+cmp -s t1.bin t2.bin && cmp -s v1.bin v2.bin || fail "5-byte chunks changed the split or the ids"
+
 # <|endoftext|> (id 272) only with --specials.
 printf 'the<|endoftext|>' > eot.txt
 "$exe" "${tok[@]}" --specials --in eot.txt --out eot.bin > /dev/null || fail "--specials: exit $?"
