@@ -62,6 +62,7 @@
 #include "ddl/diag/spectral.hpp"
 #include "ddl/diag/t_test.hpp"
 
+#include "ddl/data/bpe_tokenizer.hpp"
 #include "ddl/data/cifar.hpp"
 #include "ddl/data/dataset.hpp"
 #include "ddl/data/file_bytes.hpp"
