@@ -251,7 +251,7 @@ TokenData openTokenData(const ddl::cli::CommandLine& cli, const ddl::DeltaLMConf
       throw DataError(std::string(e.what()) + " (--" + option + ")");
     }
     const std::string format = set.files().empty() ? "" : ddl::toString(set.files()[0].format());
-    std::cout << "ddl-text: " << role << " tokens " << cli.text(option) << ": " << set.files().size() << " files ("
+    std::cout << "ddl-text: " << role << " tokens " << cli.text(option) << ": " << set.files().size() << (set.files().size() == 1 ? " file (" : " files (")
               << format << "), " << set.size() << " tokens\n";
     if (static_cast<ddl::Index>(set.size()) <= cfg.context)
       throw DataError(cli.text(option) + ": " + std::to_string(set.size()) + " tokens; ddl-text needs at least --context + 1 = " +

@@ -140,7 +140,7 @@ TEST_CASE("TokenFiles: a token >= vocab is an IoError naming its file and byte o
   CHECK_NOTHROW(all(ddl::openTokenFiles(dir + "/flat.bin", 101)));
 }
 
-TEST_CASE("TokenFiles: a glob or a folder of shards is one sequence in name order; scan sees every byte", "[tokens]") {
+TEST_CASE("TokenFiles: a glob or a folder of shards is one sequence in name order, scan sees every byte", "[tokens]") {
   const std::string dir = freshDir("glob");
   std::vector<int> expected;
   for (int s : {2, 0, 1}) {  // written out of order: read by name
@@ -170,7 +170,7 @@ TEST_CASE("TokenFiles: a glob or a folder of shards is one sequence in name orde
                  "wildcards only in the file name"));
 }
 
-TEST_CASE("drawWindows over token files draws as over bytes; TextWindows on 2 ranks is the 1-rank batch", "[tokens][windows]") {
+TEST_CASE("drawWindows over token files draws as over bytes, TextWindows on 2 ranks is the 1-rank batch", "[tokens][windows]") {
   const std::string dir = freshDir("windows");
   std::vector<int> tokens = tokensOf(300, 256);  // ids < 256: the same data as bytes too
   ddl_test::writeBytes(dir + "/a.bin", shardFile(std::vector<int>(tokens.begin(), tokens.begin() + 120)));
@@ -239,4 +239,22 @@ TEST_CASE("NextTokenTask over token files evaluates every token once, as over th
   ddl::TextWindows<float, ddl::TokenFiles> windows(wide, 2, 5, 1, 1);
   ddl::DeltaLM<float> lmf(cfg, 4);
   CHECK(contains(thrownMessage<ddl::ValueError>([&] { windows.checkModel(lmf, "test"); }), "vocabulary of 50304"));
+}
+
+// The fixture of the ddl-text smoke run (examples/CMakeLists.txt): a tiny set of vocabulary 512 in
+// both formats, DDL_TEST_TMPDIR/token_files_tiny/{tiny_train_000000.bin, tiny_train_000001.bin (llm.c),
+// val.bin, test.bin (nanoGPT)}; ids 256..511 in a cycle of 7 with a step that depends on the
+// position, so a small model learns it well below the uniform ln 512 = 6.24 nats.
+TEST_CASE("example path: write tiny token files", "[tokens][example]") {
+  const std::string dir = ddl_test::freshTestDir("token_files_tiny");
+  std::vector<int> tokens(6000);
+  for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = 256 + static_cast<int>((i % 7) * 31 + (i / 7) % 5);
+  const auto part = [&](std::size_t a, std::size_t b) {
+    return std::vector<int>(tokens.begin() + static_cast<std::ptrdiff_t>(a), tokens.begin() + static_cast<std::ptrdiff_t>(b));
+  };
+  ddl_test::writeBytes(dir + "/tiny_train_000000.bin", shardFile(part(0, 2500)));
+  ddl_test::writeBytes(dir + "/tiny_train_000001.bin", shardFile(part(2500, 5000)));
+  ddl_test::writeBytes(dir + "/val.bin", flatFile(part(5000, 5500)));
+  ddl_test::writeBytes(dir + "/test.bin", flatFile(part(5500, 6000)));
+  CHECK(ddl::openTokenFiles(dir + "/*train*.bin", 512).size() == 5000);
 }
