@@ -419,6 +419,9 @@ int run(const ddl::cli::CommandLine& cli) {
   const SavedRun saved = savedRun(cli, "ddl-text", {"train_options", "data"});
   const ddl::DeltaLMConfig cfg = modelConfig(cli, saved);
   ddl::DeltaLM<float> lm(cfg, 1);
+  if ((saved.resume || saved.evalOnly) && !byteModel(cfg) && !cli.has("tokens"))
+    throw ddl::ValueError(saved.ckpt + ": its model reads a vocabulary of " + std::to_string(cfg.vocab) +
+                          " tokens, not bytes: give its token files (--tokens, --val-tokens, --test-tokens)");
   if (cli.has("generate")) {  // sampling needs the model only
     const Sampling sampling = samplingOptions(cli, "generate", cfg);
     ddl::loadCheckpoint(saved.ckpt, lm);
