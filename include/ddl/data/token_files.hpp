@@ -28,6 +28,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <string>
 #include <system_error>
@@ -364,6 +365,8 @@ inline void drawWindows(const TokenFiles& tokens, Index B, Index T, std::uint64_
   require(B >= 1 && T >= 1, fn, "need B >= 1 windows of T >= 1 tokens, got B = ", B, ", T = ", T);
   require(tokens.size() > static_cast<std::uint64_t>(T), fn, "a window of T + 1 = ", static_cast<std::uint64_t>(T) + 1,
           " tokens does not fit in a set of ", tokens.size(), " tokens");
+  require(static_cast<std::uint64_t>(B) <= std::numeric_limits<std::size_t>::max() / 2 / static_cast<std::uint64_t>(T),
+          fn, "B * T overflows: B = ", B, ", T = ", T);
   require(&input != &target, fn, "input and target must be different vectors");
   const auto len = static_cast<std::size_t>(T);
   input.resize(static_cast<std::size_t>(B) * len);
