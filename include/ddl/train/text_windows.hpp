@@ -11,7 +11,8 @@
 // counts the global batch's positions, so a checkpoint does not depend on P.
 //
 // Tokens is what the windows are cut from: a byte split (std::vector<std::uint8_t>, ids 0..255, the
-// default) or a set of token files (data/token_files.hpp, TokenFiles: ids below its vocabulary). Both
+// default) or a set of token files (data/token_files.hpp, TokenFiles: ids below its vocabulary; any
+// type with its size(), read(first, n, ids) and vocabulary() and a drawWindows overload fits). Both
 // draw window starts the same way, so a byte run keeps its bits whichever type the program names.
 #include <algorithm>
 #include <cstddef>
