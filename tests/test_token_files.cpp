@@ -99,6 +99,8 @@ TEST_CASE("TokenFiles: llm.c header errors name the file, the offset and the val
   CHECK(flat.files()[0].format() == ddl::TokenFileFormat::NanoGpt);
   CHECK(contains(thrownMessage<ddl::IoError>([&] { ddl::openTokenFiles(dir + "/magic.bin", 1000).scan([](const unsigned char*, std::size_t) {}); }),
                  "magic.bin': byte offset 0: token 55433 is outside the vocabulary of 1000"));
+  CHECK(contains(refused("llama3.bin", shardFile(tokens, 20240801, 7)), "llama3.bin': byte offset 0: magic 20240801: an llm.c Llama 3 shard"));
+  CHECK(contains(refused("eval.bin", shardFile(tokens, 20240522, 1)), "magic 20240522: an llm.c evaluation file"));
   const std::string version = refused("version.bin", shardFile(tokens, 20240520, 2));
   CHECK(contains(version, "version.bin': byte offset 4: llm.c shard version 2, expected 1"));
   const std::string larger = refused("larger.bin", shardFile(tokens, 20240520, 1, 11));

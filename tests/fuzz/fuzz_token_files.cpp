@@ -25,6 +25,7 @@ bool expectedTokens(const std::uint8_t* data, std::size_t size, std::vector<int>
                                      (std::uint32_t(data[at + 2]) << 16) | (std::uint32_t(data[at + 3]) << 24));
   };
   if (size == 0) return false;
+  if (size >= 4 && (le32(0) == 20240801 || le32(0) == 20240522)) return false;  // other llm.c files: refused
   if (size >= 4 && le32(0) == 20240520) {
     if (size < 1024 || le32(4) != 1 || le32(8) <= 0 || (size - 1024) % 2 != 0 ||
         static_cast<std::size_t>(le32(8)) != (size - 1024) / 2)

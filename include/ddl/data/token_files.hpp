@@ -9,7 +9,9 @@
 //                 magic (uint16 tokens); other versions are refused rather than guessed.
 //   nanoGPT:      the tokens alone (train.bin, val.bin: numpy uint16 .tofile()), an even size.
 // A flat file whose first two tokens read as the magic (0xd888, 0x0134 = 55432, 308) is taken for a
-// shard; with GPT-2's vocabulary its first token could not be valid anyway.
+// shard; with GPT-2's vocabulary its first token could not be valid anyway. llm.c's other magics are
+// refused by name rather than read as flat tokens: 20240801 (Llama 3 shards, uint32 tokens) and
+// 20240522 (evaluation files of multiple-choice examples).
 //
 // A set is one file, every *.bin file of a folder, or a pattern whose last component holds `*` / `?`
 // ('DIR/*train*.bin'), files in name order, read as one sequence (a window may span two shards, as
@@ -54,6 +56,8 @@ namespace ddl {
 inline constexpr std::int32_t kLlmcShardMagic = 20240520;
 inline constexpr std::int32_t kLlmcShardVersion = 1;
 inline constexpr std::uint64_t kLlmcHeaderBytes = 256 * 4;
+inline constexpr std::int32_t kLlmcLlama3Magic = 20240801;  // uint32 tokens: not read here
+inline constexpr std::int32_t kLlmcEvalMagic = 20240522;    // multiple-choice examples: not training tokens
 
 enum class TokenFileFormat { NanoGpt, LlmC };
 inline const char* toString(TokenFileFormat f) { return f == TokenFileFormat::LlmC ? "llm.c shard" : "nanoGPT uint16"; }
@@ -173,7 +177,14 @@ class TokenFile {
     const std::uint64_t size = m_map->size();
     const unsigned char* p = m_map->data();
     if (size == 0) throw IoError(detail::tokenFileMessage(fn, path, 0, "expected tokens, found an empty file"));
-    if (size >= 4 && detail::littleEndian32(p) == kLlmcShardMagic) {
+    const std::int32_t magic = size >= 4 ? detail::littleEndian32(p) : 0;
+    if (magic == kLlmcLlama3Magic)
+      throw IoError(detail::tokenFileMessage(fn, path, 0, "magic ", magic, ": an llm.c Llama 3 shard (uint32 tokens); ",
+                                             "this reader takes uint16 tokens (magic ", kLlmcShardMagic, ")"));
+    if (magic == kLlmcEvalMagic)
+      throw IoError(detail::tokenFileMessage(fn, path, 0, "magic ", magic, ": an llm.c evaluation file (multiple-"
+                                             "choice examples), not training tokens"));
+    if (magic == kLlmcShardMagic) {
       m_format = TokenFileFormat::LlmC;
       if (size < kLlmcHeaderBytes)
         throw IoError(detail::tokenFileMessage(fn, path, size, "an llm.c shard header is ", kLlmcHeaderBytes,
