@@ -14,7 +14,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cat README.md docs/*.md >"$work/text"  # about 160 KB of text
 args=(--width 64 --depth 2 --heads 2 --context 64 --batch 8 --threads 1 --epochs 1 --steps 800 --eval-bytes 512
-      --tokens 8 --data "$work/text")
+      --sample-tokens 8 --data "$work/text")
 echo "machine: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); ddl-text ${args[*]:0:16}, 2 ranks"
 declare -A runs
 for r in $(seq 1 "$rounds"); do

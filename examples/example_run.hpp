@@ -174,7 +174,8 @@ inline void requireRanksAgree(const AgreementItems& items, const std::string& wh
 inline AgreementItems optionItems(const std::string& program, const cli::CommandLine& cli) {
   AgreementItems items{{"program", program}};
   for (auto& [name, value] : cli.values())
-    if (name != "threads" && name != "mpi-timeout" && name != "data" && name != "cache")
+    if (name != "threads" && name != "mpi-timeout" && name != "data" && name != "cache" && name != "tokens" &&
+        name != "val-tokens" && name != "test-tokens")
       items.emplace_back("--" + name, value);
   return items;
 }

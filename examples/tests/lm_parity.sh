@@ -20,7 +20,7 @@ fail() {
 }
 for variant in dv1 cc-ec tc; do
   tiny=(--data "$data" --variant "$variant" --width 16 --depth 1 --heads 2 --context 16 --batch 4 --seed 3
-    --eval-bytes 512 --tokens 1 --threads 1)
+    --eval-bytes 512 --sample-tokens 1 --threads 1)
   "$exe" "${tiny[@]}" --steps 1 --epochs 1 --lr 0 --out "$work/$variant-init" >"$work/$variant-init.log" 2>&1 ||
     fail "$variant: the step-0 run failed: $(tail -3 "$work/$variant-init.log")"
   "$exe" "${tiny[@]}" --steps 3 --epochs 2 --lr 0.01 --warmup 2 --clip 0.5 --out "$work/$variant" \

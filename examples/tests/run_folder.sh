@@ -12,7 +12,7 @@ mkdir -p "$work"
 cd "$work" || exit 1
 failures=0
 S=(--width 32 --depth 1 --heads 2 --context 32 --batch 8 --threads 1 --steps 4
-  --eval-bytes 256 --tokens 8)
+  --eval-bytes 256 --sample-tokens 8)
 
 # expect STATUS 'TEXT' ARGS...: ddl-text ARGS exits with STATUS and prints TEXT (fixed string).
 expect() {

@@ -13,7 +13,7 @@ mkdir -p "$work"
 cd "$work" || exit 1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 failures=0
-B=(--width 32 --depth 1 --heads 2 --context 32 --batch 8 --threads 1 --epochs 1 --eval-bytes 256 --tokens 8)
+B=(--width 32 --depth 1 --heads 2 --context 32 --batch 8 --threads 1 --epochs 1 --eval-bytes 256 --sample-tokens 8)
 S=("${B[@]}" --steps 4)
 
 # expect 'TEXT' ARGS...: mpirun ARGS ends within 60 s, with a non-zero status and TEXT in its output.

@@ -10,7 +10,7 @@ mkdir -p "$work"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpirun() { timeout 300 "$mpiexec" --oversubscribe "$@"; }
 fail() { echo "FAIL: $*"; for f in "$work"/*.log; do echo "--- $f"; tail -n 30 "$f"; done; exit 1; }
-small=(--data "$text" --width 32 --depth 2 --heads 2 --context 32 --epochs 2 --steps 10 --tokens 10 --eval-bytes 4096)
+small=(--data "$text" --width 32 --depth 2 --heads 2 --context 32 --epochs 2 --steps 10 --sample-tokens 10 --eval-bytes 4096)
 final() { grep -ao 'final validation loss [0-9.]* .*final test loss [0-9.]* nats' "$1"; }
 
 "$exe" "${small[@]}" --batch 8 --threads 2 --out "$work/one" >"$work/one.log" 2>&1 || fail "the one-process run failed"

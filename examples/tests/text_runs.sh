@@ -15,7 +15,7 @@ fail() {
   failures=$((failures + 1))
 }
 tiny=(--data "$data" --width 16 --depth 1 --heads 2 --context 16 --batch 4 --steps 6 --epochs 2 --lr 0.01
-  --eval-bytes 512 --tokens 40 --threads 1)
+  --eval-bytes 512 --sample-tokens 40 --threads 1)
 
 out=$("$exe" "${tiny[@]}" --variant cc --out "$work/run" 2>&1)
 status=$?
@@ -59,8 +59,8 @@ out=$("$exe" "${tiny[@]}" --residual additive --out "$work/audit-add" --audit 2>
   fail "--audit of the additive baseline failed: $out"
 echo "$out" | grep -q "no gated blocks (additive residual)" || fail "the additive audit does not say there is nothing to audit"
 
-a=$("$exe" --out "$work/run" --generate "The " --tokens 30 --seed 3 2>&1) || fail "--generate failed: $a"
-b=$("$exe" --out "$work/run" --generate "The " --tokens 30 --seed 3 2>&1)
+a=$("$exe" --out "$work/run" --generate "The " --sample-tokens 30 --seed 3 2>&1) || fail "--generate failed: $a"
+b=$("$exe" --out "$work/run" --generate "The " --sample-tokens 30 --seed 3 2>&1)
 [ "$a" = "$b" ] || fail "--generate is not reproducible"
 echo "$a" | grep -q "^The " || fail "--generate does not print the prompt: $a"
 
@@ -74,7 +74,7 @@ status=$?
 [ "$status" -eq 1 ] && grep -qF -- "--generate has 40 bytes, more than the model's context of 16" "$work/long.txt" ||
   fail "over-long prompt: exit $status, $(cat "$work/long.txt")"
 # Ctrl-C during a long --generate: the sample stops within seconds with 128 + SIGINT.
-"$exe" --out "$work/run" --generate "The " --tokens 1048576 >"$work/long-sample.txt" 2>&1 &
+"$exe" --out "$work/run" --generate "The " --sample-tokens 1048576 >"$work/long-sample.txt" 2>&1 &
 pid=$!
 sleep 1
 kill -INT "$pid"
@@ -89,9 +89,9 @@ else
     fail "--generate after SIGINT: exit $status, $(tail -c 200 "$work/long-sample.txt")"
 fi
 # Any byte is a prompt byte (UTF-8 above 0x7f too), in --generate and after training.
-out=$("$exe" --out "$work/run" --generate "é→" --tokens 5 2>&1) || fail "a non-ASCII --generate prompt failed: $out"
+out=$("$exe" --out "$work/run" --generate "é→" --sample-tokens 5 2>&1) || fail "a non-ASCII --generate prompt failed: $out"
 echo "$out" | grep -q "^é→" || fail "the non-ASCII prompt is not printed back: $out"
-bare=(--width 16 --depth 1 --heads 2 --batch 4 --steps 1 --epochs 1 --eval-bytes 512 --tokens 8 --threads 1)
+bare=(--width 16 --depth 1 --heads 2 --batch 4 --steps 1 --epochs 1 --eval-bytes 512 --sample-tokens 8 --threads 1)
 out=$("$exe" "${bare[@]}" --data "$data" --context 16 --prompt "ü" --out "$work/utf8" 2>&1) || fail "--prompt ü failed: $out"
 # Sampling settings and data too short for the context are refused before training: no checkpoint.
 refusedEarly() {  # refusedEarly STATUS TEXT ARGS...

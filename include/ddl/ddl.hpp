@@ -68,6 +68,7 @@
 #include "ddl/data/file_bytes.hpp"
 #include "ddl/data/idx.hpp"
 #include "ddl/data/text_corpus.hpp"
+#include "ddl/data/token_files.hpp"
 
 #if DDL_WITH_MPI  // ddl::mpi: MpiSession, MpiCommunicator
 #include "ddl/distributed/mpi_communicator.hpp"

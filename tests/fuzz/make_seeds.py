@@ -103,3 +103,25 @@ put("text_corpus", "no_training_bytes", text_input(0x44, 0, b"ab"))  # 1/4 of 2 
 put("text_corpus", "fractions_sum_one", text_input(0x88, 0, b"abcd"))  # 1/2 + 1/2: fractions refused
 put("text_corpus", "one_byte", text_input(0x00, 0, b"x"))
 put("text_corpus", "empty", text_input(0x00, 0, b""))
+
+
+def token_input(vocab_shift, cut, body):  # the fuzz_token_files input layout: vocab byte, cut byte, file
+    return bytes([vocab_shift, cut]) + body
+
+
+def llmc_shard(tokens, magic=20240520, version=1, count=None):
+    header = struct.pack("<3i", magic, version, len(tokens) if count is None else count) + bytes(1012)
+    return header + struct.pack("<%dH" % len(tokens), *tokens)
+
+
+gpt2 = [464, 2068, 7586, 21831, 18045, 625, 262, 16931, 3290, 13, 50256, 40, 0, 255, 256]
+flat = struct.pack("<%dH" % len(gpt2), *gpt2)
+put("token_files", "nanogpt_flat", token_input(8, 0, flat))  # vocab 65536
+put("token_files", "llmc_shard", token_input(8, 0, llmc_shard(gpt2)))
+put("token_files", "two_shards", token_input(8, 30, flat + llmc_shard(gpt2)))  # cut after the flat file's 30 bytes
+put("token_files", "token_over_vocab", token_input(0, 0, flat))  # vocab 256: 464 is refused
+put("token_files", "bad_version", token_input(8, 0, llmc_shard(gpt2, version=2)))
+put("token_files", "count_larger", token_input(8, 0, llmc_shard(gpt2, count=16)))
+put("token_files", "truncated_header", token_input(8, 0, llmc_shard(gpt2)[:600]))
+put("token_files", "odd_size", token_input(8, 0, flat + b"\x01"))
+put("token_files", "llama3_magic", token_input(8, 0, llmc_shard(gpt2, magic=20240801, version=7)))

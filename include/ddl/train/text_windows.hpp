@@ -9,9 +9,15 @@
 // and keeps the windows [r B / P, (r + 1) B / P), as train/sharded_batches.hpp does for images; B
 // must divide over the P ranks, so every part holds the same number of positions. samplesIn()
 // counts the global batch's positions, so a checkpoint does not depend on P.
+//
+// Tokens is what the windows are cut from: a byte split (std::vector<std::uint8_t>, ids 0..255, the
+// default) or a set of token files (data/token_files.hpp, TokenFiles: ids below its vocabulary; any
+// type with its size(), read(first, n, ids) and vocabulary() and a drawWindows overload fits). Both
+// draw window starts the same way, so a byte run keeps its bits whichever type the program names.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "ddl/core/error.hpp"
@@ -19,26 +25,28 @@
 #include "ddl/core/types.hpp"
 #include "ddl/data/dataset.hpp"
 #include "ddl/data/text_corpus.hpp"
+#include "ddl/data/token_files.hpp"
 
 namespace ddl {
 
-template <class S>
+template <class S, class Tokens = std::vector<std::uint8_t>>
 class TextWindows {
  public:
   using Scalar = S;
   using Input = TokenBatch;
   using Target = std::vector<int>;
+  static constexpr bool kBytes = std::is_same_v<Tokens, std::vector<std::uint8_t>>;
 
-  // split must outlive the source. B, T >= 1, batchesPerEpoch >= 1; the split must hold T + 1 bytes.
-  TextWindows(const std::vector<std::uint8_t>& split, Index B, Index T, Index batchesPerEpoch, std::uint64_t seed)
+  // split must outlive the source. B, T >= 1, batchesPerEpoch >= 1; the split must hold T + 1 tokens.
+  TextWindows(const Tokens& split, Index B, Index T, Index batchesPerEpoch, std::uint64_t seed)
       : m_split(&split), m_B(B), m_T(T), m_batches(batchesPerEpoch), m_seed(seed) {
     const char* fn = "ddl::TextWindows";
     require(B >= 1 && T >= 1, fn, "need B >= 1 windows of T >= 1 tokens, got B = ", B, ", T = ", T);
     require(batchesPerEpoch >= 1, fn, "batchesPerEpoch must be >= 1, got ", batchesPerEpoch);
-    require(split.size() > static_cast<std::uint64_t>(T), fn, "a window of T + 1 = ", T + 1,
-            " bytes does not fit in a training split of ", split.size(), " bytes");
+    require(split.size() > static_cast<std::uint64_t>(T), fn, "a window of T + 1 = ", T + 1, kBytes ? " bytes" : " tokens",
+            " does not fit in a training split of ", split.size(), kBytes ? " bytes" : " tokens");
   }
-  TextWindows(std::vector<std::uint8_t>&&, Index, Index, Index, std::uint64_t) = delete;  // would dangle
+  TextWindows(Tokens&&, Index, Index, Index, std::uint64_t) = delete;  // would dangle
 
   Index batchesPerEpoch() const { return m_batches; }
   void startEpoch(std::uint64_t epoch) {
@@ -81,11 +89,15 @@ class TextWindows {
   }
   Index samplesIn(Index batches) const { return batches * m_B * m_T; }  // positions predicted, all ranks
 
-  // The model must take byte ids and windows of T tokens.
+  // The model must take the ids (bytes: 256; token files: their vocabulary) and windows of T tokens.
   template <class Model>
   void checkModel(const Model& model, const char* fn) const {
-    require(model.config().vocab >= 256, fn, "byte windows need a vocabulary of 256, the model has ",
-            model.config().vocab);
+    if constexpr (kBytes)
+      require(model.config().vocab >= 256, fn, "byte windows need a vocabulary of 256, the model has ",
+              model.config().vocab);
+    else
+      require(model.config().vocab >= m_split->vocabulary(), fn, "token windows need a vocabulary of ",
+              m_split->vocabulary(), ", the model has ", model.config().vocab);
     require(m_T <= model.config().context, fn, "windows of T = ", m_T, " tokens exceed the model's context ",
             model.config().context);
   }
@@ -94,7 +106,7 @@ class TextWindows {
   Index length() const { return m_T; }
 
  private:
-  const std::vector<std::uint8_t>* m_split;
+  const Tokens* m_split;
   Index m_B, m_T, m_batches;
   std::uint64_t m_seed;
   std::uint64_t m_epoch = 0;

@@ -1,0 +1,397 @@
+#pragma once
+// ddl/data/token_files.hpp: pre-tokenized training data as nanoGPT and llm.c write it, read without
+// loading it: every file is memory-mapped, so a 10 GB set costs address space and the pages a run
+// actually touches, not 10 GB of memory (docs/text_defaults.md, "Token files").
+//
+// Two formats of little-endian uint16 tokens, told apart by the first four bytes:
+//   llm.c shard:  a header of 256 int32 (magic 20240520, version 1, token count n, the rest unused),
+//                 then exactly n tokens. Version 1 is the only one llm.c's dataloader reads for this
+//                 magic (uint16 tokens); other versions are refused rather than guessed.
+//   nanoGPT:      the tokens alone (train.bin, val.bin: numpy uint16 .tofile()), an even size.
+// A flat file whose first two tokens read as the magic (0xd888, 0x0134 = 55432, 308) is taken for a
+// shard; with GPT-2's vocabulary its first token could not be valid anyway. llm.c's other magics are
+// refused by name rather than read as flat tokens: 20240801 (Llama 3 shards, uint32 tokens) and
+// 20240522 (evaluation files of multiple-choice examples).
+//
+// A set is one file, every *.bin file of a folder, or a pattern whose last component holds `*` / `?`
+// ('DIR/*train*.bin'), files in name order, read as one sequence (a window may span two shards, as
+// the shards of a corpus continue each other). Tokens are checked against the vocabulary where they
+// are read (read(): every window, every evaluation) and, for the whole set, by scan(); a token >= the
+// vocabulary throws IoError naming its file and byte offset.
+//
+// Errors: IoError naming the function, the file and the byte offset (missing or empty set, not a
+// regular file, unreadable, bad magic or version, a count that disagrees with the file size, a
+// truncated header, an odd size, a token outside the vocabulary, a failed mmap); ValueError for bad
+// arguments. The files must not change while mapped (a shrinking file would fault on access).
+#include <algorithm>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <memory>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#if defined(__unix__) || defined(__APPLE__)
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#define DDL_TOKEN_FILES_MMAP 1
+#else
+#define DDL_TOKEN_FILES_MMAP 0
+#endif
+
+#include "ddl/core/error.hpp"
+#include "ddl/core/rng.hpp"
+#include "ddl/core/types.hpp"
+
+namespace ddl {
+
+inline constexpr std::int32_t kLlmcShardMagic = 20240520;
+inline constexpr std::int32_t kLlmcShardVersion = 1;
+inline constexpr std::uint64_t kLlmcHeaderBytes = 256 * 4;
+inline constexpr std::int32_t kLlmcLlama3Magic = 20240801;  // uint32 tokens: not read here
+inline constexpr std::int32_t kLlmcEvalMagic = 20240522;    // multiple-choice examples: not training tokens
+
+enum class TokenFileFormat { NanoGpt, LlmC };
+inline const char* toString(TokenFileFormat f) { return f == TokenFileFormat::LlmC ? "llm.c shard" : "nanoGPT uint16"; }
+
+namespace detail {
+
+// "fn: file 'path': byte offset N: ..." (the form of data/file_bytes.hpp's fileMessage, which this
+// header does not include: it would pull zlib's reader in).
+template <class... Parts>
+std::string tokenFileMessage(const char* fn, const std::string& path, std::uint64_t offset, const Parts&... parts) {
+  return message(fn, "file '", path, "': byte offset ", offset, ": ", parts...);
+}
+
+inline std::int32_t littleEndian32(const unsigned char* p) {
+  return static_cast<std::int32_t>(std::uint32_t(p[0]) | (std::uint32_t(p[1]) << 8) | (std::uint32_t(p[2]) << 16) |
+                                   (std::uint32_t(p[3]) << 24));
+}
+
+// A read-only view of a whole file: mmap where POSIX has it (pages come in as windows touch them),
+// else the file read into memory.
+class MappedFile {
+ public:
+  MappedFile(const std::string& path, const char* fn) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const fs::file_status status = fs::status(path, ec);
+    if (status.type() == fs::file_type::not_found) throw IoError(message(fn, "file '", path, "': not found"));
+    if (ec) throw IoError(message(fn, "file '", path, "': cannot inspect: ", ec.message()));
+    if (status.type() != fs::file_type::regular)
+      throw IoError(message(fn, "file '", path, "': not a regular file (a folder, device, pipe or socket)"));
+#if DDL_TOKEN_FILES_MMAP
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      const int err = errno;
+      throw IoError(message(fn, "file '", path, "': cannot open for reading: ", std::strerror(err)));
+    }
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+      const int err = errno;
+      ::close(fd);
+      throw IoError(message(fn, "file '", path, "': cannot read its size: ", std::strerror(err)));
+    }
+    m_size = static_cast<std::uint64_t>(st.st_size);
+    if (m_size > 0) {
+      void* p = ::mmap(nullptr, static_cast<std::size_t>(m_size), PROT_READ, MAP_PRIVATE, fd, 0);
+      if (p == MAP_FAILED) {
+        const int err = errno;
+        ::close(fd);
+        throw IoError(message(fn, "file '", path, "': cannot memory-map its ", m_size, " bytes: ", std::strerror(err)));
+      }
+      m_data = static_cast<const unsigned char*>(p);
+      // Windows are drawn at random positions: read-ahead would only fill memory with pages no
+      // window asks for.
+      ::madvise(p, static_cast<std::size_t>(m_size), MADV_RANDOM);
+    }
+    ::close(fd);  // the mapping keeps the file
+#else
+    std::FILE* f = std::fopen(path.c_str(), "rb");
+    if (f == nullptr) throw IoError(message(fn, "file '", path, "': cannot open for reading"));
+    unsigned char buf[1 << 14];
+    std::size_t got = 0;
+    while ((got = std::fread(buf, 1, sizeof buf, f)) > 0) m_copy.insert(m_copy.end(), buf, buf + got);
+    const bool failed = std::ferror(f) != 0;
+    std::fclose(f);
+    if (failed) throw IoError(tokenFileMessage(fn, path, m_copy.size(), "read error"));
+    m_size = m_copy.size();
+    m_data = m_copy.data();
+#endif
+  }
+  ~MappedFile() {
+#if DDL_TOKEN_FILES_MMAP
+    if (m_data != nullptr) ::munmap(const_cast<unsigned char*>(m_data), static_cast<std::size_t>(m_size));
+#endif
+  }
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const unsigned char* data() const { return m_data; }
+  std::uint64_t size() const { return m_size; }
+
+ private:
+  const unsigned char* m_data = nullptr;
+  std::uint64_t m_size = 0;
+#if !DDL_TOKEN_FILES_MMAP
+  std::vector<unsigned char> m_copy;
+#endif
+};
+
+// `*` (any run of characters) and `?` (one character) against a whole name.
+inline bool wildcardMatch(const std::string& pattern, const std::string& name) {
+  std::size_t p = 0, n = 0, star = std::string::npos, resume = 0;
+  while (n < name.size()) {
+    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == name[n])) {
+      ++p;
+      ++n;
+    } else if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      resume = n;
+    } else if (star != std::string::npos) {
+      p = star + 1;
+      n = ++resume;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
+}  // namespace detail
+
+// One file of tokens, checked and mapped (see the header comment).
+class TokenFile {
+ public:
+  TokenFile(const std::string& path, const char* fn = "ddl::TokenFile")
+      : m_path(path), m_map(std::make_shared<detail::MappedFile>(path, fn)) {
+    const std::uint64_t size = m_map->size();
+    const unsigned char* p = m_map->data();
+    if (size == 0) throw IoError(detail::tokenFileMessage(fn, path, 0, "expected tokens, found an empty file"));
+    const std::int32_t magic = size >= 4 ? detail::littleEndian32(p) : 0;
+    if (magic == kLlmcLlama3Magic)
+      throw IoError(detail::tokenFileMessage(fn, path, 0, "magic ", magic, ": an llm.c Llama 3 shard (uint32 tokens); ",
+                                             "this reader takes uint16 tokens (magic ", kLlmcShardMagic, ")"));
+    if (magic == kLlmcEvalMagic)
+      throw IoError(detail::tokenFileMessage(fn, path, 0, "magic ", magic, ": an llm.c evaluation file (multiple-"
+                                             "choice examples), not training tokens"));
+    if (magic == kLlmcShardMagic) {
+      m_format = TokenFileFormat::LlmC;
+      if (size < kLlmcHeaderBytes)
+        throw IoError(detail::tokenFileMessage(fn, path, size, "an llm.c shard header is ", kLlmcHeaderBytes,
+                                               " bytes (256 int32), the file ends after ", size, " (truncated header)"));
+      const std::int32_t version = detail::littleEndian32(p + 4), count = detail::littleEndian32(p + 8);
+      if (version != kLlmcShardVersion)
+        throw IoError(detail::tokenFileMessage(fn, path, 4, "llm.c shard version ", version, ", expected ",
+                                               kLlmcShardVersion, " (uint16 tokens; the only version llm.c's "
+                                               "dataloader reads for magic ", kLlmcShardMagic, ")"));
+      const std::uint64_t stored = (size - kLlmcHeaderBytes) / 2;
+      if (count <= 0 || static_cast<std::uint64_t>(count) != stored || (size - kLlmcHeaderBytes) % 2 != 0)
+        throw IoError(detail::tokenFileMessage(fn, path, 8, "the header counts ", count, " tokens (", kLlmcHeaderBytes,
+                                               " + 2 * ", count, " bytes), the file holds ", size, " bytes (",
+                                               size - kLlmcHeaderBytes, " after the header)"));
+      m_offset = kLlmcHeaderBytes;
+      m_tokens = stored;
+    } else {
+      m_format = TokenFileFormat::NanoGpt;
+      if (size % 2 != 0)
+        throw IoError(detail::tokenFileMessage(fn, path, size - 1, "a file of uint16 tokens has an even size, found ",
+                                               size, " bytes (neither an llm.c shard, magic ", kLlmcShardMagic,
+                                               ", nor nanoGPT's flat uint16)"));
+      m_tokens = size / 2;
+    }
+  }
+
+  const std::string& path() const { return m_path; }
+  TokenFileFormat format() const { return m_format; }
+  std::uint64_t size() const { return m_tokens; }                   // tokens
+  std::uint64_t dataOffset() const { return m_offset; }             // byte offset of token 0
+  std::uint64_t byteOffset(std::uint64_t i) const { return m_offset + 2 * i; }
+  // Token i, unchecked (i < size()).
+  std::uint16_t operator[](std::uint64_t i) const {
+    const unsigned char* q = m_map->data() + m_offset + 2 * i;
+    return static_cast<std::uint16_t>(q[0] | (q[1] << 8));
+  }
+  // The token bytes as stored (2 size() bytes, little-endian): for digests and streamed checks.
+  const unsigned char* bytes() const { return m_map->data() + m_offset; }
+
+ private:
+  std::string m_path;
+  std::shared_ptr<const detail::MappedFile> m_map;  // shared by prefix() views
+  TokenFileFormat m_format = TokenFileFormat::NanoGpt;
+  std::uint64_t m_offset = 0, m_tokens = 0;
+};
+
+// A set of token files read as one sequence of ids in [0, vocabulary()) (see the header comment).
+// Copies share the mappings.
+class TokenFiles {
+ public:
+  TokenFiles() = default;
+  // paths: in order; vocab: ids must be < vocab (2 <= vocab).
+  TokenFiles(const std::vector<std::string>& paths, Index vocab, const char* fn = "ddl::TokenFiles") : m_vocab(vocab) {
+    require(vocab >= 2, fn, "vocab must be >= 2, got ", vocab);
+    require(!paths.empty(), fn, "no token files given");
+    m_starts.push_back(0);
+    for (const std::string& p : paths) {
+      m_files.emplace_back(p, fn);
+      m_starts.push_back(m_starts.back() + m_files.back().size());
+    }
+    m_size = m_starts.back();
+  }
+
+  std::uint64_t size() const { return m_size; }  // tokens
+  Index vocabulary() const { return m_vocab; }
+  const std::vector<TokenFile>& files() const { return m_files; }
+  // The first n tokens as a set of its own (the evaluated part of a validation set); n <= size().
+  TokenFiles prefix(std::uint64_t n) const {
+    require(n <= m_size, "ddl::TokenFiles::prefix", "n = ", n, " exceeds the set's ", m_size, " tokens");
+    TokenFiles t(*this);
+    t.m_size = n;
+    return t;
+  }
+
+  // dst[i] = token first + i for i < n (first + n <= size()), across files; IoError naming the file and
+  // byte offset of the first token >= vocabulary().
+  void read(std::uint64_t first, std::size_t n, int* dst) const {
+    require(first <= m_size && n <= m_size - first, "ddl::TokenFiles::read", "tokens [", first, ", ", first + n,
+            ") exceed the set's ", m_size);
+    std::size_t f = fileOf(first);
+    while (n > 0) {
+      const TokenFile& file = m_files[f];
+      std::uint64_t i = first - m_starts[f];
+      const std::size_t take = static_cast<std::size_t>(std::min<std::uint64_t>(n, file.size() - i));
+      const unsigned char* q = file.bytes() + 2 * i;
+      for (std::size_t k = 0; k < take; ++k, q += 2) {
+        const int id = q[0] | (q[1] << 8);
+        if (id >= m_vocab) badToken(file, i + k, id);
+        dst[k] = id;
+      }
+      dst += take;
+      first += take;
+      n -= take;
+      ++f;
+    }
+  }
+
+  // Every token of the set in order, checked against the vocabulary; onBytes(const unsigned char*, n)
+  // sees the stored little-endian bytes of each piece (a content digest). Pages are released
+  // after each piece, so scanning a set larger than memory does not grow the resident size.
+  template <class OnBytes>
+  void scan(OnBytes&& onBytes) const {
+    constexpr std::uint64_t kPiece = std::uint64_t(1) << 22;  // tokens per piece: 8 MiB of a file
+    for (std::size_t f = 0; f < m_files.size() && m_starts[f] < m_size; ++f) {
+      const TokenFile& file = m_files[f];
+      const std::uint64_t n = std::min(file.size(), m_size - m_starts[f]);
+      for (std::uint64_t i = 0; i < n; i += kPiece) {
+        const std::uint64_t take = std::min(kPiece, n - i);
+        const unsigned char* q = file.bytes() + 2 * i;
+        for (std::uint64_t k = 0; k < take; ++k) {
+          const int id = q[2 * k] | (q[2 * k + 1] << 8);
+          if (id >= m_vocab) badToken(file, i + k, id);
+        }
+        onBytes(q, static_cast<std::size_t>(2 * take));
+        release(q, 2 * take);
+      }
+    }
+  }
+
+ private:
+  std::size_t fileOf(std::uint64_t token) const {
+    return static_cast<std::size_t>(std::upper_bound(m_starts.begin(), m_starts.end(), token) - m_starts.begin()) - 1;
+  }
+  [[noreturn]] void badToken(const TokenFile& file, std::uint64_t i, int id) const {
+    throw IoError(detail::tokenFileMessage("ddl::TokenFiles", file.path(), file.byteOffset(i), "token ", id,
+                                           " is outside the vocabulary of ", m_vocab, " (token ", i, " of the file)"));
+  }
+  // Drops the pages of a scanned piece from this process (they stay in the page cache).
+  static void release(const unsigned char* q, std::uint64_t bytes) {
+#if DDL_TOKEN_FILES_MMAP
+    const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const auto lo = reinterpret_cast<std::uintptr_t>(q) & ~(page - 1);
+    const auto hi = reinterpret_cast<std::uintptr_t>(q) + bytes;
+    ::madvise(reinterpret_cast<void*>(lo), static_cast<std::size_t>(hi - lo), MADV_DONTNEED);
+#else
+    (void)q;
+    (void)bytes;
+#endif
+  }
+
+  std::vector<TokenFile> m_files;
+  std::vector<std::uint64_t> m_starts;  // token index of each file's first token, and the total
+  std::uint64_t m_size = 0;
+  Index m_vocab = 0;
+};
+
+// The files a set names: one file; every *.bin regular file of a folder; or every regular file whose
+// name matches the last component of pattern (`*`, `?`; the folder part is literal). Name order.
+// Throws IoError when nothing matches or the folder cannot be listed.
+inline std::vector<std::string> tokenFilePaths(const std::string& pattern) {
+  namespace fs = std::filesystem;
+  const char* fn = "ddl::tokenFilePaths";
+  std::error_code ec;
+  const fs::path p(pattern);
+  fs::path dir = p, name = "*.bin";
+  const bool wild = pattern.find_first_of("*?") != std::string::npos;
+  if (wild) {
+    dir = p.parent_path();
+    name = p.filename();
+    if (dir.string().find_first_of("*?") != std::string::npos)
+      throw IoError(message(fn, "'", pattern, "': wildcards only in the file name, not in the folder part"));
+    if (dir.empty()) dir = ".";
+  } else if (!fs::is_directory(p, ec)) {
+    return {pattern};  // one file: TokenFile names it when it is missing
+  }
+  std::vector<std::string> files;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    if (it->is_regular_file(ec) && detail::wildcardMatch(name.string(), it->path().filename().string()))
+      files.push_back(it->path().string());
+  if (ec) throw IoError(message(fn, "'", pattern, "': cannot list the folder '", dir.string(), "': ", ec.message()));
+  if (files.empty())
+    throw IoError(message(fn, "'", pattern, "': no file matches ", name.string(), " in the folder '", dir.string(), "'"));
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// The set pattern names (tokenFilePaths), opened and checked.
+inline TokenFiles openTokenFiles(const std::string& pattern, Index vocab) {
+  return TokenFiles(tokenFilePaths(pattern), vocab, "ddl::openTokenFiles");
+}
+
+// B windows of T + 1 consecutive tokens of the set, drawn as drawWindows (data/text_corpus.hpp)
+// draws them from bytes: window b starts at Rng(seed).below(size - T), one draw per window in order.
+//   input: B*T ids, window-major; target: B*T ids, target[i] the token after input[i].
+// Throws ValueError for B < 1, T < 1 or a set shorter than T + 1 tokens, IoError for a token >= vocab.
+inline void drawWindows(const TokenFiles& tokens, Index B, Index T, std::uint64_t seed, std::vector<int>& input,
+                        std::vector<int>& target) {
+  const char* fn = "ddl::drawWindows";
+  require(B >= 1 && T >= 1, fn, "need B >= 1 windows of T >= 1 tokens, got B = ", B, ", T = ", T);
+  require(tokens.size() > static_cast<std::uint64_t>(T), fn, "a window of T + 1 = ", static_cast<std::uint64_t>(T) + 1,
+          " tokens does not fit in a set of ", tokens.size(), " tokens");
+  require(static_cast<std::uint64_t>(B) <= std::numeric_limits<std::size_t>::max() / 2 / static_cast<std::uint64_t>(T),
+          fn, "B * T overflows: B = ", B, ", T = ", T);
+  require(&input != &target, fn, "input and target must be different vectors");
+  const auto len = static_cast<std::size_t>(T);
+  input.resize(static_cast<std::size_t>(B) * len);
+  target.resize(input.size());
+  Rng rng(seed);
+  const std::uint64_t starts = tokens.size() - len;
+  for (std::size_t b = 0; b < static_cast<std::size_t>(B); ++b) {
+    const std::uint64_t s = rng.below(starts);
+    int* in = input.data() + b * len;
+    int* next = target.data() + b * len;
+    tokens.read(s, len, in);
+    std::copy(in + 1, in + len, next);
+    tokens.read(s + len, 1, next + len - 1);
+  }
+}
+
+}  // namespace ddl
