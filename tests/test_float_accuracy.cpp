@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <iostream>
+#include <map>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -18,6 +20,7 @@
 #include "ddl/nn/models/conv_delta_net.hpp"
 #include "ddl/nn/layers/cross_entropy.hpp"
 #include "ddl/nn/models/delta_net.hpp"
+#include "torch_export.hpp"
 
 using ddl::Index;
 using ddl::MatX;
@@ -262,40 +265,58 @@ TEST_CASE("DeltaNet float gradients stay within 1e-4 of double over six batch or
 // multiplied by that cancellation.
 // PyTorch's numbers, for comparison (the medians are the bounds below): PyTorch 1.13 float32 against
 // float64 (tools/ddl_torch.py's DeltaNet, loaded from a ddl checkpoint of these weights), mean
-// cross-entropy on the same six orders, one thread; worst relative error over all tensors per order
-//   calibrated:  1.81e-5 3.76e-5 1.78e-5 1.19e-5 4.09e-5 2.23e-5, median 2.02e-5 (ddl: 9.5e-6)
-//   saturated:   4.82e-5 3.99e-5 2.89e-5 5.45e-5 2.84e-5 2.32e-5, median 3.44e-5 (ddl: 6.6e-6)
-//   cancelling:  1.95e-4 1.79e-4 2.45e-4 2.19e-4 2.26e-4 1.91e-4, median 2.07e-4, all block 0's gate bias
+// cross-entropy on the same six orders, one thread (tools/float_accuracy_torch.py on the files of the
+// hidden test case below); worst relative error over all tensors per order
+//   calibrated:  3.02e-5 2.40e-5 7.01e-5 3.02e-5 3.30e-5 2.01e-5, median 3.02e-5 (ddl: 9.5e-6)
+//   saturated:   4.82e-5 3.99e-5 2.89e-5 5.45e-5 2.83e-5 2.32e-5, median 3.44e-5 (ddl: 6.6e-6)
+//   cancelling:  2.24e-4 2.72e-4 2.43e-4 2.16e-4 2.40e-4 2.26e-4, median 2.33e-4, all block 0's gate bias
 //                (ddl: 7.1e-5 to 1.29e-4, median 8.5e-5, the gate bias too)
 // The cancelling case's bound is 2e-4, not 1e-4: its gate bias error is the per-token terms' own float
 // rounding (~1.5e-6 each, random in sign, the same size in PyTorch) times 3700 / sqrt(256), which no
-// float evaluation of the terms avoids; ddl's is 1.29e-4 on one order, PyTorch's above 1.79e-4 on all six.
+// float evaluation of the terms avoids; ddl's is 1.29e-4 on one order, PyTorch's above 2.1e-4 on all six.
+// These errors are noise of a fixed draw: the same cases built with other compiler flags (weights one
+// ulp apart after the calibration) gave PyTorch medians of 2.0e-5 (calibrated) and 2.1e-4 (cancelling).
 // (PyTorch's gate slope is 2 sigma (1 - sigma) of the rounded output, 0 once sigma rounds to 1; ddl's is
 // from z, docs/spec.md §2.) Measured on 2026-12-05, docs/decisions.md "Float reductions over tokens".
-TEST_CASE("DeltaNet float gradients with calibrated, saturated and cancelling gates: within 1e-4 of double, "
-          "median below PyTorch's", "[float_accuracy]") {
-  struct GateCase {
-    const char* name;
-    double zMax, betaLo, betaHi, bound, pytorchMedian;
-    std::uint64_t batchSeed;
-    float block0Bias;  // NaN: as calibrated
-  };
+namespace {
+
+struct GateCase {
+  const char* name;
+  double zMax, betaLo, betaHi, bound, pytorchMedian;
+  std::uint64_t batchSeed;
+  float block0Bias;  // NaN: as calibrated
+};
+
+std::vector<GateCase> gateCases() {
   const double zCal = std::log(0.925 / 0.075);
   const float keep = std::nanf("");
-  for (const GateCase& k : {GateCase{"calibrated", zCal, 0.1501, 1.8499, 1e-4, 2.02e-5, 17, keep},
-                            GateCase{"saturated", 16.0, 1e-6, 2 - 1e-6, 1e-4, 3.44e-5, 17, keep},
-                            GateCase{"cancelling", zCal, 0.1501, 1.8499, 2e-4, 2.07e-4, 18, -0.107363924f}}) {
+  return {GateCase{"calibrated", zCal, 0.1501, 1.8499, 1e-4, 3.02e-5, 17, keep},
+          GateCase{"saturated", 16.0, 1e-6, 2 - 1e-6, 1e-4, 3.44e-5, 17, keep},
+          GateCase{"cancelling", zCal, 0.1501, 1.8499, 2e-4, 2.33e-4, 18, -0.107363924f}};
+}
+
+// The nets of case k (the float one calibrated, the double one with its weights) and its batch.
+Batch setUpGateCase(const GateCase& k, ddl::DeltaNet<float>& netF, ddl::DeltaNet<double>& netD) {
+  const Batch base = randomBatch(netF.config().inputDim, 256, static_cast<int>(netF.config().classes), k.batchSeed);
+  calibrateGates(netF, base.X, k.zMax);
+  if (!std::isnan(k.block0Bias))
+    netF.visitParams("", [&](const std::string& name, ddl::Param<float>& p) {
+      if (name == "blocks.0.delta.gate.fc2.bias") p.value(0, 0) = k.block0Bias;
+    });
+  copyWeights(netF, netD);
+  return base;
+}
+
+}  // namespace
+
+TEST_CASE("DeltaNet float gradients with calibrated, saturated and cancelling gates: within 1e-4 of double, "
+          "median below PyTorch's", "[float_accuracy]") {
+  for (const GateCase& k : gateCases()) {
     CAPTURE(k.name);
     const ddl::DeltaNetConfig c = accuracyNetConfig();
     ddl::DeltaNet<float> netF(c, 3);
     ddl::DeltaNet<double> netD(c, 3);
-    const Batch base = randomBatch(c.inputDim, 256, static_cast<int>(c.classes), k.batchSeed);
-    calibrateGates(netF, base.X, k.zMax);
-    if (!std::isnan(k.block0Bias))
-      netF.visitParams("", [&](const std::string& name, ddl::Param<float>& p) {
-        if (name == "blocks.0.delta.gate.fc2.bias") p.value(0, 0) = k.block0Bias;
-      });
-    copyWeights(netF, netD);
+    const Batch base = setUpGateCase(k, netF, netD);
     MatX<float> logits;
     netF.forward(base.X, logits);
     for (const auto& block : netF.blocks()) {  // the calibration did what it says
@@ -327,6 +348,27 @@ TEST_CASE("DeltaNet float gradients with calibrated, saturated and cancelling ga
     const std::vector<double> worst = checkSixOrders(netF, netD, base, k.bound);
     CAPTURE(worst[0], worst[1], worst[2], worst[3], worst[4], worst[5]);
     CHECK(median(worst) <= k.pytorchMedian);
+  }
+}
+
+// Not run by default (hidden tag): writes each gate case's float weights as a ddl checkpoint and its six
+// batch orders (x, labels y) where tools/float_accuracy_torch.py reads them to measure PyTorch's errors
+// quoted above: ddl_test_float_accuracy "[.torch_export]", then the script with the printed directory.
+TEST_CASE("DeltaNet gate cases written for PyTorch", "[.torch_export]") {
+  for (const GateCase& k : gateCases()) {
+    const ddl::DeltaNetConfig c = accuracyNetConfig();
+    ddl::DeltaNet<float> netF(c, 3);
+    ddl::DeltaNet<double> netD(c, 3);
+    const Batch base = setUpGateCase(k, netF, netD);
+    const std::string stem = torch_runner::tmpPath(std::string("gate_") + k.name);
+    ddl::saveCheckpoint(stem + ".ck.safetensors", netF, torch_runner::metaOf(c));
+    for (std::uint64_t order = 0; order < 6; ++order) {
+      const Batch b = order == 0 ? base : permuted(base, 100 + order);
+      MatX<float> y(1, static_cast<Index>(b.y.size()));
+      for (std::size_t j = 0; j < b.y.size(); ++j) y(0, static_cast<Index>(j)) = static_cast<float>(b.y[j]);
+      ddl::saveSafetensors<float>(stem + ".order" + std::to_string(order) + ".safetensors", {{"x", b.X}, {"y", y}});
+    }
+    std::cout << stem << "\n";
   }
 }
 
