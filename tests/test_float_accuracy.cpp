@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <iostream>
+#include <map>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -18,6 +20,7 @@
 #include "ddl/nn/models/conv_delta_net.hpp"
 #include "ddl/nn/layers/cross_entropy.hpp"
 #include "ddl/nn/models/delta_net.hpp"
+#include "torch_export.hpp"
 
 using ddl::Index;
 using ddl::MatX;
@@ -176,13 +179,44 @@ WorstGradient worstGradientError(Net<float>& netF, Net<double>& netD, const Batc
 
 }  // namespace
 
-TEST_CASE("DeltaNet float gradients stay within 1e-4 of double over six batch orders, same bits on 1 and 2 threads",
-          "[float_accuracy]") {
-  const ddl::DeltaNetConfig c = accuracyNetConfig();
-  ddl::DeltaNet<float> netF(c, 3);
-  ddl::DeltaNet<double> netD(c, 3);
-  copyWeights(netF, netD);
-  const Batch base = randomBatch(c.inputDim, 256, static_cast<int>(c.classes), 17);
+namespace {
+
+// Scales the two-layer gate's output layer (fc2 weight and bias) of every block, in order, so that its
+// logits over the batch X span exactly (-zMax, zMax): beta = 2 sigma(z) then spans (2 sigma(-zMax),
+// 2 sigma(zMax)) in every block. Block i is measured after blocks < i were scaled, while its own gate
+// is still the preset's (beta near 1, so z = logit(beta / 2) is well conditioned).
+void calibrateGates(ddl::DeltaNet<float>& net, const MatX<float>& X, double zMax) {
+  for (std::size_t i = 0; i < net.blocks().size(); ++i) {
+    MatX<float> logits;
+    net.forward(X, logits);
+    const ddl::RowX<float>& beta = net.blocks()[i].residual().beta();
+    double lo = HUGE_VAL, hi = -HUGE_VAL;
+    for (Index n = 0; n < beta.cols(); ++n) {
+      const double p = beta(0, n) / 2.0, z = std::log(p / (1 - p));
+      lo = std::min(lo, z);
+      hi = std::max(hi, z);
+    }
+    const double a = 2 * zMax / (hi - lo);  // z' = a (z - lo) - zMax
+    const std::string prefix = "blocks." + std::to_string(i) + ".delta.gate.fc2.";
+    int found = 0;
+    net.visitParams("", [&](const std::string& name, ddl::Param<float>& p) {
+      if (name == prefix + "weight") {
+        p.value *= static_cast<float>(a);
+        ++found;
+      } else if (name == prefix + "bias") {
+        p.value(0, 0) = static_cast<float>(a * (p.value(0, 0) - lo) - zMax);
+        ++found;
+      }
+    });
+    REQUIRE(found == 2);
+  }
+}
+
+// Six orders of one batch, each on 1 and 2 threads: every parameter gradient within `bound` of double
+// (relative, per tensor), the same bits on both thread counts. Returns the worst error of each order.
+std::vector<double> checkSixOrders(ddl::DeltaNet<float>& netF, ddl::DeltaNet<double>& netD, const Batch& base,
+                                   double bound) {
+  std::vector<double> worstByOrder;
   for (std::uint64_t order = 0; order < 6; ++order) {
     const Batch b = order == 0 ? base : permuted(base, 100 + order);
     std::vector<std::vector<float>> gradsByThreads;
@@ -190,7 +224,8 @@ TEST_CASE("DeltaNet float gradients stay within 1e-4 of double over six batch or
       ddl::setNumThreads(threads);
       const WorstGradient worst = worstGradientError(netF, netD, b);
       CAPTURE(order, threads, worst.name, worst.error);
-      CHECK(worst.error <= 1e-4);
+      CHECK(worst.error <= bound);
+      if (threads == 1) worstByOrder.push_back(worst.error);
       std::vector<float> g;
       netF.visitParams("", [&](const std::string&, ddl::Param<float>& p) {
         g.insert(g.end(), p.grad.data(), p.grad.data() + p.grad.size());
@@ -201,6 +236,140 @@ TEST_CASE("DeltaNet float gradients stay within 1e-4 of double over six batch or
     CHECK(std::memcmp(gradsByThreads[0].data(), gradsByThreads[1].data(), gradsByThreads[0].size() * sizeof(float)) == 0);
   }
   ddl::setNumThreads(0);
+  return worstByOrder;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
+TEST_CASE("DeltaNet float gradients stay within 1e-4 of double over six batch orders, same bits on 1 and 2 threads",
+          "[float_accuracy]") {
+  const ddl::DeltaNetConfig c = accuracyNetConfig();
+  ddl::DeltaNet<float> netF(c, 3);
+  ddl::DeltaNet<double> netD(c, 3);
+  copyWeights(netF, netD);
+  checkSixOrders(netF, netD, randomBatch(c.inputDim, 256, static_cast<int>(c.classes), 17), 1e-4);
+}
+
+// The preset's initial gate keeps beta near 1, where the gate's slope, the value head and the write are
+// all well conditioned. Here the gates' output layers are scaled so that beta spans (0.15, 1.85) over
+// the batch in every block (z in +-logit(0.925)), so that they saturate (z in +-16: beta within 2e-7 of
+// 0 and of 2, where sigma(z) rounds to 1 in float), and, on another batch, calibrated and with block 0's
+// gate bias then moved to where its gradient, a sum of 256 per-token terms, cancels ~3700 : 1 (as a
+// trained gate's does): each term's float rounding (~1.5e-6 relative, ddl's and PyTorch's alike) is
+// multiplied by that cancellation.
+// PyTorch's numbers, for comparison (the medians are the bounds below): PyTorch 1.13 float32 against
+// float64 (tools/ddl_torch.py's DeltaNet, loaded from a ddl checkpoint of these weights), mean
+// cross-entropy on the same six orders, one thread (tools/float_accuracy_torch.py on the files of the
+// hidden test case below); worst relative error over all tensors per order
+//   calibrated:  3.02e-5 2.40e-5 7.01e-5 3.02e-5 3.30e-5 2.01e-5, median 3.02e-5 (ddl: 9.5e-6)
+//   saturated:   4.82e-5 3.99e-5 2.89e-5 5.45e-5 2.83e-5 2.32e-5, median 3.44e-5 (ddl: 6.6e-6)
+//   cancelling:  2.24e-4 2.72e-4 2.43e-4 2.16e-4 2.40e-4 2.26e-4, median 2.33e-4, all block 0's gate bias
+//                (ddl: 7.1e-5 to 1.29e-4, median 8.5e-5, the gate bias too)
+// The cancelling case's bound is 2e-4, not 1e-4: its gate bias error is the per-token terms' own float
+// rounding (~1.5e-6 each, random in sign, the same size in PyTorch) times 3700 / sqrt(256), which no
+// float evaluation of the terms avoids; ddl's is 1.29e-4 on one order, PyTorch's above 2.1e-4 on all six.
+// These errors are noise of a fixed draw: the same cases built with other compiler flags (weights one
+// ulp apart after the calibration) gave PyTorch medians of 2.0e-5 (calibrated) and 2.1e-4 (cancelling).
+// (PyTorch's gate slope is 2 sigma (1 - sigma) of the rounded output, 0 once sigma rounds to 1; ddl's is
+// from z, docs/spec.md §2.) Measured on 2026-12-05, docs/decisions.md "Float reductions over tokens".
+namespace {
+
+struct GateCase {
+  const char* name;
+  double zMax, betaLo, betaHi, bound, pytorchMedian;
+  std::uint64_t batchSeed;
+  float block0Bias;  // NaN: as calibrated
+};
+
+std::vector<GateCase> gateCases() {
+  const double zCal = std::log(0.925 / 0.075);
+  const float keep = std::nanf("");
+  return {GateCase{"calibrated", zCal, 0.1501, 1.8499, 1e-4, 3.02e-5, 17, keep},
+          GateCase{"saturated", 16.0, 1e-6, 2 - 1e-6, 1e-4, 3.44e-5, 17, keep},
+          GateCase{"cancelling", zCal, 0.1501, 1.8499, 2e-4, 2.33e-4, 18, -0.107363924f}};
+}
+
+// The nets of case k (the float one calibrated, the double one with its weights) and its batch.
+Batch setUpGateCase(const GateCase& k, ddl::DeltaNet<float>& netF, ddl::DeltaNet<double>& netD) {
+  const Batch base = randomBatch(netF.config().inputDim, 256, static_cast<int>(netF.config().classes), k.batchSeed);
+  calibrateGates(netF, base.X, k.zMax);
+  if (!std::isnan(k.block0Bias))
+    netF.visitParams("", [&](const std::string& name, ddl::Param<float>& p) {
+      if (name == "blocks.0.delta.gate.fc2.bias") p.value(0, 0) = k.block0Bias;
+    });
+  copyWeights(netF, netD);
+  return base;
+}
+
+}  // namespace
+
+TEST_CASE("DeltaNet float gradients with calibrated, saturated and cancelling gates: within 1e-4 of double, "
+          "median below PyTorch's", "[float_accuracy]") {
+  for (const GateCase& k : gateCases()) {
+    CAPTURE(k.name);
+    const ddl::DeltaNetConfig c = accuracyNetConfig();
+    ddl::DeltaNet<float> netF(c, 3);
+    ddl::DeltaNet<double> netD(c, 3);
+    const Batch base = setUpGateCase(k, netF, netD);
+    MatX<float> logits;
+    netF.forward(base.X, logits);
+    for (const auto& block : netF.blocks()) {  // the calibration did what it says
+      CHECK(block.residual().beta().minCoeff() <= (std::isnan(k.block0Bias) ? k.betaLo : 0.2));
+      CHECK(block.residual().beta().maxCoeff() >= (std::isnan(k.block0Bias) ? k.betaHi : 1.8));
+    }
+    if (!std::isnan(k.block0Bias)) {  // block 0's gate bias gradient cancels ~3700 : 1 (in double, token by token)
+      double sum = 0, sumAbs = 0;
+      ddl::SoftmaxCrossEntropy<double> loss;
+      for (Index n = 0; n < base.X.cols(); ++n) {
+        ddl::zeroGrad(netD);
+        const MatX<double> x = base.X.col(n).cast<double>();
+        MatX<double> lg, dl;
+        netD.forward(x, lg);
+        loss.forward(lg, std::vector<int>{base.y[static_cast<std::size_t>(n)]});
+        loss.backward(dl);
+        netD.backward(dl);
+        netD.visitParams("", [&](const std::string& name, ddl::Param<double>& p) {
+          if (name == "blocks.0.delta.gate.fc2.bias") {
+            sum += p.grad(0, 0);
+            sumAbs += std::fabs(p.grad(0, 0));
+          }
+        });
+      }
+      CAPTURE(sum, sumAbs);
+      CHECK(sumAbs > 3000 * std::fabs(sum));
+      CHECK(sumAbs < 5000 * std::fabs(sum));
+    }
+    const std::vector<double> worst = checkSixOrders(netF, netD, base, k.bound);
+    CAPTURE(worst[0], worst[1], worst[2], worst[3], worst[4], worst[5]);
+    CHECK(median(worst) <= k.pytorchMedian);
+  }
+}
+
+// Not run by default (hidden tag): writes each gate case's float weights as a ddl checkpoint and its six
+// batch orders (x, labels y) where tools/float_accuracy_torch.py reads them to measure PyTorch's errors
+// quoted above: ddl_test_float_accuracy "[.torch_export]", then the script with the printed directory.
+TEST_CASE("DeltaNet gate cases written for PyTorch", "[.torch_export]") {
+  for (const GateCase& k : gateCases()) {
+    const ddl::DeltaNetConfig c = accuracyNetConfig();
+    ddl::DeltaNet<float> netF(c, 3);
+    ddl::DeltaNet<double> netD(c, 3);
+    const Batch base = setUpGateCase(k, netF, netD);
+    const std::string stem = torch_runner::tmpPath(std::string("gate_") + k.name);
+    ddl::saveCheckpoint(stem + ".ck.safetensors", netF, torch_runner::metaOf(c));
+    for (std::uint64_t order = 0; order < 6; ++order) {
+      const Batch b = order == 0 ? base : permuted(base, 100 + order);
+      MatX<float> y(1, static_cast<Index>(b.y.size()));
+      for (std::size_t j = 0; j < b.y.size(); ++j) y(0, static_cast<Index>(j)) = static_cast<float>(b.y[j]);
+      ddl::saveSafetensors<float>(stem + ".order" + std::to_string(order) + ".safetensors", {{"x", b.X}, {"y", y}});
+    }
+    std::cout << stem << "\n";
+  }
 }
 
 TEST_CASE("ConvDeltaNet float gradients at 16384 pixels stay close to double", "[float_accuracy][conv]") {
