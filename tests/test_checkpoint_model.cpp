@@ -2,6 +2,7 @@
 // shapes confirm it, and a resume refuses what it cannot follow exactly.
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -10,8 +11,10 @@
 #include "fixtures.hpp"
 #include "ddl/io/checkpoint.hpp"
 #include "ddl/nn/models/conv_delta_net_config.hpp"
+#include "ddl/nn/models/delta_lm.hpp"
 #include "ddl/nn/models/delta_net.hpp"
 #include "ddl/train/adamw.hpp"
+#include "ddl/train/saved_model.hpp"
 #include "ddl/train/trainer.hpp"
 
 using ddl::MatX;
@@ -85,7 +88,7 @@ TEST_CASE("configFromCheckpoint: sizes the tensors do not confirm are refused be
   refused("dv.safetensors", c, "\"readout.read.weight\" [1000]");
   c = good;
   c.block.compressorKernel = 100001;
-  refused("kernel.safetensors", c, "\"blocks.0.compress.conv.weight\" [100001]");
+  refused("kernel.safetensors", c, "\"blocks.0.compress.conv.weight\" [4, 100001]");
 }
 
 TEST_CASE("configFromCheckpoint: a ConvDeltaNet config is checked against the stem, stages and head",
@@ -211,4 +214,112 @@ TEST_CASE("checkpoint: the two-layer gate is named as nn.Linear names it, optimi
   lenient.allowExtraTensors = true;
   CHECK(contains(thrownMessage<ddl::IoError>([&] { ddl::loadCheckpoint(path, linearGate, lenient); }),
                  "tensor \"blocks.0.delta.gate.weight\" is missing (model parameter [1, 4], dtype F32)"));
+}
+
+namespace {
+
+// tests/fixtures/compressor: files written by ddl before the structured compressor kept one kernel per
+// feature (see the README there).
+std::string compressorFixture(const std::string& name) {
+  return (std::filesystem::path(__FILE__).parent_path() / "fixtures" / "compressor" / name).string();
+}
+
+MatX<double> fixtureTensor(const std::string& file, const std::string& name) {
+  ddl::SafetensorsReader r(compressorFixture(file));
+  const ddl::TensorInfo* t = r.header().find(name);
+  REQUIRE(t != nullptr);
+  return r.readTensor<double>(name, t->shape);
+}
+
+bool isKernel(const std::string& name) {
+  const std::string leaf = ".conv.weight";
+  return name.size() > leaf.size() && name.compare(name.size() - leaf.size(), leaf.size(), leaf) == 0;
+}
+
+// Every structured kernel of model is [rows, 3] of rows equal to the file's shared [3] kernel.
+template <class Model>
+void checkKernelRows(Model& model, const std::string& file, ddl::Index rows) {
+  ddl::SafetensorsReader r(compressorFixture(file));
+  int kernels = 0;
+  model.visitParams("", [&](const std::string& name, ddl::Param<double>& p) {
+    if (!isKernel(name)) return;
+    CAPTURE(name);
+    ++kernels;
+    const MatX<double> shared = r.readTensor<double>(name, {3});
+    CHECK(p.shape == std::vector<ddl::Index>{rows, 3});
+    for (ddl::Index i = 0; i < rows; ++i) CHECK(p.value.row(i) == shared.transpose());
+  });
+  CHECK(kernels > 0);
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint: a shared-kernel structured compressor written by older ddl loads as equal per-feature "
+          "rows and gives that net's logits bit for bit",
+          "[io][checkpoint][compressor]") {
+  const std::string netFile = "old_structured_deltanet.safetensors";
+  auto net = ddl::loadModel<ddl::DeltaNet<double>>(compressorFixture(netFile));
+  CHECK(net.config().block.compressor == ddl::CompressorKind::Structured);
+  CHECK(net.config().block.compressorKernel == 3);
+  CHECK(!net.config().block.compressorReadInit);  // the key is absent: the start was 1/dv
+  checkKernelRows(net, netFile, 4);
+  MatX<double> logits;
+  net.forwardInference(fixtureTensor("old_structured_deltanet_io.safetensors", "x"), logits);
+  CHECK(logits == fixtureTensor("old_structured_deltanet_io.safetensors", "logits"));
+
+  // The optimizer's moments of a shared kernel load as equal rows too, so the run can go on.
+  ddl::DeltaNet<double> resumed(net.config());
+  ddl::AdamW<double> opt;
+  ddl::loadCheckpoint(compressorFixture(netFile), resumed, opt);
+  CHECK(opt.stepCount() == 1);
+  ddl::SafetensorsReader r(compressorFixture(netFile));
+  int moments = 0;
+  opt.visitState([&](const std::string& name, MatX<double>& t) {
+    if (!isKernel(name.substr(0, name.rfind('.')))) return;
+    CAPTURE(name);
+    ++moments;
+    const MatX<double> shared = r.readTensor<double>("optim." + name, {3});
+    REQUIRE(t.rows() == 4);
+    for (ddl::Index i = 0; i < 4; ++i) CHECK(t.row(i) == shared.transpose());
+  });
+  CHECK(moments == 6);  // three kernels (two blocks, the readout), two moments each
+
+  // A kernel of another length is not a shared kernel: the usual shape error, naming the tensor.
+  ddl::DeltaNetConfig wider = net.config();
+  wider.block.compressorKernel = 4;
+  ddl::DeltaNet<double> other(wider);
+  const std::string m = thrownMessage<ddl::IoError>([&] { ddl::loadCheckpoint(compressorFixture(netFile), other); });
+  CHECK(contains(m, "blocks.0.compress.conv.weight"));
+
+  const std::string lmFile = "old_structured_lm.safetensors";
+  auto lm = ddl::loadModel<ddl::DeltaLM<double>>(compressorFixture(lmFile));
+  CHECK(lm.config().variant() == "cc");
+  checkKernelRows(lm, lmFile, 8);
+  const MatX<double> ids = fixtureTensor("old_structured_lm_io.safetensors", "ids");
+  ddl::TokenBatch batch;
+  batch.layout = ddl::TokenLayout::sequence(2, 3);
+  for (ddl::Index i = 0; i < ids.cols(); ++i) batch.ids.push_back(static_cast<int>(ids(0, i)));
+  MatX<double> lmLogits;
+  lm.forwardInference(batch, lmLogits);
+  CHECK(lmLogits == fixtureTensor("old_structured_lm_io.safetensors", "logits"));
+}
+
+TEST_CASE("checkpoint: the per-feature structured kernel and its read start round-trip", "[io][checkpoint][compressor]") {
+  ddl::DeltaNetConfig c = smallConfig();
+  c.dv = 3;
+  c.block.compressorKernel = 2;
+  c.block.compressorReadInit = 0.75;
+  ddl::DeltaNet<double> net(c, 9);
+  const std::string path = tmpPath("per_feature.safetensors");
+  ddl::saveModel(path, net);
+  CHECK(ddl::readSafetensorsHeader(path).find("blocks.0.compress.conv.weight")->shape ==
+        std::vector<std::int64_t>{c.d, 2});
+  auto back = ddl::loadModel<ddl::DeltaNet<double>>(path);
+  CHECK(back.config().block.compressorKernel == 2);
+  CHECK(back.config().block.compressorReadInit == 0.75);
+  const MatX<double> X = MatX<double>::Random(c.inputDim, 3);
+  MatX<double> a, b;
+  net.forwardInference(X, a);
+  back.forwardInference(X, b);
+  CHECK(a == b);
 }

@@ -43,7 +43,8 @@ Usage (Debian's python3-torch with /usr/bin/python3; the safetensors package is 
   ddl_torch.py selftest
       Checks the PyTorch DeltaLM against hand-written formulas: names and shapes of every variant,
       dv 1 + additive = a pre-norm GPT written out per position, EC at its init = repetition, EC's and
-      TC's channel order, TC with identity kernels = the free CC compressor, causality.
+      TC's channel order, TC with identity kernels = the free CC compressor, the structured CC = the
+      authors' ResidualShortConvCompressor (their unfold construction for K = dv), causality.
   ddl_torch.py logits --checkpoint CK --idx DIR [--part t10k] [--limit N] [--scale 255 --mean 0 --std 1]
       Runs the net on the IDX images of DIR (found as ddl::findIdxFiles does, raw or .gz), prints the
       accuracy and the first logits. Inputs are pixels / scale (ddl's IDX reader: / 255), then
@@ -204,8 +205,10 @@ class Compressor(nn.Module):
     """ddl::Compressor (CC): x_in[i] = sum_j W[i, j] X_j[i]. X: (N, dv, d) -> x_in: (N, d).
 
     free:       W (d, dv) is the parameter "weight".
-    structured: W[i, j] = w_eff[j] = sum_j' r[j'] a[j - j' + K/2] (terms with the index outside
-                [0, K) dropped), a = "conv.weight" [K], r = "read.weight" [dv].
+    structured: the authors' ResidualShortConvCompressor: per feature i a kernel a[i, :] slides along
+                the dv axis with p = (K - 1) // 2 zeros on the left, then a read vector r over dv:
+                W[i, j] = sum_j' r[j'] a[i, j - j' + p] (terms with the index outside [0, K) dropped),
+                a = "conv.weight" [d, K] (their "weight"), r = "read.weight" [dv] (their "read").
     """
 
     def __init__(self, d, dv, kind, kernel):
@@ -214,9 +217,9 @@ class Compressor(nn.Module):
         if kind == "free":
             self.weight = nn.Parameter(torch.full((d, dv), 1.0 / dv))
         elif kind == "structured":
-            if kernel < 1 or kernel % 2 == 0:
-                raise ValueError(f"compressor_kernel must be odd and >= 1, got {kernel}")
-            self.conv = Weight(kernel)
+            if kernel < 1:
+                raise ValueError(f"compressor_kernel must be >= 1, got {kernel}")
+            self.conv = Weight(d, kernel)
             self.read = Weight(dv)
         else:
             raise ValueError(f"unknown compressor '{kind}', expected free or structured")
@@ -226,14 +229,14 @@ class Compressor(nn.Module):
         if self.kind == "free":
             return self.weight
         a, r = self.conv.weight, self.read.weight
-        half = self.kernel // 2
-        w_eff = [a.new_zeros(()) for _ in range(self.dv)]
+        left = (self.kernel - 1) // 2
+        cols = [a.new_zeros(self.d) for _ in range(self.dv)]
         for jp in range(self.dv):
             for t in range(self.kernel):
-                j = jp + t - half
+                j = jp + t - left
                 if 0 <= j < self.dv:
-                    w_eff[j] = w_eff[j] + r[jp] * a[t]
-        return torch.stack(w_eff).unsqueeze(0).expand(self.d, -1)
+                    cols[j] = cols[j] + r[jp] * a[:, t]
+        return torch.stack(cols, dim=1)
 
     def forward(self, X):
         return torch.einsum("nji,ij->ni", X, self.channel_weights())
@@ -1066,6 +1069,8 @@ def selftest_command(args):
                         want["expand.weight"] = [d * dv, 1, K]
                     if variant.startswith("tc"):
                         want["blocks.1.compress.conv.weight"] = [d * dv, 1, K]
+                    elif dv > 1 and preset == "code":
+                        want["blocks.1.compress.conv.weight"] = [d, int(cfg["compressor_kernel"])]
                     if residual != "additive":
                         want.update({"blocks.0.attn_delta.gate.weight": [1, d], "blocks.0.attn_delta.gate.bias": [1],
                                      "blocks.0.mlp_delta.value.weight": [dv, d], "blocks.0.mlp_delta.value.bias": [dv]})
@@ -1154,7 +1159,30 @@ def selftest_command(args):
         report("TC = sum_j r_j sum_k w[i*dv+j, k] X_j[t-K+1+k][i]", _max_abs(comp(Xs, B, T).reshape(B, T, d), want),
                1e-13)
 
-    # 7. causal: changing the id at position t changes no logit before t and no other sequence
+    # 7. structured CC = the authors' construction: for K = dv, pad the kernel rows by K - 1 on both sides,
+    # take windows b = K - 1 + p down to p and x_conv[i, k] = sum_v X[i, v] window_b[v]; for any K, a
+    # per-feature cross-correlation along dv with p = (K - 1) // 2 zeros on the left; then sum_k r[k] x_conv
+    N, d = 5, 6
+    for dv, K in ((4, 4), (3, 3), (5, 2), (2, 5), (1, 4), (6, 1)):
+        comp = Compressor(d, dv, "structured", K).to(dt)
+        _randomize(comp, 1.0)
+        a, r = comp.conv.weight, comp.read.weight
+        X = torch.randn(N, dv, d, dtype=dt)
+        p = (K - 1) // 2
+        Xp = torch.nn.functional.pad(X.transpose(1, 2), (p, K - 1 - p))  # (N, d, dv + K - 1)
+        x_conv = torch.stack([(Xp[:, :, o:o + K] * a[None]).sum(-1) for o in range(dv)], dim=-1)  # (N, d, dv)
+        want = (x_conv * r).sum(-1)
+        if K == dv:
+            padded = torch.nn.functional.pad(a, (K - 1, K - 1))
+            b = torch.arange(K - 1 + p, p - 1, -1)
+            unfolded = padded.unfold(-1, K, 1)[:, b, :]  # (d, K, dv)
+            theirs = (torch.einsum("ndv,dkv->ndk", X.transpose(1, 2), unfolded) * r).sum(-1)
+            report(f"structured CC dv {dv} K {K} = the authors' unfold construction", _max_abs(want, theirs), 1e-13)
+        with torch.no_grad():
+            report(f"structured CC dv {dv} K {K} = per-feature same-padded conv along dv, then read",
+                   _max_abs(comp(X), want), 1e-13)
+
+    # 8. causal: changing the id at position t changes no logit before t and no other sequence
     for variant in ("dv1", "cc", "cc-ec", "tc", "tc-ec"):
         model = DeltaLM(lm_config(variant, "delta")).to(dt)
         _randomize(model)

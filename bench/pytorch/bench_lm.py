@@ -5,7 +5,7 @@ language-model timings.
 Model (tokens are rows here; defaults d 256, L 4, 4 heads, T 256, B 16, vocab 256, SwiGLU hidden
 floor(8d/3) = 682, preset "code", tied head): x = E[ids] -> X0 = x | repeat to dv | EC(x) -> L blocks ->
 z = X | readout(X) -> RMSNorm -> logits = E y. Block, for s in (attention, SwiGLU):
-    x_in = X (dv = 1) | CC(X) (structured: conv over dv, kernel 3, then a read vector) | TC(X)
+    x_in = X (dv = 1) | CC(X) (structured: a conv over dv per feature, kernel 4, then a read vector) | TC(X)
     c = RMSNorm_s(x_in);  h = F_s(c)
     attention: q, k, v, o without bias; RoPE (base 10000, half-split pairs) then RMSNorm per head on
                q and k; causal softmax(q.k / sqrt(d_h)); SwiGLU: W2 (silu(W1 c) * W3 c)
@@ -58,28 +58,27 @@ class Weight(nn.Module):
 
 
 class StructuredCC(nn.Module):
-    """x_in = sum_j w_eff[j] X_j, w_eff = Toeplitz(conv.weight) @ read.weight (same-padded conv over dv).
-    X: (N, dv, d) -> (N, d)."""
+    """The authors' structured CC: per feature a kernel conv.weight[i] (d, K) along dv, "same" padding with
+    (K - 1) // 2 zeros on the left, then read.weight (dv): W[i, j] = sum_j' r[j'] a[i, j - j' + p],
+    x_in[i] = sum_j W[i, j] X_j[i]. X: (N, dv, d) -> (N, d)."""
 
-    def __init__(self, dv: int, kernel: int = 3):
+    def __init__(self, d: int, dv: int, kernel: int = 4):
         super().__init__()
-        self.conv = Weight(kernel, 0.0)
+        self.conv = nn.Parameter(torch.randn(d, kernel) * (0.5 / d ** 0.5))
         self.read = Weight(dv, 1.0 / dv)
-        with torch.no_grad():
-            self.conv.weight[kernel // 2] = 1.0
-        half = kernel // 2
-        idx = torch.zeros(dv, dv, dtype=torch.long)  # index into [0, a_0 .. a_{K-1}]: 0 means outside
+        p = (kernel - 1) // 2
+        idx = torch.zeros(dv, dv, dtype=torch.long)  # W[:, j] = sum_j' r[j'] a_pad[:, idx[j, j']]: 0 means outside
         for j in range(dv):
             for jp in range(dv):
-                t = j - jp + half
+                t = j - jp + p
                 if 0 <= t < kernel:
                     idx[j, jp] = t + 1
         self.register_buffer("idx", idx, persistent=False)
 
     def forward(self, X: torch.Tensor, B: int, T: int) -> torch.Tensor:
-        a = torch.cat((self.conv.weight.new_zeros(1), self.conv.weight))
-        w_eff = a[self.idx] @ self.read.weight
-        return torch.matmul(w_eff, X)
+        a = torch.cat((self.conv.new_zeros(self.conv.shape[0], 1), self.conv), dim=1)
+        W = a[:, self.idx] @ self.read.weight  # (d, dv)
+        return torch.einsum("njd,dj->nd", X, W)
 
 
 class TokenConv(nn.Module):
@@ -230,7 +229,7 @@ class Block(nn.Module):
 def compressor_of(d: int, dv: int, kind: str, kernel: int) -> nn.Module:
     if dv == 1:
         return Squeeze()
-    return TokenConv(d, dv, kernel) if kind == "tc" else StructuredCC(dv)
+    return TokenConv(d, dv, kernel) if kind == "tc" else StructuredCC(d, dv)
 
 
 VARIANTS = {  # name -> (dv, residual, state compressor, EC)

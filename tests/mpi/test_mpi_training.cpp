@@ -164,9 +164,12 @@ TEST_CASE("P ranks equal one process: ConvDeltaNet, every kind, dv 1 and 4", "[m
   compareEveryKindAndDv<ddl::ConvDeltaNet>(convConfig, trainF, trainD);
 }
 
-// The float bound of dv = 4 above is not the reduction's: one process whose single input weight
-// differs by one ulp moves as far in the same 54 steps. (Each rank runs this alone.)
-TEST_CASE("float trajectories at dv = 4 amplify one ulp as much as the batch split does", "[mpi][exact]") {
+// The float noise floor of the same 54 steps: one process whose single input weight differs by one ulp.
+// With the shared-kernel compressor that started as the mean, dv = 4 moved by 2e-6 to 3e-5, as far as the
+// batch split; with the authors' per-feature compressor (random start) it moves by ~6e-8 to 8e-8, as dv = 1
+// does, while the split still reaches 1.1e-6 at P = 3 (write_only), so dv = 4 keeps its bound of 3e-5.
+// (Each rank runs this alone.)
+TEST_CASE("one ulp moves a float trajectory by less than the batch split's bound, at dv 1 and 4", "[mpi][exact]") {
   const ddl::Dataset<float> train = blobs<float>(10, 4, 100, 3);
   for (ddl::ResidualKind kind : {ddl::ResidualKind::Delta, ddl::ResidualKind::Additive})
     for (Index dv : {1, 4}) {
@@ -179,8 +182,8 @@ TEST_CASE("float trajectories at dv = 4 amplify one ulp as much as the batch spl
       tb.run();
       const double moved = globalRelDiff(ddl_test::paramValues(b), ddl_test::paramValues(a));
       INFO("kind " << ddl::toString(kind) << ", dv " << dv << ": one ulp moves the parameters by " << moved);
-      if (dv == 1) CHECK(moved < 1e-6);
-      else CHECK(moved > 1e-6);  // the float noise floor of this trajectory is above the goal's 1e-6
+      CHECK(moved > 0);
+      CHECK(moved < 1e-6);
     }
 }
 

@@ -46,6 +46,7 @@ class KeyValueReader {
     if (it == m_kv.end()) throw ValueError(message(m_fn, "missing key '", key, "'"));
     return it->second;
   }
+  bool has(const std::string& key) const { return m_kv.count(key) != 0; }
   double number(const std::string& key) const { return parseNumber(what(key), text(key)); }
   Index size(const std::string& key, Index lo) const { return parseInteger<Index>(what(key), text(key), lo, m_maxSize); }
   bool flag(const std::string& key) const { return parseInteger<int>(what(key), text(key), 0, 1) != 0; }

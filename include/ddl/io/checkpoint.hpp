@@ -8,8 +8,9 @@
 // as it is. Format version 3; older versions are still read: version 2 named the two-layer gate's
 // output bias "gate.bias" (now "gate.fc2.bias", as nn.Linear names it) and stored optimizer state as
 // [rows, cols] (a bias's moments as [n, 1]; now with the parameter's shape); version 1 also stored
-// every parameter as [rows, cols]. Optimizer state, when given, is stored under "optim." + name;
-// the step count, epoch, RNG state, model configuration, preset and ddl version go into the
+// every parameter as [rows, cols]. A structured compressor's kernel saved as one shared [K] loads as
+// [d, K] of equal rows (detail::isSharedCompressorKernel). Optimizer state, when given, is stored under
+// "optim." + name; the step count, epoch, RNG state, model configuration, preset and ddl version go into the
 // "__metadata__" strings (structured values as JSON text), so that a resume is bit-identical.
 //
 // Loading validates everything (header, names, shapes, dtypes, metadata and its ranges, every
@@ -159,6 +160,27 @@ inline std::string tensorNameInFile(const SafetensorsReader& r, const std::strin
   return r.header().find(legacy) ? legacy : name;
 }
 
+// Before the structured compressor kept one kernel per feature (docs/decisions.md, "Structured compressor"),
+// its kernel "<...>.conv.weight", now [d, K], was one [K] kernel shared by every feature: such a tensor
+// reads as d equal rows, which compress exactly as the shared kernel did. param is the parameter's name (an
+// optimizer state's without its slot); nothing else ddl wrote has a 1-D "conv.weight".
+inline bool isSharedCompressorKernel(const SafetensorsHeader& h, const std::string& key, const std::string& param,
+                                     const std::vector<std::int64_t>& shape) {
+  static const std::string leaf = ".conv.weight";
+  const TensorInfo* t = h.find(key);
+  return t != nullptr && shape.size() == 2 && t->shape.size() == 1 && t->shape[0] == shape[1] &&
+         param.size() > leaf.size() && param.compare(param.size() - leaf.size(), leaf.size(), leaf) == 0;
+}
+
+// The tensor `key` as a parameter (or its state) of `shape`, a shared compressor kernel broadcast to its rows.
+template <class S>
+MatX<S> readParamTensor(SafetensorsReader& r, const std::string& key, const std::string& param,
+                        const std::vector<std::int64_t>& shape, bool allowConversion) {
+  if (!isSharedCompressorKernel(r.header(), key, param, shape)) return r.template readTensor<S>(key, shape, allowConversion);
+  const MatX<S> kernel = r.template readTensor<S>(key, {shape[1]}, allowConversion);  // (K, 1)
+  return kernel.transpose().replicate(static_cast<Index>(shape[0]), 1);
+}
+
 // Reads and checks every model parameter into a temporary; returns the assignments to commit.
 template <class Model>
 std::vector<std::function<void()>> stageModel(SafetensorsReader& r, Model& model, const CheckpointLoadOptions& opt,
@@ -179,7 +201,7 @@ std::vector<std::function<void()>> stageModel(SafetensorsReader& r, Model& model
         formatVersion == 1 ? std::vector<std::int64_t>{static_cast<std::int64_t>(p.value.rows()),
                                                        static_cast<std::int64_t>(p.value.cols())}
                            : storedShape("ddl::loadCheckpoint", name, p);
-    MatX<S> staged = r.template readTensor<S>(key, shape, opt.allowConversion);
+    MatX<S> staged = readParamTensor<S>(r, key, name, shape, opt.allowConversion);
     const std::string bad = firstNonFinite(staged);
     if (!bad.empty())
       throw IoError("ddl::loadCheckpoint: " + r.path() + ": tensor \"" + name + "\" holds a non-finite value at " +
@@ -291,7 +313,7 @@ CheckpointMeta loadCheckpoint(const std::string& path, Model& model, Optimizer& 
       if (!r.header().find(key))
         throw IoError(std::string(fn) + ": " + path + ": optimizer tensor \"" + key + "\" is missing (state " +
                       shapeString(shape) + ", dtype " + dtypeName(DTypeOf<S>::value) + ")");
-      MatX<S> value = r.template readTensor<S>(key, shape, options.allowConversion);
+      MatX<S> value = detail::readParamTensor<S>(r, key, name.substr(0, name.rfind('.')), shape, options.allowConversion);
       const std::string bad = detail::firstNonFinite(value);
       if (!bad.empty())
         throw IoError(std::string(fn) + ": " + path + ": optimizer tensor \"" + key +

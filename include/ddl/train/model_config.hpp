@@ -52,8 +52,12 @@ inline void checkConfigShapes(const DeltaNetConfig& c, const SafetensorsHeader& 
   if (c.dv > 1) {
     if (c.block.compressor == CompressorKind::Structured) requireTensorShape(h, "readout.read.weight", {c.dv});
     else requireTensorShape(h, "readout.weight", {c.d, c.dv});
-    if (c.depth > 0 && c.block.compressor == CompressorKind::Structured)
-      requireTensorShape(h, "blocks.0.compress.conv.weight", {c.block.compressorKernel});
+    // The kernel [d, K], or the one [K] the shared-kernel form saved (io/checkpoint.hpp loads it as d rows).
+    const std::string kernel = "blocks.0.compress.conv.weight";
+    const TensorInfo* t = h.find(kernel);
+    if (c.depth > 0 && c.block.compressor == CompressorKind::Structured &&
+        !(t != nullptr && t->shape == std::vector<std::int64_t>{c.block.compressorKernel}))
+      requireTensorShape(h, kernel, {c.d, c.block.compressorKernel});
   }
   if (c.depth > 0 && r.residual != ResidualKind::Additive) {
     if (r.direction == DirectionSource::AuxiliaryMlp)

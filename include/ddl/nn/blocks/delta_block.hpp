@@ -10,6 +10,7 @@
 // comparison against the baseline changes one option. Parameter names: compress.* (dv > 1), norm.weight,
 // <branch name>.* (mlp.fc1.{weight,bias}, mlp.fc2.{weight,bias} for MlpBranch), delta.* (see
 // delta_residual.hpp).
+#include <optional>
 #include <string>
 
 #include "ddl/core/alias.hpp"
@@ -33,7 +34,8 @@ struct DeltaBlockOptions {
   Activation activation = Activation::GELU;
   double normEps = 1e-5;
   CompressorKind compressor = CompressorKind::Structured;  // dv > 1 only
-  Index compressorKernel = 3;
+  Index compressorKernel = 4;                   // Structured: taps per feature (the authors' default)
+  std::optional<double> compressorReadInit;     // Structured: the read vector's start; unset: 1/dv
   DeltaResidualOptions residual;
 
   DeltaBlockBranchOptions branch() const { return DeltaBlockBranchOptions{hidden, activation}; }
@@ -43,10 +45,11 @@ template <class S, class Branch = MlpBranch<S>>
 class DeltaBlock {
  public:
   DeltaBlock(Index d, Index dv, const DeltaBlockOptions& opt)
-      : m_d(checked(d, dv, opt)), m_dv(dv), m_compress(d, dv, opt.compressor, opt.compressorKernel),
+      : m_d(checked(d, dv, opt)), m_dv(dv), m_compress(d, dv, opt.compressor, opt.compressorKernel, opt.compressorReadInit),
         m_norm(d, opt.normEps), m_branch(d, opt.branch()), m_delta(d, dv, opt.residual) {}
 
-  // Seeded initialisation; draw order: the branch (MlpBranch: fc1, fc2), then the residual's params.
+  // Seeded initialisation; draw order: the branch (MlpBranch: fc1, fc2), the residual's params, the
+  // structured compressor's kernel (dv > 1).
   void init(Rng& rng);
 
   // X: (d, dv*N) with N = layout.tokens() -> Y: (d, dv*N). Y must not alias X.
@@ -117,6 +120,7 @@ template <class S, class Branch>
 void DeltaBlock<S, Branch>::init(Rng& rng) {
   m_branch.init(rng);
   m_delta.init(rng);
+  if (m_dv > 1) m_compress.init(rng);  // last: a free compressor draws nothing, so its nets keep their draws
 }
 
 template <class S, class Branch>

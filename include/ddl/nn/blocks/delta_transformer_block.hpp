@@ -64,7 +64,7 @@ class DeltaTransformerBlock {
  public:
   explicit DeltaTransformerBlock(const DeltaTransformerBlockConfig& cfg)
       : m_d(validated(cfg).d), m_dv(cfg.dv), m_overTokens(cfg.dv > 1 && cfg.compressor == StateCompressorKind::OverTokens),
-        m_compress(cfg.d, cfg.dv, cfg.block.compressor, cfg.block.compressorKernel),
+        m_compress(cfg.d, cfg.dv, cfg.block.compressor, cfg.block.compressorKernel, cfg.block.compressorReadInit),
         m_tc(cfg.d, cfg.dv, cfg.convKernel),
         m_attn(cfg.d, cfg.dv, cfg.block, CausalSelfAttention<S>(attentionConfig(cfg))),
         m_mlp(cfg.d, cfg.dv, cfg.block, SwiGluBranch<S>(cfg.d, DeltaBlockBranchOptions{cfg.hidden, Activation::SiLU})) {}

@@ -5,6 +5,7 @@
 //   -> y = conv 3x3 stride 2, padding 1 (cin -> cout): (cout, N') with N' the tokens of
 //   outputLayout(layout) (H' = ceil(H/2), W' = ceil(W/2)) -> Y = expand(y): (cout, dv*N').
 // Parameter names: compress.* (dv > 1), norm.weight, conv.{weight,bias}, expand.weight (EC, dv > 1).
+#include <optional>
 #include <string>
 
 #include "ddl/core/config.hpp"
@@ -25,11 +26,16 @@ template <class S>
 class StageTransition {
  public:
   StageTransition(Index cin, Index cout, Index dv, CompressorKind compressor, Index compressorKernel,
-                  bool learnedExpansion, double normEps)
-      : m_cin(cin), m_cout(cout), m_dv(dv), m_compress(cin, dv, compressor, compressorKernel), m_norm(cin, normEps),
+                  std::optional<double> compressorReadInit, bool learnedExpansion, double normEps)
+      : m_cin(cin), m_cout(cout), m_dv(dv), m_compress(cin, dv, compressor, compressorKernel, compressorReadInit),
+        m_norm(cin, normEps),
         m_conv(cin, cout, 3, 2, 1), m_expand(cout, dv, learnedExpansion) {}
 
-  void init(Rng& rng) { m_conv.init(rng); }
+  // Draw order: the conv, then the structured compressor's kernel (dv > 1).
+  void init(Rng& rng) {
+    m_conv.init(rng);
+    if (m_dv > 1) m_compress.init(rng);
+  }
 
   TokenLayout outputLayout(const TokenLayout& in) const { return m_conv.outputLayout(in); }
 

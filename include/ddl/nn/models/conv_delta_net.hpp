@@ -9,7 +9,8 @@
 // With ResidualKind::Additive the same class is the plain pre-norm residual CNN.
 // Parameter names: stem.*, expand.weight (EC), blocks.<i>.* (numbered over all stages),
 // transitions.<s-1>.* (before stage s), readout.* (dv > 1), norm.weight, head.*.
-// Initialisation from one seed; draw order: stem, then per stage its transition and blocks, head.
+// Initialisation from one seed; draw order: stem, then per stage its transition and blocks, head, the
+// structured readout's kernel (dv > 1).
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -44,7 +45,8 @@ class ConvDeltaNet {
   explicit ConvDeltaNet(const ConvDeltaNetConfig& config, std::uint64_t seed = 0);
 
   // Re-initialises every parameter exactly as a new net of this configuration and seed has it (RMSNorm
-  // gains, compressor and expansion weights included, which are not drawn) and clears the gradients.
+  // gains, free compressor, read vectors and expansion weights included, which are not drawn) and clears
+  // the gradients.
   void init(std::uint64_t seed);
 
  private:
@@ -58,6 +60,7 @@ class ConvDeltaNet {
       for (Index i = 0; i < m_cfg.depths[static_cast<std::size_t>(s)]; ++i) m_blocks[b++].init(rng);
     }
     m_head.init(rng);
+    if (m_cfg.dv > 1) m_readout.init(rng);
   }
 
  public:
@@ -157,7 +160,8 @@ ConvDeltaNet<S>::ConvDeltaNet(const ConvDeltaNetConfig& config, std::uint64_t se
     : m_cfg(validated(config)),
       m_stem(config.channels, config.widths[0], config.stemKernel, config.stemStride, config.stemKernel / 2),
       m_expand(config.widths[0], config.dv, config.learnedExpansion),
-      m_readout(config.widths.back(), config.dv, config.block.compressor, config.block.compressorKernel),
+      m_readout(config.widths.back(), config.dv, config.block.compressor, config.block.compressorKernel,
+                config.block.compressorReadInit),
       m_norm(config.widths.back(), config.finalNormEps), m_head(config.widths.back(), config.classes) {
   const Index stages = config.stages();
   m_transitions.reserve(static_cast<std::size_t>(stages));
@@ -166,7 +170,8 @@ ConvDeltaNet<S>::ConvDeltaNet(const ConvDeltaNetConfig& config, std::uint64_t se
     const Index w = config.widths[static_cast<std::size_t>(s)];
     if (s > 0)
       m_transitions.emplace_back(config.widths[static_cast<std::size_t>(s - 1)], w, config.dv, config.block.compressor,
-                                 config.block.compressorKernel, config.learnedExpansion, config.block.normEps);
+                                 config.block.compressorKernel, config.block.compressorReadInit,
+                                 config.learnedExpansion, config.block.normEps);
     DeltaBlockOptions opt = config.block;
     opt.hidden = config.branchRatio * w;
     for (Index i = 0; i < config.depths[static_cast<std::size_t>(s)]; ++i) {

@@ -10,6 +10,7 @@
 // with hidden = branchRatio * widths[s]. block.hidden must stay 0 (the width is per stage).
 // stemStride 2 makes the stem a stride-2 convolution (padding k/2), so stage 0 runs at ceil(H/2) x ceil(W/2).
 // Presets and residual kinds are those of DeltaNetConfig (applyPreset works on block.residual alike).
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -60,8 +61,9 @@ struct ConvDeltaNetConfig {
     require(dv >= 1, fn, "dv must be >= 1, got ", dv);
     require(block.hidden == 0, fn, "block.hidden must be 0: the branch width is branchRatio * stage width");
     require(block.normEps >= 0 && finalNormEps >= 0, fn, "RMSNorm eps must be >= 0");
-    require(block.compressorKernel >= 1 && block.compressorKernel % 2 == 1, fn,
-            "compressorKernel must be odd and >= 1, got ", block.compressorKernel);
+    require(block.compressorKernel >= 1, fn, "compressorKernel must be >= 1, got ", block.compressorKernel);
+    require(!block.compressorReadInit || std::isfinite(*block.compressorReadInit), fn,
+            "compressorReadInit must be finite, got ", block.compressorReadInit.value_or(0.0));
     block.residual.validate(fn);
   }
 

@@ -6,10 +6,10 @@
 // separate head.weight [V, d]. Configuration and variants: nn/models/delta_lm_config.hpp.
 //
 // Initialisation (the authors' code, docs/spec.md §8), from one seed: every parameter with two or more
-// dimensions ~ N(0, (0.5/sqrt(d))²), the two output projections of each block (attn.o, mlp.fc2)
-// ~ N(0, (0.5/sqrt(d)/sqrt(L))²), the embedding ~ N(0, 0.02²); one-dimensional parameters keep their
-// module's start (gate bias logit(beta0/2), value bias 0, read vectors 1/dv, gains 1, the CC kernel a
-// centred delta) and EC starts as the copy of the current token. Draws in visitParams order; the
+// dimensions ~ N(0, (0.5/sqrt(d))²) (the structured CC kernel [d, K] too), the two output projections of
+// each block (attn.o, mlp.fc2) ~ N(0, (0.5/sqrt(d)/sqrt(L))²), the embedding ~ N(0, 0.02²); one-dimensional
+// parameters keep their module's start (gate bias logit(beta0/2), value bias 0, read vectors 1/dv or
+// compressorReadInit, gains 1) and EC starts as the copy of the current token. Draws in visitParams order; the
 // rule reads each parameter's declared role (core/param.hpp ParamRole), not its name.
 //
 // Tied head: the head's matrix is refreshed from E before every forward and its gradient is folded into
@@ -232,7 +232,8 @@ DeltaLM<S>::DeltaLM(const DeltaLMConfig& config, std::uint64_t seed)
       m_overTokens(config.dv > 1 && config.stateCompressor == StateCompressorKind::OverTokens),
       m_embed(config.vocab, config.d, m_initRng), m_expand(config.d, config.dv, false),
       m_convExpand(config.d, config.dv, config.convKernel),
-      m_readout(config.d, config.dv, config.block.compressor, config.block.compressorKernel),
+      m_readout(config.d, config.dv, config.block.compressor, config.block.compressorKernel,
+                config.block.compressorReadInit),
       m_tcReadout(config.d, config.dv, config.convKernel), m_norm(config.d, config.finalNormEps),
       m_head(config.d, config.vocab, /*bias=*/false) {
   m_blocks.reserve(static_cast<std::size_t>(config.depth));

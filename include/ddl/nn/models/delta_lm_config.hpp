@@ -16,6 +16,7 @@
 // depth, heads, context, hidden (SwiGLU width, resolved), variant, state_compressor (cc | tc),
 // conv_kernel (TC and EC), tied_head, rope_base, qk_norm, and the options every Delta net shares
 // (dv, learned_expansion, preset, norm_eps, compressor (the CC form), residual, gate, value, ...).
+#include <cmath>
 #include <string>
 
 #include "ddl/core/error.hpp"
@@ -96,6 +97,8 @@ struct DeltaLMConfig {
     require(convKernel >= 1, fn, "conv_kernel must be >= 1, got ", convKernel);
     require(ropeBase > 0 && std::isfinite(ropeBase), fn, "rope_base must be finite and > 0, got ", ropeBase);
     require(block.normEps >= 0 && finalNormEps >= 0, fn, "RMSNorm eps must be >= 0");
+    require(!block.compressorReadInit || std::isfinite(*block.compressorReadInit), fn,
+            "compressorReadInit must be finite, got ", block.compressorReadInit.value_or(0.0));
     require(block.activation == Activation::SiLU, fn, "the SwiGLU sublayer gates with silu, got activation ",
             toString(block.activation));
     require(block.residual.direction == DirectionSource::BranchOutput, fn,

@@ -4,7 +4,8 @@
 //   -> readout CC (dv > 1) -> RMSNorm -> Linear head -> logits (classes, N).
 // A plain residual network is the same class with block.residual.residual = Additive.
 // Parameter names: input.*, expand.weight (EC), blocks.<i>.*, readout.* (dv > 1), norm.weight, head.*.
-// Initialisation from one seed; draw order: input, blocks in order, head (torch.nn.Linear default).
+// Initialisation from one seed; draw order: input, blocks in order, head (torch.nn.Linear default), the
+// structured readout's kernel (dv > 1).
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -31,7 +32,8 @@ class DeltaNet {
   explicit DeltaNet(const DeltaNetConfig& config, std::uint64_t seed = 0);
 
   // Re-initialises every parameter exactly as a new net of this configuration and seed has it (RMSNorm
-  // gains, compressor and expansion weights included, which are not drawn) and clears the gradients.
+  // gains, free compressor, read vectors and expansion weights included, which are not drawn) and clears
+  // the gradients.
   void init(std::uint64_t seed);
 
  private:
@@ -41,6 +43,7 @@ class DeltaNet {
     m_input.init(rng);
     for (auto& b : m_blocks) b.init(rng);
     m_head.init(rng);
+    if (m_cfg.dv > 1) m_readout.init(rng);
   }
 
  public:
@@ -116,7 +119,8 @@ class DeltaNet {
 template <class S>
 DeltaNet<S>::DeltaNet(const DeltaNetConfig& config, std::uint64_t seed)
     : m_cfg(validated(config)), m_input(config.inputDim, config.d), m_expand(config.d, config.dv, config.learnedExpansion),
-      m_readout(config.d, config.dv, config.block.compressor, config.block.compressorKernel),
+      m_readout(config.d, config.dv, config.block.compressor, config.block.compressorKernel,
+                config.block.compressorReadInit),
       m_norm(config.d, config.finalNormEps), m_head(config.d, config.classes) {
   m_blocks.reserve(static_cast<std::size_t>(config.depth));
   for (Index i = 0; i < config.depth; ++i) m_blocks.emplace_back(config.d, config.dv, config.block);

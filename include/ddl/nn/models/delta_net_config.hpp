@@ -4,9 +4,10 @@
 //
 // Presets (the residual kind is independent: "code" + additive is the plain residual baseline):
 //   code : k-Map, SqrtEps eps_k = 1e-5, linear gate, beta0 = 1, SigmoidScaled value (s = 4) on raw
-//          x / x_in, structured CC for dv > 1, RMSNorm eps = 1e-5            (the authors' code)
+//          x / x_in, structured CC (K = 4 per feature) for dv > 1, RMSNorm eps = 1e-5 (the authors' code)
 //   paper: as code, but Linear value on c and free CC weights                 (latest paper)
 //   v1   : auxiliary MLP_k(Pool X) direction, AddEps, two-layer tanh gate, value from the branch
+#include <cmath>
 #include <map>
 #include <string>
 
@@ -44,6 +45,8 @@ struct DeltaNetConfig {
     require(dv >= 1, fn, "dv must be >= 1, got ", dv);
     require(block.hidden >= 0, fn, "hidden must be >= 0 (0 means 4 d), got ", block.hidden);
     require(block.normEps >= 0 && finalNormEps >= 0, fn, "RMSNorm eps must be >= 0");
+    require(!block.compressorReadInit || std::isfinite(*block.compressorReadInit), fn,
+            "compressorReadInit must be finite, got ", block.compressorReadInit.value_or(0.0));
     block.residual.validate(fn);
   }
 
@@ -69,6 +72,8 @@ void putSharedOptions(KeyValueWriter& w, const Config& c) {
   w.put("norm_eps", c.block.normEps);
   w.put("compressor", toString(c.block.compressor));
   w.put("compressor_kernel", c.block.compressorKernel);
+  // Written resolved (unset = 1/dv), so a reader needs no default rule.
+  w.put("compressor_read_init", c.block.compressorReadInit.value_or(1.0 / static_cast<double>(c.dv)));
   w.put("residual", toString(r.residual));
   w.put("direction", toString(r.direction));
   w.put("direction_norm", toString(r.norm));
@@ -93,6 +98,9 @@ void readSharedOptions(const KeyValueReader& in, Config& c) {
   c.block.normEps = in.number("norm_eps");
   c.block.compressor = parseCompressorKind(in.text("compressor"));
   c.block.compressorKernel = in.size("compressor_kernel", 1);
+  // Absent from checkpoints written before the per-feature kernel: their read vectors started at 1/dv.
+  c.block.compressorReadInit.reset();
+  if (in.has("compressor_read_init")) c.block.compressorReadInit = in.number("compressor_read_init");
   DeltaResidualOptions& r = c.block.residual;
   r.residual = parseResidualKind(in.text("residual"));
   r.direction = parseDirectionSource(in.text("direction"));
