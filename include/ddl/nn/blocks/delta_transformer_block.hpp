@@ -64,10 +64,13 @@ class DeltaTransformerBlock {
  public:
   explicit DeltaTransformerBlock(const DeltaTransformerBlockConfig& cfg)
       : m_d(validated(cfg).d), m_dv(cfg.dv), m_overTokens(cfg.dv > 1 && cfg.compressor == StateCompressorKind::OverTokens),
-        m_compress(cfg.d, cfg.dv, cfg.block.compressor, cfg.block.compressorKernel, cfg.block.compressorReadInit),
-        m_tc(cfg.d, cfg.dv, cfg.convKernel),
         m_attn(cfg.d, cfg.dv, cfg.block, CausalSelfAttention<S>(attentionConfig(cfg))),
-        m_mlp(cfg.d, cfg.dv, cfg.block, SwiGluBranch<S>(cfg.d, DeltaBlockBranchOptions{cfg.hidden, Activation::SiLU})) {}
+        m_mlp(cfg.d, cfg.dv, cfg.block, SwiGluBranch<S>(cfg.d, DeltaBlockBranchOptions{cfg.hidden, Activation::SiLU})) {
+    if (m_overTokens)
+      m_tc.emplace(cfg.d, cfg.dv, cfg.convKernel);
+    else if (cfg.dv > 1)
+      m_compress.emplace(cfg.d, cfg.dv, cfg.block.compressor, cfg.block.compressorKernel, cfg.block.compressorReadInit);
+  }
 
   // The modules' own initialisation (torch.nn defaults, gate bias logit(beta0/2), gains 1); DeltaLM
   // then redraws the matrices as docs/spec.md §8 prescribes. Draw order: attention, its residual, SwiGLU,
@@ -99,19 +102,18 @@ class DeltaTransformerBlock {
   void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX);
 
   // Incremental decoding of one sequence: the attention's keys and values of the positions so far,
-  // with TC the last K states each sublayer's compressor read, and one position's scratch. The CC
-  // compressor is a copy: its forwardInference writes the module (its effective weights), so a decoder
-  // runs its own and shares nothing it writes with other decoders.
+  // with TC the last K states each sublayer's compressor read, the workspaces of the rewrites and CC,
+  // and one position's scratch: a decoder writes only its own state.
   struct DecodeState {
     typename CausalSelfAttention<S>::DecodeCache attention;
     typename TokenCompressor<S>::StepCache attnTc, mlpTc;
     typename DeltaResidual<S>::Workspace attnDelta, mlpDelta;
-    std::optional<Compressor<S>> compress;  // CC (dv > 1): its weights at startDecode
+    typename Compressor<S>::Workspace compress;  // CC (dv > 1)
     typename SwiGluBranch<S>::Workspace mlp;
     MatX<S> mid, xin, c, h;  // one position: (d, dv), (d, 1) x 3
   };
-  // Empties state for up to `capacity` positions and copies CC's weights into it
-  // (allocates the first time; the first step sizes the scratch). Reads the block only.
+  // Empties state for up to `capacity` positions (allocates the first time; the first step sizes the
+  // scratch). Reads the block only.
   void startDecode(DecodeState& state, Index capacity) const;
 
   // The next position of the sequence: Xt (d, dv) its state -> Yt (d, dv), equal (to rounding) to that
@@ -122,9 +124,9 @@ class DeltaTransformerBlock {
   template <class F>
   void visitParams(const std::string& prefix, F&& f) {
     if (m_overTokens)
-      m_tc.visitParams(joinName(prefix, "compress"), f);
+      m_tc->visitParams(joinName(prefix, "compress"), f);
     else if (m_dv > 1)
-      m_compress.visitParams(joinName(prefix, "compress"), f);
+      m_compress->visitParams(joinName(prefix, "compress"), f);
     m_attn.norm.visitParams(joinName(prefix, "attn_norm"), f);
     m_attn.branch.visitParams(joinName(prefix, "attn"), f);
     m_attn.delta.visitParams(joinName(prefix, "attn_delta"), f);
@@ -193,8 +195,8 @@ class DeltaTransformerBlock {
 
   Index m_d, m_dv;
   bool m_overTokens;          // TC (dv > 1); else CC
-  Compressor<S> m_compress;   // CC, dv > 1
-  TokenCompressor<S> m_tc;    // TC, dv > 1
+  std::optional<Compressor<S>> m_compress;  // CC, dv > 1 (each exists only in its variant)
+  std::optional<TokenCompressor<S>> m_tc;    // TC, dv > 1
   Sublayer<CausalSelfAttention<S>> m_attn;
   Sublayer<SwiGluBranch<S>> m_mlp;
   Activations m_acts;   // of the last forward
@@ -232,10 +234,8 @@ template <class S>
 void DeltaTransformerBlock<S>::startDecode(DecodeState& state, Index capacity) const {
   m_attn.branch.startDecode(state.attention, capacity);
   if (m_overTokens) {
-    m_tc.startStep(state.attnTc);
-    m_tc.startStep(state.mlpTc);
-  } else if (m_dv > 1) {
-    state.compress = m_compress;
+    m_tc->startStep(state.attnTc);
+    m_tc->startStep(state.mlpTc);
   }
 }
 
@@ -244,14 +244,12 @@ void DeltaTransformerBlock<S>::forwardStep(const Eigen::Ref<const MatX<S>>& Xt, 
   const char* fn = "ddl::DeltaTransformerBlock::forwardStep";
   checkShape(fn, "Xt", Xt, m_d, m_dv);
   requireNoAlias(fn, "Xt", Xt, "Yt", Yt);
-  if (m_dv > 1 && !m_overTokens && !st.compress)
-    throw Error(message(fn, "call startDecode first"));
   const auto compress = [&](typename TokenCompressor<S>::StepCache& tc) {
     return [&](const Eigen::Ref<const MatX<S>>& X, MatX<S>& xin) {
       if (m_overTokens)
-        m_tc.forwardStep(X, tc, xin);
+        m_tc->forwardStep(X, tc, xin);
       else
-        st.compress->forwardInference(X, xin);
+        m_compress->forwardInference(X, xin, st.compress);
     };
   };
   const auto rewrite = [](const DeltaResidual<S>& r, typename DeltaResidual<S>::Workspace& ws) {
@@ -288,9 +286,9 @@ void DeltaTransformerBlock<S>::runSublayer(Sublayer<Branch>& s, const Eigen::Ref
       X, Y, a.xin, a.c, a.h,
       [&](const Eigen::Ref<const MatX<S>>& x, MatX<S>& xin) {
         if (m_overTokens)
-          train ? m_tc.forward(x, layout, xin, a.tc) : m_tc.forwardInference(x, layout, xin);
+          train ? m_tc->forward(x, layout, xin, a.tc) : m_tc->forwardInference(x, layout, xin);
         else
-          train ? m_compress.forward(x, xin, a.cc) : m_compress.forwardInference(x, xin);
+          train ? m_compress->forward(x, xin, a.cc) : m_compress->forwardInference(x, xin);
       },
       [&](const auto& in, MatX<S>& c) { train ? s.norm.forward(in, c) : s.norm.forwardInference(in, c); },
       [&](const MatX<S>& c, MatX<S>& h) {
@@ -314,9 +312,9 @@ void DeltaTransformerBlock<S>::runBackward(Sublayer<Branch>& s, const SublayerAc
     dX += s.dXin;
   } else {
     if (m_overTokens)
-      m_tc.backward(s.dXin, s.dXc, a.tc);
+      m_tc->backward(s.dXin, s.dXc, a.tc);
     else
-      m_compress.backward(s.dXin, s.dXc, a.cc);
+      m_compress->backward(s.dXin, s.dXc, a.cc);
     dX += s.dXc;
   }
 }

@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -86,13 +87,13 @@ class DeltaLM {
   template <class F>
   void visitParams(const std::string& prefix, F&& f) {
     m_embed.visitParams(joinName(prefix, "embed"), f);
-    if (m_ec) m_convExpand.visitParams(joinName(prefix, "expand"), f);
+    if (m_ec) m_convExpand->visitParams(joinName(prefix, "expand"), f);
     for (std::size_t i = 0; i < m_blocks.size(); ++i)
       m_blocks[i].visitParams(joinName(prefix, "blocks." + std::to_string(i)), f);
     if (m_overTokens)
-      m_tcReadout.visitParams(joinName(prefix, "readout"), f);
+      m_tcReadout->visitParams(joinName(prefix, "readout"), f);
     else if (m_cfg.dv > 1)
-      m_readout.visitParams(joinName(prefix, "readout"), f);
+      m_readout->visitParams(joinName(prefix, "readout"), f);
     m_norm.visitParams(joinName(prefix, "norm"), f);
     if (!m_cfg.tiedHead) m_head.visitParams(joinName(prefix, "head"), f);
   }
@@ -213,10 +214,10 @@ class DeltaLM {
   Rng m_initRng;  // consumed by the embedding's constructor; initialize() redraws everything
   Embedding<S> m_embed;
   Expansion<S> m_expand;          // repetition (no parameters)
-  ConvExpansion<S> m_convExpand;  // EC
+  std::optional<ConvExpansion<S>> m_convExpand;  // EC; each variant's module exists only in that variant
   std::vector<DeltaTransformerBlock<S>> m_blocks;
-  Compressor<S> m_readout;        // CC
-  TokenCompressor<S> m_tcReadout; // TC
+  std::optional<Compressor<S>> m_readout;         // CC
+  std::optional<TokenCompressor<S>> m_tcReadout;  // TC
   RmsNorm<S> m_norm;
   Linear<S> m_head;
   TokenLayout m_layout;
@@ -231,11 +232,13 @@ DeltaLM<S>::DeltaLM(const DeltaLMConfig& config, std::uint64_t seed)
     : m_cfg(validated(config)), m_ec(config.dv > 1 && config.learnedExpansion),
       m_overTokens(config.dv > 1 && config.stateCompressor == StateCompressorKind::OverTokens),
       m_embed(config.vocab, config.d, m_initRng), m_expand(config.d, config.dv, false),
-      m_convExpand(config.d, config.dv, config.convKernel),
-      m_readout(config.d, config.dv, config.block.compressor, config.block.compressorKernel,
-                config.block.compressorReadInit),
-      m_tcReadout(config.d, config.dv, config.convKernel), m_norm(config.d, config.finalNormEps),
-      m_head(config.d, config.vocab, /*bias=*/false) {
+      m_norm(config.d, config.finalNormEps), m_head(config.d, config.vocab, /*bias=*/false) {
+  if (m_ec) m_convExpand.emplace(config.d, config.dv, config.convKernel);
+  if (m_overTokens)
+    m_tcReadout.emplace(config.d, config.dv, config.convKernel);
+  else if (config.dv > 1)
+    m_readout.emplace(config.d, config.dv, config.block.compressor, config.block.compressorKernel,
+                      config.block.compressorReadInit);
   m_blocks.reserve(static_cast<std::size_t>(config.depth));
   for (Index i = 0; i < config.depth; ++i) m_blocks.emplace_back(config.blockConfig());
   m_acts.states.resize(static_cast<std::size_t>(config.depth) + 1);
@@ -280,7 +283,7 @@ void DeltaLM<S>::run(const char* fn, const TokenBatch& batch, MatX<S>& logits, A
       [&](MatX<S>& x) { train ? m_embed.forward(batch.ids, x) : m_embed.forwardInference(batch.ids, x); },
       [&](const MatX<S>& x, MatX<S>& X0) { train ? m_expand.forward(x, X0) : m_expand.forwardInference(x, X0); },
       [&](const MatX<S>& x, MatX<S>& X0) {
-        train ? m_convExpand.forward(x, layout, X0) : m_convExpand.forwardInference(x, layout, X0);
+        train ? m_convExpand->forward(x, layout, X0) : m_convExpand->forwardInference(x, layout, X0);
       });
   for (std::size_t i = 0; i < m_blocks.size(); ++i) {
     if (train)
@@ -290,9 +293,9 @@ void DeltaLM<S>::run(const char* fn, const TokenBatch& batch, MatX<S>& logits, A
   }
   readout(
       state(m_blocks.size()), a.xin, a.z,
-      [&](const MatX<S>& X, MatX<S>& xin) { train ? m_readout.forward(X, xin) : m_readout.forwardInference(X, xin); },
+      [&](const MatX<S>& X, MatX<S>& xin) { train ? m_readout->forward(X, xin) : m_readout->forwardInference(X, xin); },
       [&](const MatX<S>& X, MatX<S>& xin) {
-        train ? m_tcReadout.forward(X, layout, xin) : m_tcReadout.forwardInference(X, layout, xin);
+        train ? m_tcReadout->forward(X, layout, xin) : m_tcReadout->forwardInference(X, layout, xin);
       },
       [&](const MatX<S>& in, MatX<S>& z) { train ? m_norm.forward(in, z) : m_norm.forwardInference(in, z); });
   refreshTiedHead();
@@ -320,9 +323,9 @@ void DeltaLM<S>::backward(const MatX<S>& dLogits) {
   } else {
     m_norm.backward(m_dz, m_dz);
     if (m_overTokens)
-      m_tcReadout.backward(m_dz, m_dA);
+      m_tcReadout->backward(m_dz, m_dA);
     else
-      m_readout.backward(m_dz, m_dA);
+      m_readout->backward(m_dz, m_dA);
   }
   for (std::size_t i = m_blocks.size(); i-- > 0;) {
     m_blocks[i].backward(m_dA, m_dB);
@@ -332,7 +335,7 @@ void DeltaLM<S>::backward(const MatX<S>& dLogits) {
     m_embed.backward(m_dA);
   } else {
     if (m_ec)
-      m_convExpand.backward(m_dA, m_dx);
+      m_convExpand->backward(m_dA, m_dx);
     else
       m_expand.backward(m_dA, m_dx);
     m_embed.backward(m_dx);

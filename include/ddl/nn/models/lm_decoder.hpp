@@ -6,8 +6,7 @@
 // keys and values of the positions so far (and, for TC, the last K states each compressor read), EC's
 // and the TC readout's last K inputs, one position's scratch, the head's product workspace and the
 // sampling scratch. The model is only read, so several decoders (one per thread) may decode from one
-// model at once; the model must outlive its decoders and keep its weights while they decode (start
-// copies the few weights whose modules write themselves when applied: the rewrites and CC).
+// model at once; the model must outlive its decoders and keep its weights while they decode.
 //
 // A position costs O(t d) attention plus the per-token layers: step(id) runs the modules' step
 // arithmetic and gives that position's column of DeltaLM::forwardInference over the sequence so far, to
@@ -19,7 +18,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <optional>
 #include <utility>
 #include <vector>
 
@@ -80,7 +78,7 @@ class LmDecoder {
   std::vector<typename DeltaTransformerBlock<S>::DecodeState> m_blocks;
   typename ConvExpansion<S>::StepCache m_expand;     // EC's last K embeddings
   typename TokenCompressor<S>::StepCache m_readout;  // TC's last K states
-  std::optional<Compressor<S>> m_cc;                 // the CC readout's copy (see the header comment)
+  typename Compressor<S>::Workspace m_cc;            // the CC readout's
   Index m_length = 0, m_capacity = 0;
   std::vector<int> m_id;                             // the step's id
   MatX<S> m_x, m_a, m_b, m_xin, m_z;                 // one position: embedding, states (in turn), readout, norm
@@ -97,9 +95,8 @@ void LmDecoder<S>::start(Index capacity) {
           lm.m_cfg.context, "] (the context), got ", capacity);
   m_blocks.resize(lm.m_blocks.size());
   for (std::size_t i = 0; i < lm.m_blocks.size(); ++i) lm.m_blocks[i].startDecode(m_blocks[i], capacity);
-  if (lm.m_ec) lm.m_convExpand.startStep(m_expand);
-  if (lm.m_overTokens) lm.m_tcReadout.startStep(m_readout);
-  if (lm.m_cfg.dv > 1 && !lm.m_overTokens) m_cc = lm.m_readout;
+  if (lm.m_ec) lm.m_convExpand->startStep(m_expand);
+  if (lm.m_overTokens) lm.m_tcReadout->startStep(m_readout);
   m_length = 0;
   m_capacity = capacity;
 }
@@ -118,14 +115,14 @@ void LmDecoder<S>::step(int id, MatX<S>& logits) {
   lm.input(
       m_x, m_a, [&](MatX<S>& x) { lm.m_embed.forwardInference(m_id, x); },
       [&](const MatX<S>& x, MatX<S>& X0) { lm.m_expand.forwardInference(x, X0); },
-      [&](const MatX<S>& x, MatX<S>& X0) { lm.m_convExpand.forwardStep(x, m_expand, X0); });
+      [&](const MatX<S>& x, MatX<S>& X0) { lm.m_convExpand->forwardStep(x, m_expand, X0); });
   for (std::size_t i = 0; i < lm.m_blocks.size(); ++i) {
     lm.m_blocks[i].forwardStep(*cur, m_blocks[i], *next);
     std::swap(cur, next);
   }
   lm.readout(
-      *cur, m_xin, m_z, [&](const MatX<S>& X, MatX<S>& xin) { m_cc->forwardInference(X, xin); },
-      [&](const MatX<S>& X, MatX<S>& xin) { lm.m_tcReadout.forwardStep(X, m_readout, xin); },
+      *cur, m_xin, m_z, [&](const MatX<S>& X, MatX<S>& xin) { lm.m_readout->forwardInference(X, xin, m_cc); },
+      [&](const MatX<S>& X, MatX<S>& xin) { lm.m_tcReadout->forwardStep(X, m_readout, xin); },
       [&](const MatX<S>& in, MatX<S>& z) { lm.m_norm.forwardInference(in, z); });
   if (lm.m_cfg.tiedHead)  // the head's product code on E itself: the bits of the refreshed head
     Linear<S>::apply(lm.m_embed.weight().value, nullptr, m_z, logits, m_head);
