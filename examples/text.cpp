@@ -71,9 +71,10 @@ void declareOptions(ddl::cli::CommandLine& cli) {
       .option("clip", "C", "global gradient-norm clipping (0 = off)", "1");
   declareOutputOptions(cli, "out/text");
   cli.section("sampling")
-      .option("generate", "TEXT", "sample from the checkpoint in --out after TEXT (a model of tokens: ids, '464 2068') and exit")
-      .option("prompt", "TEXT", "prompt of the sample printed after training (tokens: ids; default the first "
-              "validation token)", "The ")
+      .option("generate", "TEXT", "sample from the checkpoint in --out after TEXT (a model of tokens: ids, '464 2068', "
+              "or text with --tokenizer) and exit")
+      .option("prompt", "TEXT", "prompt of the sample printed after training (tokens: ids, or text with --tokenizer; "
+              "default the first validation token)", "The ")
       .option("sample-tokens", "N", "bytes (tokens) to sample", "300")
       .option("temperature", "X", "softmax temperature (> 0)", "0.8")
       .option("top-k", "K", "sample among the K most likely bytes (tokens)", "40");
