@@ -431,7 +431,9 @@ std::optional<ddl::BpeTokenizer> openTokenizer(const ddl::cli::CommandLine& cli,
   if (!cli.has("tokenizer")) return std::nullopt;
   if (byteModel(cfg) || (!cli.has("tokens") && !cli.has("generate")))
     throw ddl::ValueError("--tokenizer " + cli.text("tokenizer") + " reads and writes the ids of token files as text: "
-                          "give it with --tokens (and --vocab); a run on bytes (no --tokens) reads and writes text already");
+                          "give it with --tokens (and --vocab); " +
+                          (cli.has("generate") ? "the checkpoint in --out is a model of bytes, which reads and writes text already"
+                                               : "a run on bytes (no --tokens) reads and writes text already"));
   std::optional<ddl::BpeTokenizer> tok;
   try {
     tok.emplace(ddl::BpeTokenizer::fromDirectory(cli.text("tokenizer")));

@@ -75,6 +75,9 @@ refused() {  # refused CODE MESSAGE ARGS...: ddl-text ARGS exits with CODE and p
 }
 refused 1 "give it with --tokens" --data "$work/text.txt" --tokenizer "$bpe" --steps 1 --epochs 1 --out "$work/bytes"
 [ ! -e "$work/bytes" ] || fail "a refused --tokenizer left the folder $work/bytes"
+"$exe" --data "$work/text.txt" --width 16 --depth 1 --heads 2 --context 16 --steps 1 --epochs 1 --sample-tokens 1 \
+  --threads 1 --out "$work/bytes" > /dev/null || fail "a byte run failed"
+refused 1 "the checkpoint in --out is a model of bytes" --out "$work/bytes" --tokenizer "$bpe" --generate "hello"
 refused 1 "has 273 ids, more than the model's vocabulary of 272 (--vocab)" "${bpedata[@]}" --vocab 272 "${model[@]}" \
   --steps 1 --epochs 1 --out "$work/small-vocab"
 refused 2 "holds none of tokenizer.json" --tokens "$work/bpe_train.bin" --val-tokens "$work/bpe_val.bin" \
