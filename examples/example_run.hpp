@@ -194,6 +194,12 @@ struct DataError : IoError {
   using IoError::IoError;
 };
 
+// A file given by an option other than the data's (ddl-text's --tokenizer) is unusable: exit 2 with the
+// message alone, since neither the data's hint nor the checkpoint's is about it.
+struct OptionFileError : IoError {
+  using IoError::IoError;
+};
+
 // The defaults in which the programs differ, set by name. augmentHelp null: no --augment and
 // --label-smoothing (not images).
 struct TrainingDefaults {
@@ -509,6 +515,9 @@ inline int runMain(const std::string& program, cli::CommandLine& cli, int argc, 
     if (ranks().comm().rank() == 0) std::cerr << program << ": " << e.what() << "\n" << std::flush;
     ranks().comm().barrier();
     return kExitUsage;
+  } catch (const OptionFileError& e) {
+    std::cerr << program << ": " << e.what() << "\n";
+    return ranks().fail(kExitFile);
   } catch (const DataError& e) {
     std::cerr << program << ": " << e.what() << "\n" << dataHint;
     return ranks().fail(kExitFile);

@@ -5,6 +5,7 @@
 //   ddl-text --tokens 'DIR/*train*.bin' --val-tokens 'DIR/*val*.bin' --vocab 50304
 //                                           token files of nanoGPT (uint16) or llm.c (shards), mapped,
 //                                           not loaded; the loss in nats per token
+//   ddl-text --tokens ... --tokenizer gpt2/  prompts (--prompt, --generate) and samples as text, not ids
 //   ddl-text --variant cc-ec                the expanded state of the paper (dv 4, CC + EC); see --help
 //   ddl-text --residual additive            the plain pre-norm Transformer, the baseline
 //   ddl-text --generate "The "              samples from the checkpoint in --out
@@ -25,6 +26,7 @@
 
 #include "example_run.hpp"
 #include "text_files.hpp"
+#include "ddl/data/bpe_tokenizer.hpp"
 #include "ddl/data/text_corpus.hpp"
 #include "ddl/data/token_files.hpp"
 #include "ddl/nn/models/delta_lm.hpp"
@@ -48,6 +50,8 @@ void declareOptions(ddl::cli::CommandLine& cli) {
       .option("val-tokens", "GLOB", "validation tokens (needed with --tokens)")
       .option("test-tokens", "GLOB", "test tokens, evaluated once at the end (default: none)")
       .option("vocab", "V", "the tokens' vocabulary (needed with --tokens; 50304 for nanoGPT's GPT-2 tokens)")
+      .option("tokenizer", "DIR", "the tokens' tokenizer (tokenizer.json, vocab.json + merges.txt or encoder.json + "
+              "vocab.bpe): --prompt / --generate are text and the sample is printed as text")
       .section("model")
       .option("variant", "V", "dv1 | cc | cc-ec | tc | tc-ec (dv 4 for all but dv1)", "dv1")
       .option("preset", "P", "code | paper", "code")
@@ -67,9 +71,10 @@ void declareOptions(ddl::cli::CommandLine& cli) {
       .option("clip", "C", "global gradient-norm clipping (0 = off)", "1");
   declareOutputOptions(cli, "out/text");
   cli.section("sampling")
-      .option("generate", "TEXT", "sample from the checkpoint in --out after TEXT (a model of tokens: ids, '464 2068') and exit")
-      .option("prompt", "TEXT", "prompt of the sample printed after training (tokens: ids; default the first "
-              "validation token)", "The ")
+      .option("generate", "TEXT", "sample from the checkpoint in --out after TEXT (a model of tokens: ids, '464 2068', "
+              "or text with --tokenizer) and exit")
+      .option("prompt", "TEXT", "prompt of the sample printed after training (tokens: ids, or text with --tokenizer; "
+              "default the first validation token)", "The ")
       .option("sample-tokens", "N", "bytes (tokens) to sample", "300")
       .option("temperature", "X", "softmax temperature (> 0)", "0.8")
       .option("top-k", "K", "sample among the K most likely bytes (tokens)", "40");
@@ -133,31 +138,37 @@ std::vector<int> idsOf(const std::string& text, ddl::Index vocab, const std::str
   return ids;
 }
 
-// Bytes as they are; token ids each after a space.
-std::string printable(const std::vector<int>& ids, bool bytes) {
+// The sample's settings, read and checked before training, so that a run never ends in a refused sample.
+struct Sampling {
+  std::vector<int> prompt;
+  bool bytes = true;
+  const ddl::BpeTokenizer* tokenizer = nullptr;  // --tokenizer: token ids read and written as text
+  bool firstValidationToken = false;  // a model of tokens without --prompt: filled once the data is open
+  ddl::Index tokens = 0, topK = 0;
+  double temperature = 0;
+};
+
+// Bytes as they are; tokens as their text with --tokenizer (a padding id the tokenizer does not
+// define as <|id|>, so that the sample still shows it), else each id after a space.
+std::string printable(const std::vector<int>& ids, const Sampling& sampling) {
   std::string s;
   for (int id : ids) {
-    if (bytes)
+    if (sampling.bytes)
       s.push_back(static_cast<char>(id));
+    else if (sampling.tokenizer != nullptr)
+      s += sampling.tokenizer->defines(id) ? std::string(sampling.tokenizer->tokenBytes(id)) : "<|" + std::to_string(id) + "|>";
     else
       s += " " + std::to_string(id);
   }
   return s;
 }
 
-// The sample's settings, read and checked before training, so that a run never ends in a refused sample.
-struct Sampling {
-  std::vector<int> prompt;
-  bool bytes = true;
-  bool firstValidationToken = false;  // a model of tokens without --prompt: filled once the data is open
-  ddl::Index tokens = 0, topK = 0;
-  double temperature = 0;
-};
-
 // option: "generate" or "prompt"; cfg: the model's (the checkpoint's for --generate).
-Sampling samplingOptions(const ddl::cli::CommandLine& cli, const char* option, const ddl::DeltaLMConfig& cfg) {
+Sampling samplingOptions(const ddl::cli::CommandLine& cli, const char* option, const ddl::DeltaLMConfig& cfg,
+                         const ddl::BpeTokenizer* tokenizer) {
   Sampling s;
   s.bytes = byteModel(cfg);
+  s.tokenizer = tokenizer;
   const ddl::Index context = cfg.context;
   const std::string text = cli.text(option);
   if (s.bytes) {
@@ -170,7 +181,7 @@ Sampling samplingOptions(const ddl::cli::CommandLine& cli, const char* option, c
   } else if (!cli.has(option) && std::string(option) == "prompt") {
     s.firstValidationToken = true;
   } else {
-    s.prompt = idsOf(text, cfg.vocab, option);
+    s.prompt = tokenizer != nullptr ? tokenizer->encode(text) : idsOf(text, cfg.vocab, option);
     if (s.prompt.empty())
       throw ddl::ValueError(std::string("--") + option + " holds no token id: the sample continues at least one token");
     if (static_cast<ddl::Index>(s.prompt.size()) > context)
@@ -194,9 +205,9 @@ constexpr ddl::Index kSampleChunk = 4096;
 
 // Returns 0, or 128 + signal when stopped.
 int printSample(ddl::DeltaLM<float>& lm, const ddl::cli::CommandLine& cli, const Sampling& s, std::uint64_t seed) {
-  const std::string prompt = printable(s.prompt, s.bytes);
+  const std::string prompt = printable(s.prompt, s);
   std::cout << "sample (temperature " << cli.text("temperature") << ", top-k " << cli.text("top-k") << "):\n"
-            << (s.bytes ? prompt : prompt.substr(1)) << std::flush;
+            << (s.bytes || s.tokenizer != nullptr ? prompt : prompt.substr(1)) << std::flush;
   std::vector<int> text = s.prompt;
   const std::size_t keep = static_cast<std::size_t>(std::max<ddl::Index>(1, lm.config().context / 2));
   for (ddl::Index done = 0, chunk = 0; done < s.tokens; ++chunk) {
@@ -208,7 +219,7 @@ int printSample(ddl::DeltaLM<float>& lm, const ddl::cli::CommandLine& cli, const
     const std::vector<int> prompt = chunk == 0 ? text : std::vector<int>(text.end() - static_cast<std::ptrdiff_t>(std::min(keep, text.size())), text.end());
     const std::vector<int> out = lm.generate(prompt, std::min(kSampleChunk, s.tokens - done), s.temperature, s.topK,
                                              seed + static_cast<std::uint64_t>(chunk));
-    std::cout << printable(out, s.bytes) << std::flush;
+    std::cout << printable(out, s) << std::flush;
     text.insert(text.end(), out.begin(), out.end());
     done += static_cast<ddl::Index>(out.size());
   }
@@ -414,6 +425,28 @@ void refuseOldTokensOption(const ddl::cli::CommandLine& cli) {
                           "sample's length is --sample-tokens " + v);
 }
 
+// --tokenizer DIR: only for a model of tokens (a run on bytes keeps its text as it is), and only one
+// whose vocabulary holds every id the tokenizer can produce, else an encoded prompt could not be read.
+std::optional<ddl::BpeTokenizer> openTokenizer(const ddl::cli::CommandLine& cli, const ddl::DeltaLMConfig& cfg) {
+  if (!cli.has("tokenizer")) return std::nullopt;
+  if (byteModel(cfg) || (!cli.has("tokens") && !cli.has("generate")))
+    throw ddl::ValueError("--tokenizer " + cli.text("tokenizer") + " reads and writes the ids of token files as text: "
+                          "give it with --tokens (and --vocab); " +
+                          (cli.has("generate") ? "the checkpoint in --out is a model of bytes, which reads and writes text already"
+                                               : "a run on bytes (no --tokens) reads and writes text already"));
+  std::optional<ddl::BpeTokenizer> tok;
+  try {
+    tok.emplace(ddl::BpeTokenizer::fromDirectory(cli.text("tokenizer")));
+  } catch (const ddl::IoError& e) {
+    throw OptionFileError(std::string(e.what()) + " (--tokenizer)");
+  }
+  if (tok->vocabSize() > cfg.vocab)
+    throw ddl::ValueError("--tokenizer " + cli.text("tokenizer") + " has " + std::to_string(tok->vocabSize()) +
+                          " ids, more than the model's vocabulary of " + std::to_string(cfg.vocab) +
+                          " (--vocab): give --vocab at least " + std::to_string(tok->vocabSize()));
+  return tok;
+}
+
 int run(const ddl::cli::CommandLine& cli) {
   refuseOldTokensOption(cli);
   const SavedRun saved = savedRun(cli, "ddl-text", {"train_options", "data"});
@@ -422,12 +455,14 @@ int run(const ddl::cli::CommandLine& cli) {
   if ((saved.resume || saved.evalOnly) && !byteModel(cfg) && !cli.has("tokens"))
     throw ddl::ValueError(saved.ckpt + ": its model reads a vocabulary of " + std::to_string(cfg.vocab) +
                           " tokens, not bytes: give its token files (--tokens, --val-tokens, --test-tokens)");
+  const std::optional<ddl::BpeTokenizer> tokenizer = openTokenizer(cli, cfg);
+  const ddl::BpeTokenizer* tok = tokenizer ? &*tokenizer : nullptr;
   if (cli.has("generate")) {  // sampling needs the model only
-    const Sampling sampling = samplingOptions(cli, "generate", cfg);
+    const Sampling sampling = samplingOptions(cli, "generate", cfg, tok);
     ddl::loadCheckpoint(saved.ckpt, lm);
     return printSample(lm, cli, sampling, 1);
   }
-  Sampling sampling = samplingOptions(cli, "prompt", cfg);
+  Sampling sampling = samplingOptions(cli, "prompt", cfg, tok);
   std::optional<std::int64_t> warmup;
   ddl::TrainerOptions opt = trainingOptions(cli, saved, [](ddl::TrainerOptions&) {}, warmup);
   opt.clipNorm = cli.number("clip", 0, kMaxReal);

@@ -2,6 +2,7 @@
 // array of little-endian uint16, one per token, no header.
 //   ddl-tokenize --vocab encoder.json --merges vocab.bpe --in text.txt --out train.bin
 //   ddl-tokenize --tokenizer tokenizer.json --in text.txt --out train.bin --val-out val.bin --val-fraction 0.1
+//   ddl-tokenize --tokenizer gpt2/ --in text.txt --out train.bin   (the folder as ddl-text --tokenizer takes it)
 // With --val-out the text is cut once, at the first line start at or after (1 - fraction) of its bytes
 // (nanoGPT's prepare.py cuts at 90 % too); each part is encoded on its own. Large files are read in
 // chunks (--chunk-bytes, 4 MiB) cut where GPT-2's pre-tokens cannot cross (ddl::gpt2SafeCut), so the ids equal those of the
@@ -123,8 +124,11 @@ int run(const ddl::cli::CommandLine& cli) {
   const auto chunk = cli.integer<std::size_t>("chunk-bytes", 1, std::size_t(1) << 34);
 
   const auto t0 = std::chrono::steady_clock::now();
-  const ddl::BpeTokenizer tok = hfFile ? ddl::BpeTokenizer::fromTokenizerJson(cli.text("tokenizer"))
-                                       : ddl::BpeTokenizer::fromFiles(cli.text("vocab"), cli.text("merges"));
+  std::error_code ec;
+  const bool folder = hfFile && std::filesystem::is_directory(cli.text("tokenizer"), ec);
+  const ddl::BpeTokenizer tok = folder   ? ddl::BpeTokenizer::fromDirectory(cli.text("tokenizer"))
+                                : hfFile ? ddl::BpeTokenizer::fromTokenizerJson(cli.text("tokenizer"))
+                                         : ddl::BpeTokenizer::fromFiles(cli.text("vocab"), cli.text("merges"));
   if (tok.vocabSize() > 65536)
     throw ddl::IoError(ddl::message("ddl-tokenize", "the vocabulary has ", tok.vocabSize(),
                                     " ids, more than the 65536 that nanoGPT's uint16 token files can hold"));
@@ -163,7 +167,8 @@ int main(int argc, char** argv) {
   cli.section("tokenizer")
       .option("vocab", "FILE", "vocab.json (GPT-2: encoder.json)")
       .option("merges", "FILE", "merges.txt (GPT-2: vocab.bpe)")
-      .option("tokenizer", "FILE", "a Hugging Face tokenizer.json instead of --vocab and --merges")
+      .option("tokenizer", "PATH", "instead of --vocab and --merges: a Hugging Face tokenizer.json, or a folder of "
+              "tokenizer.json, vocab.json + merges.txt or encoder.json + vocab.bpe")
       .flag("specials", "recognise special tokens such as <|endoftext|> in the text (default: plain text)");
   cli.section("files")
       .option("in", "FILE", "the text to encode (any bytes)")

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# examples/tests/token_runs.sh EXE WORK DIR: ddl-text on the tiny token files in DIR (written by
+# examples/tests/token_runs.sh EXE WORK DIR TOKENIZE BPE: ddl-text on the tiny token files in DIR (written by
 # test_token_files, "example path: write tiny token files"): trains with the loss in nats per token
 # (loss_unit in metrics.csv), samples token ids from the checkpoint, evaluates --test-tokens with
 # --eval-only, and refuses a vocabulary the tokens exceed (exit 2, the file and byte offset named).
+# Then text -> ddl-tokenize (TOKENIZE) with the fixture vocabulary in the folder BPE -> ddl-text
+# --tokenizer BPE: the prompt is encoded and the sample printed as text; --tokenizer is refused
+# without --tokens and with a vocabulary smaller than the tokenizer's.
 set -euo pipefail
-exe=$1 work=$2 dir=$3
+exe=$1 work=$2 dir=$3 tokenize=$4 bpe=$5
 rm -rf "$work"
 mkdir -p "$work"
 fail() {
@@ -43,4 +46,42 @@ set -e
 [ "$rc" -eq 2 ] || fail "tokens >= --vocab 300: exit $rc, expected 2: $small"
 echo "$small" | grep -qE "tiny_train_000000.bin': byte offset 1028: token [0-9]+ is outside the vocabulary of 300" ||
   fail "tokens >= --vocab 300 are not named by file and offset: $small"
+
+# Text through the fixture tokenizer (273 ids) and back: the folder as ddl-text takes it.
+for i in $(seq 1 300); do printf 'hello world\nthe caf\xc3\xa9 the world\n'; done > "$work/text.txt"
+tk=$("$tokenize" --tokenizer "$bpe" --in "$work/text.txt" --out "$work/bpe_train.bin" --val-out "$work/bpe_val.bin" 2>&1) ||
+  fail "ddl-tokenize --tokenizer $bpe: $tk"
+"$tokenize" --vocab "$bpe/vocab.json" --merges "$bpe/merges.txt" --in "$work/text.txt" --out "$work/files.bin" > /dev/null
+"$tokenize" --tokenizer "$bpe" --in "$work/text.txt" --out "$work/folder.bin" > /dev/null
+cmp -s "$work/files.bin" "$work/folder.bin" || fail "ddl-tokenize: the folder $bpe and its two files give different ids"
+bpedata=(--tokens "$work/bpe_train.bin" --val-tokens "$work/bpe_val.bin" --tokenizer "$bpe")
+out=$("$exe" "${bpedata[@]}" --vocab 273 "${model[@]}" --batch 8 --steps 30 --epochs 2 --lr 0.01 --prompt "hello" \
+  --sample-tokens 12 --threads 1 --out "$work/bpe" 2>&1) || fail "training with --tokenizer failed: $out"
+line=$(echo "$out" | grep -A1 "^sample" | tail -1)
+echo "$line" | grep -q "^hello" || fail "the sample does not start with its prompt as text: $out"
+echo "$line" | grep -qE "^[0-9 ]+$" && fail "the sample is token ids, not text: $out"
+echo "$line" | grep -qE "(world|the|caf)" || fail "the sample holds none of the text's words: $out"
+gen=$("$exe" --out "$work/bpe" --tokenizer "$bpe" --generate "the caf" --sample-tokens 6 2>&1) ||
+  fail "--generate with --tokenizer failed: $gen"
+echo "$gen" | grep -A1 "^sample" | tail -1 | grep -q "^the caf" || fail "--generate did not print text: $gen"
+refused() {  # refused CODE MESSAGE ARGS...: ddl-text ARGS exits with CODE and prints MESSAGE (left in $r)
+  local code=$1 msg=$2
+  shift 2
+  set +e
+  r=$("$exe" "$@" 2>&1)
+  local rc=$?
+  set -e
+  [ "$rc" -eq "$code" ] && echo "$r" | grep -q -- "$msg" || fail "ddl-text $*: exit $rc, expected $code and '$msg': $r"
+}
+refused 1 "give it with --tokens" --data "$work/text.txt" --tokenizer "$bpe" --steps 1 --epochs 1 --out "$work/bytes"
+[ ! -e "$work/bytes" ] || fail "a refused --tokenizer left the folder $work/bytes"
+"$exe" --data "$work/text.txt" --width 16 --depth 1 --heads 2 --context 16 --steps 1 --epochs 1 --sample-tokens 1 \
+  --threads 1 --out "$work/bytes" > /dev/null || fail "a byte run failed"
+refused 1 "the checkpoint in --out is a model of bytes" --out "$work/bytes" --tokenizer "$bpe" --generate "hello"
+refused 1 "has 273 ids, more than the model's vocabulary of 272 (--vocab)" "${bpedata[@]}" --vocab 272 "${model[@]}" \
+  --steps 1 --epochs 1 --out "$work/small-vocab"
+refused 2 "holds none of tokenizer.json" --tokens "$work/bpe_train.bin" --val-tokens "$work/bpe_val.bin" \
+  --tokenizer "$work" --vocab 273 "${model[@]}" --steps 1 \
+  --epochs 1 --out "$work/no-tokenizer"
+echo "$r" | grep -q "hint" && fail "an unusable --tokenizer comes with another file's hint: $r"
 echo "token runs: all checks passed"

