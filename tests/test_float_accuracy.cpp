@@ -326,6 +326,23 @@ std::pair<double, double> block0BiasTerms(ddl::DeltaNet<double>& netD, const Bat
   return {sum, sumAbs};
 }
 
+// Block 0's gate bias gradient in double as one batch gradient of the summed loss (the bisection below
+// needs only its sign, 256 single-token passes each time would cost minutes under the sanitizers).
+double block0BiasSum(ddl::DeltaNet<double>& netD, const Batch& base) {
+  ddl::zeroGrad(netD);
+  ddl::SoftmaxCrossEntropy<double> loss;
+  MatX<double> lg, dl;
+  netD.forward(base.X.cast<double>(), lg);
+  loss.forward(lg, base.y);
+  loss.backward(dl, static_cast<double>(base.X.cols()));  // the sum over tokens, not the mean
+  netD.backward(dl);
+  double sum = 0;
+  netD.visitParams("", [&](const std::string& name, ddl::Param<double>& p) {
+    if (name == kBlock0Bias) sum = p.grad(0, 0);
+  });
+  return sum;
+}
+
 // Moves block 0's gate bias to where its gradient's terms cancel `ratio` : 1 (as a trained gate's do):
 // the zero of their sum nearest the calibrated bias (a scan, then bisection, in double), then the
 // linear step that leaves sumAbs / ratio. Found, not stored, so it follows any change of the net's init.
@@ -334,31 +351,35 @@ void cancelBlock0Bias(ddl::DeltaNet<float>& netF, ddl::DeltaNet<double>& netD, c
   netF.visitParams("", [&](const std::string& name, ddl::Param<float>& p) {
     if (name == kBlock0Bias) start = p.value(0, 0);
   });
-  const auto sumAt = [&](double b) {
+  const auto setBoth = [&](double b) {
     setBlock0Bias(netF, static_cast<float>(b));
     copyWeights(netF, netD);
-    return block0BiasTerms(netD, base);
+  };
+  const auto sumAt = [&](double b) {
+    setBoth(b);
+    return block0BiasSum(netD, base);
   };
   double lo = start, hi = start;
-  const double s0 = sumAt(start).first;
+  const double s0 = sumAt(start);
   bool found = false;
   for (double step = 0.125; step <= 8 && !found; step += 0.125) {  // outward until the sum changes sign
     for (const double b : {start - step, start + step})
-      if (!found && (sumAt(b).first > 0) != (s0 > 0)) {
+      if (!found && (sumAt(b) > 0) != (s0 > 0)) {
         lo = std::min<double>(start, b);
         hi = std::max<double>(start, b);
         found = true;
       }
   }
   REQUIRE(found);
-  const bool loPositive = sumAt(lo).first > 0;
+  const bool loPositive = sumAt(lo) > 0;
   for (int i = 0; i < 40; ++i) {
     const double mid = 0.5 * (lo + hi);
-    ((sumAt(mid).first > 0) == loPositive ? lo : hi) = mid;
+    ((sumAt(mid) > 0) == loPositive ? lo : hi) = mid;
   }
   const double b0 = 0.5 * (lo + hi), h = 1e-3;
-  const double slope = (sumAt(b0 + h).first - sumAt(b0 - h).first) / (2 * h);
-  const double sumAbs = sumAt(b0).second;
+  const double slope = (sumAt(b0 + h) - sumAt(b0 - h)) / (2 * h);
+  setBoth(b0);
+  const double sumAbs = block0BiasTerms(netD, base).second;
   setBlock0Bias(netF, static_cast<float>(b0 + sumAbs / ratio / slope));
 }
 
