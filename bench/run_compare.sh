@@ -11,18 +11,27 @@
 #         (dv 4); PyTorch's variants dv1-additive, dv1, cc; its first round checks its model against
 #         tools/ddl_torch.py's DeltaLM (--verify), later rounds skip that)
 # Reported per side: the median of the rounds' medians and the minimum of the rounds' minima; PyTorch
-# in its faster mode (eager or torch.jit.script). Both sides run with OMP_WAIT_POLICY=passive (spinning
+# in its fastest mode, whichever it is (bench/pytorch/modes.py: eager, torch.jit.script, and bf16
+# autocast with float master weights where the CPU has native bf16 products). Both sides run with OMP_WAIT_POLICY=passive (spinning
 # threads steal the cores they wait for on a shared machine); PyTorch with
 # torch.set_num_threads(threads), and its script refuses (exit 3) when it would run on the reference BLAS.
+# Load flatters ddl (PyTorch slows down more under it), so before each round the machine must be quiet:
+# other processes busy less than --max-busy cores (default 0.3) over a 3 s sample of /proc/stat. The
+# script waits up to --quiet-wait seconds (default 900) per round for that; a round that starts on a busy
+# machine makes the summary print the figures but no ratio.
 # tools/run-bench.sh installs what this needs and builds the benchmarks.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 net=mlp
 rounds=3
+max_busy=0.3
+quiet_wait=900
 while [ $# -gt 0 ]; do
   case $1 in
     --net) net=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
+    --max-busy) max_busy=$2; shift 2 ;;
+    --quiet-wait) quiet_wait=$2; shift 2 ;;
     *) break ;;
   esac
 done
@@ -41,11 +50,41 @@ command -v jq >/dev/null || { echo "run_compare.sh: needs jq (sudo apt-get insta
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
+# Cores kept busy by other processes over 3 s (nothing of ours runs meanwhile), from /proc/stat's cpu line.
+busy_cores() {
+  local a b
+  a=$(head -1 /proc/stat)
+  sleep 3
+  b=$(head -1 /proc/stat)
+  awk -v a="$a" -v b="$b" -v n="$(nproc)" 'BEGIN {
+    split(a, x, " "); split(b, y, " "); total = 0; idle = 0
+    for (i = 2; i <= 9; i++) total += y[i] - x[i]
+    idle = (y[5] - x[5]) + (y[6] - x[6])
+    printf "%.2f", (total > 0 ? n * (total - idle) / total : 0) }'
+}
+# Waits until busy_cores < max_busy (at most quiet_wait s); prints the last sample; fails if never quiet.
+wait_quiet() {
+  local start=$SECONDS busy
+  while :; do
+    busy=$(busy_cores)
+    if awk -v b="$busy" -v m="$max_busy" 'BEGIN { exit !(b < m) }'; then echo "$busy"; return 0; fi
+    if [ $((SECONDS - start)) -ge "$quiet_wait" ]; then echo "$busy"; return 1; fi
+    sleep 10
+  done
+}
+loaded_rounds=""
+
 echo "# $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $net step, $threads threads, $rounds interleaved rounds," \
   "load average $(cut -d' ' -f1-3 /proc/loadavg), tree $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo '?')"
 : >"$tmp/ddl.txt"
 : >"$tmp/torch.txt"
 for r in $(seq 1 "$rounds"); do
+  if busy=$(wait_quiet); then
+    echo "# round $r: other processes busy $busy cores before it"
+  else
+    echo "# round $r: the machine stayed busy ($busy cores of other processes after ${quiet_wait} s of waiting)"
+    loaded_rounds="$loaded_rounds $r"
+  fi
   OMP_NUM_THREADS=$threads OMP_WAIT_POLICY=passive "$exe" --benchmark_filter="$filter" --benchmark_out="$tmp/ddl$r.json" \
     --benchmark_out_format=json >/dev/null 2>"$tmp/ddl.err" || { cat "$tmp/ddl.err" >&2; exit 1; }
   # One line per residual kind: "<residual> <median_ms> <min_ms>" of this run.
@@ -76,8 +115,9 @@ for r in $(seq 1 "$rounds"); do
       print v, $2, $4, $5 }' "$tmp/torch$r.txt" >>"$tmp/torch.txt"
 done
 
-# ddl.txt: residual median min; torch.txt: residual mode median min. Medians of medians, minima of minima.
-awk -v net="$net" -v variants="$variants" '
+# ddl.txt: residual median min; torch.txt: residual mode median min. Medians of medians, minima of minima;
+# PyTorch's figure is its fastest mode's (by medians), its minimum the least over all modes.
+awk -v net="$net" -v variants="$variants" -v loaded="$loaded_rounds" '
   function med(list,   n, a, i, j, t) {
     n = split(list, a, " ")
     for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
@@ -85,17 +125,23 @@ awk -v net="$net" -v variants="$variants" '
   }
   FNR == 1 { file++ }
   file == 1 { dm[$1] = dm[$1] " " $2; if (!($1 in dn) || $3 + 0 < dn[$1]) dn[$1] = $3 + 0 }
-  file == 2 { k = $1 " " $2; tm[k] = tm[k] " " $3; if (!(k in tn) || $4 + 0 < tn[k]) tn[k] = $4 + 0 }
+  file == 2 { k = $1 " " $2; tm[k] = tm[k] " " $3; if (!(k in tn) || $4 + 0 < tn[k]) tn[k] = $4 + 0
+              if (!($2 in seen)) { seen[$2] = 1; modes[++nm] = $2 } }
   END {
     nv = split(variants, vs, " ")
     for (r = 1; r <= nv; r++) {
       res = vs[r]
-      d = med(dm[res]); e = med(tm[res " eager"]); s = med(tm[res " script"])
-      best = e < s ? e : s; mode = e < s ? "eager" : "script"
-      bmin = tn[res " eager"] < tn[res " script"] ? tn[res " eager"] : tn[res " script"]
-      printf "%s %s step: ddl median %.2f ms, min %.2f ms; pytorch eager median %.2f ms, script median %.2f ms, min %.2f ms\n",
-             net, res, d, dn[res], e, s, bmin
-      printf "  pytorch (%s) / ddl: %.2f by medians, %.2f by minima\n", mode, best / d, bmin / dn[res]
+      d = med(dm[res]); best = -1; bmin = -1; line = ""
+      for (m = 1; m <= nm; m++) {
+        k = res " " modes[m]
+        if (!(k in tm)) continue
+        e = med(tm[k]); line = line sprintf(", %s median %.2f ms", modes[m], e)
+        if (best < 0 || e < best) { best = e; mode = modes[m] }
+        if (bmin < 0 || tn[k] < bmin) bmin = tn[k]
+      }
+      printf "%s %s step: ddl median %.2f ms, min %.2f ms; pytorch%s, min %.2f ms\n", net, res, d, dn[res], substr(line, 2), bmin
+      if (loaded == "") printf "  pytorch fastest (%s) / ddl: %.2f by medians, %.2f by minima\n", mode, best / d, bmin / dn[res]
+      else printf "  no ratio: round(s)%s started on a busy machine, where load flatters ddl\n", loaded
       ddl[res] = d
     }
     for (r = 2; r <= nv; r++)

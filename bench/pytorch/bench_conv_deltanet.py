@@ -8,8 +8,8 @@ RMSNorm over channels -> global average pool -> Linear(w_last, 10). Block (per p
     k = h / sqrt(|h|^2 + eps_k^2)  over channels;  beta = 2 sigmoid(w c + b)  (1x1 conv, b = 0)
     v = 4 sigmoid(W_v x + b_v)     (1x1 conv on the raw state)
     x' = x + beta k (v - k.x)      or x' = x + h for the plain (additive) net.
-Step: zero_grad + forward + cross-entropy + backward + AdamW, median of many steps after a warmup,
-eager and torch.jit.script. Run fairly on 2 cores:
+Step: zero_grad + forward + cross-entropy + backward + AdamW, median of many steps after a warmup, in
+each of PyTorch's modes (modes.py: eager, torch.jit.script, bf16 autocast). Run fairly on 2 cores:
     OMP_WAIT_POLICY=passive /usr/bin/python3 bench/pytorch/bench_conv_deltanet.py --threads 2
 Output: "pytorch <mode> <residual> median_ms=<t> min_ms=<t> steps=<n>".
 """
@@ -24,6 +24,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from blas_check import require_optimised_blas
+import modes
 
 
 class ChannelRmsNorm(nn.Module):
@@ -92,12 +93,13 @@ class ConvDeltaNet(nn.Module):
         return self.head(self.norm(x).mean((2, 3)))
 
 
-def time_steps(model: nn.Module, x: torch.Tensor, y: torch.Tensor, warmup: int, steps: int):
+def time_steps(model: nn.Module, mode: str, x: torch.Tensor, y: torch.Tensor, warmup: int, steps: int):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
 
     def step():
         opt.zero_grad(set_to_none=False)
-        loss = F.cross_entropy(model(x), y)
+        with modes.forward_context(mode):
+            loss = F.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
 
@@ -120,7 +122,7 @@ def main():
     ap.add_argument("--widths", default="24,48,96")
     ap.add_argument("--depths", default="1,1,1")
     ap.add_argument("--stem-stride", type=int, default=2)
-    ap.add_argument("--modes", default="eager,script")
+    ap.add_argument("--modes", default=modes.default_modes(), help="comma list of " + ", ".join(modes.MODES))
     ap.add_argument("--residuals", default="plain,delta")
     args = ap.parse_args()
     if os.environ.get("OMP_WAIT_POLICY", "").lower() != "passive":
@@ -134,13 +136,13 @@ def main():
     y = torch.arange(args.batch) * 7 % 10
     print(f"# torch {torch.__version__}, threads {torch.get_num_threads()}, B {args.batch}, widths {widths}, "
           f"depths {depths}, stem stride {args.stem_stride}")
+    print(modes.describe_cpu())
     for residual in args.residuals.split(","):
         for mode in args.modes.split(","):
             torch.manual_seed(1)
             model = ConvDeltaNet(widths, depths, args.stem_stride, 10, delta=(residual == "delta"))
-            if mode == "script":
-                model = torch.jit.script(model)
-            med, best = time_steps(model, x, y, args.warmup, args.steps)
+            model = modes.prepare(model, mode)
+            med, best = time_steps(model, mode, x, y, args.warmup, args.steps)
             print(f"pytorch {mode} {residual} median_ms={med * 1e3:.3f} min_ms={best * 1e3:.3f} steps={args.steps}",
                   flush=True)
 

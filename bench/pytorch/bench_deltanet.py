@@ -9,8 +9,8 @@ hidden 1024 (exact GELU), and the rewrite
     v = 4 sigmoid(W_v x + b_v)         on the raw state x
     x' = x + beta k (v - k.x)
 or x' = x + h for the plain (additive) net. Step: zero_grad + forward + cross-entropy + backward +
-AdamW (lr 1e-3, weight decay 0.01), timed as the median of many steps after a warmup, in eager mode
-and under torch.jit.script.
+AdamW (lr 1e-3, weight decay 0.01), timed as the median of many steps after a warmup, in each of
+PyTorch's modes (modes.py: eager, torch.jit.script, bf16 autocast).
 
 Run fairly on 2 cores (without the wait policy PyTorch is 1.7-2.2x slower here):
     OMP_WAIT_POLICY=passive /usr/bin/python3 bench/pytorch/bench_deltanet.py --threads 2
@@ -27,6 +27,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from blas_check import require_optimised_blas
+import modes
 
 
 class RmsNorm(nn.Module):
@@ -82,12 +83,13 @@ class DeltaNet(nn.Module):
         return self.head(self.norm(x))
 
 
-def time_steps(model: nn.Module, x: torch.Tensor, y: torch.Tensor, warmup: int, steps: int):
+def time_steps(model: nn.Module, mode: str, x: torch.Tensor, y: torch.Tensor, warmup: int, steps: int):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
 
     def step():
         opt.zero_grad(set_to_none=False)
-        loss = F.cross_entropy(model(x), y)
+        with modes.forward_context(mode):
+            loss = F.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
 
@@ -107,7 +109,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--batch", type=int, default=128)
-    ap.add_argument("--modes", default="eager,script")
+    ap.add_argument("--modes", default=modes.default_modes(), help="comma list of " + ", ".join(modes.MODES))
     ap.add_argument("--residuals", default="plain,delta")
     args = ap.parse_args()
     if os.environ.get("OMP_WAIT_POLICY", "").lower() != "passive":
@@ -118,13 +120,13 @@ def main():
     x = torch.randn(args.batch, 784)
     y = torch.arange(args.batch) * 7 % 10
     print(f"# torch {torch.__version__}, threads {torch.get_num_threads()}, B {args.batch}")
+    print(modes.describe_cpu())
     for residual in args.residuals.split(","):
         for mode in args.modes.split(","):
             torch.manual_seed(1)
             model = DeltaNet(784, 256, 4, 1024, 10, delta=(residual == "delta"))
-            if mode == "script":
-                model = torch.jit.script(model)
-            med, best = time_steps(model, x, y, args.warmup, args.steps)
+            model = modes.prepare(model, mode)
+            med, best = time_steps(model, mode, x, y, args.warmup, args.steps)
             print(f"pytorch {mode} {residual} median_ms={med * 1e3:.3f} min_ms={best * 1e3:.3f} steps={args.steps}",
                   flush=True)
 

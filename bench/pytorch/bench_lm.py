@@ -18,9 +18,10 @@ Step: zero_grad + forward + loss (mean cross-entropy over the B*T positions, tar
 Variants: dv1 (delta, dv 1), dv1-additive (the pre-norm GPT baseline), cc (delta, dv 4, CC per token,
 repeat), and cc-ec, tc, tc-ec; --residual overrides the residual kind of every variant.
 
-PyTorch 1.13 on the CPU has no fused attention and no torch.compile: its best modes are eager float32
-and TorchScript (torch.jit.script, optionally with its CPU fuser: script-fuse; torch.jit.trace); the
-modes of --modes are timed and the faster is reported per variant.
+PyTorch 1.13 on the CPU has no fused attention and no torch.compile: its modes are eager float32,
+TorchScript (torch.jit.script, optionally with its CPU fuser: script-fuse; torch.jit.trace) and bf16
+autocast with float32 master weights (modes.py); the modes of --modes are timed and the fastest is
+reported per variant.
 Run fairly on 2 shared cores (without the wait policy PyTorch spins):
     OMP_WAIT_POLICY=passive /usr/bin/python3 bench/pytorch/bench_lm.py --threads 1
 Output: one line per (mode, variant) "pytorch <mode> <variant> median_ms=<t> min_ms=<t> steps=<n>", then
@@ -39,6 +40,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from blas_check import require_optimised_blas
+import modes
 
 
 class RmsNorm(nn.Module):
@@ -52,9 +54,11 @@ class RmsNorm(nn.Module):
 
 
 class Weight(nn.Module):
-    def __init__(self, n: int, value: float):
+    """A bare parameter under the name "<module>.weight", as ddl names it."""
+
+    def __init__(self, value: torch.Tensor):
         super().__init__()
-        self.weight = nn.Parameter(torch.full((n,), value))
+        self.weight = nn.Parameter(value)
 
 
 class StructuredCC(nn.Module):
@@ -64,8 +68,8 @@ class StructuredCC(nn.Module):
 
     def __init__(self, d: int, dv: int, kernel: int = 4):
         super().__init__()
-        self.conv = nn.Parameter(torch.randn(d, kernel) * (0.5 / d ** 0.5))
-        self.read = Weight(dv, 1.0 / dv)
+        self.conv = Weight(torch.randn(d, kernel) * (0.5 / d ** 0.5))
+        self.read = Weight(torch.full((dv,), 1.0 / dv))
         p = (kernel - 1) // 2
         idx = torch.zeros(dv, dv, dtype=torch.long)  # W[:, j] = sum_j' r[j'] a_pad[:, idx[j, j']]: 0 means outside
         for j in range(dv):
@@ -76,7 +80,7 @@ class StructuredCC(nn.Module):
         self.register_buffer("idx", idx, persistent=False)
 
     def forward(self, X: torch.Tensor, B: int, T: int) -> torch.Tensor:
-        a = torch.cat((self.conv.new_zeros(self.conv.shape[0], 1), self.conv), dim=1)
+        a = torch.cat((self.conv.weight.new_zeros(self.conv.weight.shape[0], 1), self.conv.weight), dim=1)
         W = a[:, self.idx] @ self.read.weight  # (d, dv)
         return torch.einsum("njd,dj->nd", X, W)
 
@@ -89,7 +93,7 @@ class TokenConv(nn.Module):
         super().__init__()
         self.dv, self.d = dv, d
         self.conv = nn.Conv1d(d * dv, d * dv, kernel, groups=d * dv, padding=kernel - 1, bias=False)
-        self.read = Weight(dv, 1.0 / dv)
+        self.read = Weight(torch.full((dv,), 1.0 / dv))
 
     def forward(self, X: torch.Tensor, B: int, T: int) -> torch.Tensor:
         x = X.reshape(B, T, self.dv, self.d).permute(0, 3, 2, 1).reshape(B, self.d * self.dv, T)  # i*dv + j
@@ -296,7 +300,8 @@ def verify(args) -> None:
     for variant, (dv, kind, compressor, ec) in VARIANTS.items():
         d, T, B = 16, 9, 2
         cfg = ddl_torch.lm_config(variant if variant != "dv1-additive" else "dv1", kind, "code", d=d, heads=2,
-                                  vocab=13, context=T, hidden=8 * d // 3, conv_kernel=4, depth=2)
+                                  vocab=13, context=T, hidden=8 * d // 3, conv_kernel=4, compressor_kernel=4,
+                                  depth=2)
         ref = ddl_torch.DeltaLM(cfg).double()
         mine = DeltaLM(13, d, 2, 2, T, dv, kind == "delta", compressor, ec, 4).double()
         with torch.no_grad():
@@ -312,13 +317,14 @@ def verify(args) -> None:
     print(f"# verified: every variant equals tools/ddl_torch.py's DeltaLM (double, < 1e-12)")
 
 
-def time_steps(model, ids: torch.Tensor, targets: torch.Tensor, warmup: int, repeats: int):
+def time_steps(model, mode: str, ids: torch.Tensor, targets: torch.Tensor, warmup: int, repeats: int):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
 
     def step():
         opt.zero_grad(set_to_none=False)
-        logits = model(ids)
-        loss = F.cross_entropy(logits, targets)
+        with modes.forward_context(mode):
+            logits = model(ids)
+            loss = F.cross_entropy(logits, targets)
         loss.backward()
         opt.step()
         return loss
@@ -339,8 +345,9 @@ def main():
     ap.add_argument("--residual", choices=("delta", "additive"), help="override every variant's residual kind")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--dtype", choices=("float32", "float64"), default="float32")
-    ap.add_argument("--modes", default="eager,script",
-                    help="comma list of eager, script, script-fuse (TorchScript with its CPU fuser on), trace")
+    ap.add_argument("--modes", default=modes.default_modes(),
+                    help="comma list of eager, script, autocast (modes.py), script-fuse (TorchScript with its CPU "
+                         "fuser on), trace")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--d", type=int, default=256)
@@ -369,19 +376,24 @@ def main():
     ids, targets = seq[:, :-1].contiguous(), seq[:, 1:].reshape(-1)
     print(f"# torch {torch.__version__}, threads {torch.get_num_threads()}, {args.dtype}, d {args.d}, L {args.depth}, "
           f"heads {args.heads}, T {args.length}, B {args.batch}, vocab {args.vocab}, load {os.getloadavg()[0]:.2f}")
+    print(modes.describe_cpu())
     results = []
     for variant in args.variants.split(","):
         for mode in args.modes.split(","):
             torch.manual_seed(1)
             model = build(variant, args.residual, args).to(dtype)  # parameters and the RoPE tables
             torch._C._jit_override_can_fuse_on_cpu(mode == "script-fuse")
-            if mode in ("script", "script-fuse"):
+            if mode == "script-fuse":
                 model = torch.jit.script(model)
             elif mode == "trace":
                 model = torch.jit.trace(model, (ids,), check_trace=False)
-            elif mode != "eager":
+            elif mode in modes.MODES:
+                model = modes.prepare(model, mode)
+            else:
                 ap.error(f"unknown mode '{mode}'")
-            med, best = time_steps(model, ids, targets, args.warmup, args.repeats)
+            if mode == "autocast" and dtype != torch.float32:
+                ap.error("mode autocast runs float32 master weights: use --dtype float32")
+            med, best = time_steps(model, mode, ids, targets, args.warmup, args.repeats)
             print(f"pytorch {mode} {variant} median_ms={med * 1e3:.1f} min_ms={best * 1e3:.1f} steps={args.repeats}",
                   flush=True)
             results.append({"variant": variant, "mode": mode, "median_ms": round(med * 1e3, 2),
