@@ -26,6 +26,12 @@ Run fairly on 2 shared cores (without the wait policy PyTorch spins):
     OMP_WAIT_POLICY=passive /usr/bin/python3 bench/pytorch/bench_lm.py --threads 1
 Output: one line per (mode, variant) "pytorch <mode> <variant> median_ms=<t> min_ms=<t> steps=<n>", then
 one JSON line with every figure and the best mode per variant.
+--generate PROMPT times cached generation instead (Decoder: keys and values per block, EC's last K
+embeddings; checked against the full forward first): PROMPT random tokens fed one at a time, then decoding
+up to --length, "pytorch generate <mode> <variant> prefill_tokens_per_s=<r> decode_tokens_per_s=<r>". At the
+paper's size, beside bench/bench_lm_scale.cpp:
+    bench_lm.py --d 768 --depth 12 --heads 6 --length 1024 --batch 1 --vocab 50304 --variants cc-ec,dv1-additive
+    bench_lm.py ... --generate 960
 """
 import argparse
 import json
@@ -282,6 +288,96 @@ class DeltaLM(nn.Module):
         return F.linear(self.norm(self.readout(X, B, T)), self.embed.weight)
 
 
+class Decoder:
+    """Cached decoding of a DeltaLM above, one token at a time, as ddl's LmDecoder does it: per block the
+    keys and values of every past position (after RoPE and the QK norm), and EC's last K embeddings.
+    TC (a convolution over past states) is not decoded here. step(id) -> logits (vocab,) of the next token."""
+
+    def __init__(self, model: DeltaLM, capacity: int):
+        if any(isinstance(b.compress, TokenConv) for b in model.blocks):
+            raise SystemExit("bench_lm.py: --generate decodes dv1 and cc variants (TC has no decoder here)")
+        self.m, self.capacity, self.pos = model, capacity, 0
+        a = model.blocks[0].attn if model.blocks else None
+        p = model.embed.weight
+        self.keys = [p.new_zeros(a.h, capacity, a.dh) for _ in model.blocks]
+        self.values = [p.new_zeros(a.h, capacity, a.dh) for _ in model.blocks]
+        self.window = []  # EC's last K embeddings, oldest first
+
+    def attend(self, a: Attention, c: torch.Tensor, layer: int, t: int) -> torch.Tensor:
+        half = a.dh // 2
+        cos, sin = a.cos[0, 0, t], a.sin[0, 0, t]  # (dh/2,)
+
+        def rope(x):
+            x1, x2 = x[..., :half], x[..., half:]
+            return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+        q = a.q_norm(rope(a.q(c).view(a.h, a.dh))) * (1.0 / math.sqrt(a.dh))
+        self.keys[layer][:, t] = a.k_norm(rope(a.k(c).view(a.h, a.dh)))
+        self.values[layer][:, t] = a.v(c).view(a.h, a.dh)
+        s = torch.einsum("hd,htd->ht", q, self.keys[layer][:, : t + 1])
+        o = torch.einsum("ht,htd->hd", torch.softmax(s, dim=-1), self.values[layer][:, : t + 1])
+        return a.o(o.reshape(1, a.h * a.dh))
+
+    @torch.no_grad()
+    def step(self, token: int) -> torch.Tensor:
+        m, t = self.m, self.pos
+        if t >= self.capacity:
+            raise SystemExit(f"bench_lm.py: the decoder holds {self.capacity} positions")
+        x = m.embed.weight[token]  # (d,)
+        if isinstance(m.expand, EC):
+            K = m.expand.weight.shape[-1]
+            self.window = (self.window + [x])[-K:]
+            xs = torch.stack([x.new_zeros(x.shape)] * (K - len(self.window)) + self.window)  # (K, d)
+            W = m.expand.weight[:, 0, :].view(m.d, m.expand.dv, K)
+            X = torch.einsum("ijk,ki->ji", W, xs).unsqueeze(0)  # (1, dv, d)
+        else:
+            X = m.expand(x.unsqueeze(0), 1, 1)
+        for layer, b in enumerate(m.blocks):
+            x_in = b.compress(X, 1, 1)
+            c = b.attn_norm(x_in)
+            X = b.attn_delta(X, x_in, c, self.attend(b.attn, c, layer, t))
+            x_in = b.compress(X, 1, 1)
+            c = b.mlp_norm(x_in)
+            X = b.mlp_delta(X, x_in, c, b.mlp(c))
+        self.pos += 1
+        return F.linear(m.norm(m.readout(X, 1, 1)), m.embed.weight)[0]
+
+
+def verify_decoder() -> None:
+    """The decoder's logits at every position equal the full forward's (double, perturbed weights)."""
+    torch.manual_seed(6)
+    for variant in ("dv1", "dv1-additive", "cc", "cc-ec"):
+        dv, kind, compressor, ec = VARIANTS[variant]
+        model = DeltaLM(13, 16, 2, 2, 9, dv, kind == "delta", compressor, ec, 4).double()
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.3 * torch.randn_like(p))
+            ids = torch.randint(0, 13, (1, 9))
+            full = model(ids)
+        dec = Decoder(model, 9)
+        err = max((dec.step(int(ids[0, t])) - full[t]).abs().max().item() for t in range(9))
+        if not err < 1e-12:
+            print(f"bench_lm.py: the {variant} decoder differs from the full forward by {err:.3e}", file=sys.stderr)
+            sys.exit(4)
+    print("# verified: cached decoding equals the full forward for dv1, dv1-additive, cc, cc-ec (double, < 1e-12)")
+
+
+def time_generation(model: DeltaLM, mode: str, prompt: int, context: int, vocab: int):
+    """Feeds `prompt` random tokens one at a time, then decodes up to `context`: tokens/s of each part."""
+    gen = torch.Generator().manual_seed(13)
+    ids = torch.randint(0, vocab, (context,), generator=gen).tolist()
+    dec = Decoder(model, context)
+    with modes.forward_context(mode):
+        t0 = time.perf_counter()
+        for t in range(prompt):
+            dec.step(ids[t])
+        t1 = time.perf_counter()
+        for t in range(prompt, context):
+            dec.step(ids[t])
+        t2 = time.perf_counter()
+    return prompt / (t1 - t0), (context - prompt) / (t2 - t1)
+
+
 def build(variant: str, residual: str, args) -> DeltaLM:
     dv, kind, compressor, ec = VARIANTS[variant]
     kind = residual or kind
@@ -358,6 +454,9 @@ def main():
     ap.add_argument("--vocab", type=int, default=256)
     ap.add_argument("--kernel", type=int, default=4, help="K of TC and EC")
     ap.add_argument("--no-verify", action="store_true", help="skip the comparison with tools/ddl_torch.py")
+    ap.add_argument("--generate", type=int, metavar="PROMPT",
+                    help="time cached generation instead of the step: PROMPT tokens fed one at a time, then "
+                         "decoding up to --length (eager and autocast modes; dv1 and cc variants)")
     args = ap.parse_args()
     for v in args.variants.split(","):
         if v not in VARIANTS:
@@ -371,6 +470,8 @@ def main():
     if not args.no_verify:
         verify(args)
     dtype = torch.float32 if args.dtype == "float32" else torch.float64
+    if args.generate is not None:
+        return generate_main(args, ap, dtype)
     torch.manual_seed(0)
     seq = torch.randint(0, args.vocab, (args.batch, args.length + 1))
     ids, targets = seq[:, :-1].contiguous(), seq[:, 1:].reshape(-1)
@@ -408,6 +509,25 @@ def main():
                       "best": {v: {"mode": r["mode"], "median_ms": r["median_ms"], "min_ms": r["min_ms"]}
                                for v, r in best.items()},
                       "load_avg_1min": round(os.getloadavg()[0], 2)}))
+
+
+def generate_main(args, ap, dtype) -> None:
+    if not 1 <= args.generate < args.length:
+        ap.error(f"--generate takes a prompt of 1 .. {args.length - 1} tokens (below --length)")
+    if not args.no_verify:
+        verify_decoder()
+    print(f"# torch {torch.__version__}, threads {torch.get_num_threads()}, {args.dtype}, d {args.d}, L {args.depth}, "
+          f"heads {args.heads}, context {args.length}, prompt {args.generate}, vocab {args.vocab}")
+    print(modes.describe_cpu())
+    for variant in args.variants.split(","):
+        for mode in args.modes.split(","):
+            if mode not in ("eager", "autocast"):
+                continue  # TorchScript does not script the decoder's Python loop
+            torch.manual_seed(1)
+            model = build(variant, args.residual, args).to(dtype)
+            prefill, decode = time_generation(model, mode, args.generate, args.length, args.vocab)
+            print(f"pytorch generate {mode} {variant} prefill_tokens_per_s={prefill:.1f} "
+                  f"decode_tokens_per_s={decode:.1f}", flush=True)
 
 
 if __name__ == "__main__":

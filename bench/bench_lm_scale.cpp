@@ -1,0 +1,166 @@
+// bench_lm_scale: DeltaLM at the paper's size, the authors' default configuration (docs/spec.md §8):
+// GPT-2's vocabulary padded to 50 304, d 768, 12 blocks, 6 heads of 128, context 1024, tied head, preset
+// "code"; variants cc-ec (the paper's DDL, dv 4) and additive dv 1 (the pre-norm GPT baseline).
+//
+//   OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive ./ddl_bench_lm_scale
+//
+// BM_ScaleStep/variant: one training step on one sequence of 1024 tokens (zeroGrad + forward + mean
+//   next-token cross-entropy + backward + AdamW), after one warm-up step that sizes every workspace.
+//   Counters: step_ms, tokens_per_s, params, and what the first step allocates, phase by phase, read
+//   from glibc's heap (mallinfo2, bytes in use; later steps reuse it all): weights_MiB, grads_MiB (after
+//   zeroGrad), forward_MiB (what the forward keeps for backward, with its workspaces; forward_dN the
+//   same in units of one (d, T) float matrix), loss_MiB (softmax and the logits' gradient), backward_MiB
+//   (backward's own scratch), adamw_MiB (its two moments) and total_MiB.
+// BM_ScaleGenerate/variant: LmDecoder (the cache of keys, values and EC's last embeddings) fed a
+//   960-token prompt one token at a time (prefill_tokens_per_s), then 64 more tokens up to the context
+//   of 1024 (decode_tokens_per_s: a step at the longest contexts, its logits included; sampling is
+//   left out, the next id is drawn from the benchmark's own Rng).
+// bench/pytorch/bench_lm.py --d 768 --depth 12 --heads 6 --length 1024 --batch 1 --vocab 50304
+//   --variants cc-ec,dv1-additive times PyTorch's step at the same size (docs/results.md).
+#include <benchmark/benchmark.h>
+
+#include <malloc.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ddl/core/param.hpp"
+#include "ddl/core/param_list.hpp"
+#include "ddl/core/rng.hpp"
+#include "ddl/core/token_batch.hpp"
+#include "ddl/core/token_layout.hpp"
+#include "ddl/core/types.hpp"
+#include "ddl/nn/layers/cross_entropy.hpp"
+#include "ddl/nn/models/delta_lm.hpp"
+#include "ddl/nn/models/delta_lm_config.hpp"
+#include "ddl/nn/models/lm_decoder.hpp"
+#include "ddl/train/adamw.hpp"
+
+#include "bench_util.hpp"
+
+namespace {
+
+using ddl_bench::Stopwatch;
+using S = float;
+using ddl::Index;
+
+constexpr Index kVocab = 50304, kD = 768, kDepth = 12, kHeads = 6, kT = 1024;
+constexpr Index kPrompt = 960;
+
+enum Variant { kCcEc = 0, kAdditive = 1 };
+const char* variantName(int v) { return v == kCcEc ? "cc-ec" : "additive"; }
+
+ddl::DeltaLMConfig scaleConfig(int variant) {
+  ddl::DeltaLMConfig c;
+  c.vocab = kVocab;
+  c.d = kD;
+  c.depth = kDepth;
+  c.heads = kHeads;
+  c.context = kT;
+  ddl::applyVariant(c, variant == kCcEc ? "cc-ec" : "dv1");
+  c.block.residual.residual = variant == kCcEc ? ddl::ResidualKind::Delta : ddl::ResidualKind::Additive;
+  ddl::applyPreset(c, "code");
+  return c;
+}
+
+// Bytes glibc's heap holds in use (small blocks and mmapped large ones).
+double heapInUse() {
+  const struct mallinfo2 m = mallinfo2();
+  return static_cast<double>(m.uordblks) + static_cast<double>(m.hblkhd);
+}
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+void BM_ScaleStep(benchmark::State& state) {
+  const int variant = static_cast<int>(state.range(0));
+  const double before = heapInUse();
+  ddl::DeltaLM<S> model(scaleConfig(variant), 1);
+  const double weights = heapInUse() - before;
+  ddl::ParamList<S> params(model);
+  ddl::AdamW<S> opt;
+  ddl::SoftmaxCrossEntropy<S> ce;
+  ddl::TokenBatch batch;
+  batch.layout = ddl::TokenLayout::sequence(1, kT);
+  std::vector<int> next(static_cast<std::size_t>(kT));
+  ddl::Rng rng(11);
+  batch.ids.resize(static_cast<std::size_t>(kT));
+  for (Index t = 0; t < kT; ++t) batch.ids[static_cast<std::size_t>(t)] = static_cast<int>(rng.below(static_cast<std::uint64_t>(kVocab)));
+  for (Index t = 0; t < kT; ++t) next[static_cast<std::size_t>(t)] = static_cast<int>(rng.below(static_cast<std::uint64_t>(kVocab)));
+  ddl::MatX<S> logits, dLogits;
+  // The first step, phase by phase: what each allocates and keeps (every later step reuses it all).
+  ddl::zeroGrad(params);
+  const double h0 = heapInUse();
+  model.forward(batch, logits);
+  const double h1 = heapInUse();
+  ce.forward(logits, next);
+  ce.backward(dLogits);
+  const double h2 = heapInUse();
+  model.backward(dLogits);
+  const double h3 = heapInUse();
+  opt.step(params);
+  const double h4 = heapInUse();
+  const auto step = [&] {
+    ddl::zeroGrad(params);
+    model.forward(batch, logits);
+    const S loss = ce.forward(logits, next);
+    ce.backward(dLogits);
+    model.backward(dLogits);
+    opt.step(params);
+    return loss;
+  };
+  std::vector<double> times;
+  for (auto _ : state) {
+    Stopwatch w;
+    benchmark::DoNotOptimize(step());
+    times.push_back(w.seconds());
+    benchmark::ClobberMemory();
+  }
+  const double ms = ddl_bench::median(times) * 1e3;
+  const double dN = static_cast<double>(kD) * static_cast<double>(kT) * sizeof(S);
+  state.counters["step_ms"] = ms;
+  state.counters["min_step_ms"] = ddl_bench::minimum(times) * 1e3;
+  state.counters["tokens_per_s"] = static_cast<double>(kT) / (ms * 1e-3);
+  state.counters["params"] = static_cast<double>(ddl::numParams(model));
+  state.counters["weights_MiB"] = weights / kMiB;
+  state.counters["grads_MiB"] = (h0 - before - weights) / kMiB;
+  state.counters["forward_MiB"] = (h1 - h0) / kMiB;
+  state.counters["forward_dN"] = (h1 - h0) / dN;
+  state.counters["loss_MiB"] = (h2 - h1) / kMiB;
+  state.counters["backward_MiB"] = (h3 - h2) / kMiB;
+  state.counters["adamw_MiB"] = (h4 - h3) / kMiB;
+  state.counters["total_MiB"] = (h4 - before) / kMiB;
+  state.SetLabel(variantName(variant));
+}
+
+void BM_ScaleGenerate(benchmark::State& state) {
+  const int variant = static_cast<int>(state.range(0));
+  ddl::DeltaLM<S> model(scaleConfig(variant), 1);
+  ddl::LmDecoder<S> decoder(model);
+  ddl::MatX<S> logits;
+  ddl::Rng rng(13);
+  std::vector<double> prefill, decode;
+  for (auto _ : state) {
+    decoder.start(kT);
+    Stopwatch p;
+    for (Index t = 0; t < kPrompt; ++t) decoder.step(static_cast<int>(rng.below(static_cast<std::uint64_t>(kVocab))), logits);
+    prefill.push_back(static_cast<double>(kPrompt) / p.seconds());
+    Stopwatch g;
+    for (Index t = kPrompt; t < kT; ++t) decoder.step(static_cast<int>(rng.below(static_cast<std::uint64_t>(kVocab))), logits);
+    decode.push_back(static_cast<double>(kT - kPrompt) / g.seconds());
+    benchmark::DoNotOptimize(logits.data());
+  }
+  state.counters["prefill_tokens_per_s"] = ddl_bench::median(prefill);
+  state.counters["decode_tokens_per_s"] = ddl_bench::median(decode);
+  state.SetLabel(variantName(variant));
+}
+
+}  // namespace
+
+BENCHMARK(BM_ScaleStep)->ArgNames({"variant"})->Arg(kCcEc)->Arg(kAdditive)->Iterations(3)->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ScaleGenerate)->ArgNames({"variant"})->Arg(kCcEc)->Arg(kAdditive)->Iterations(1)->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+BENCHMARK_MAIN();
