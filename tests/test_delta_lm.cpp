@@ -299,8 +299,11 @@ TEST_CASE("DeltaLMConfig round-trips through its key-values and names every vari
   CHECK(contains(thrownMessage<ddl::ValueError>([&] { ddl::applyPreset(c, "v1"); }), "code, paper"));
   c.heads = 5;
   CHECK(contains(thrownMessage<ddl::ValueError>([&] { c.validate(); }), "divide d = 256"));
-  c.heads = 256;  // d_h = 1: RoPE has no pair
-  CHECK(contains(thrownMessage<ddl::ValueError>([&] { c.validate(); }), "even"));
+  c.heads = 256;  // d_h = 1: RoPE has no pair and turns nothing, as the authors' Rotary
+  CHECK_NOTHROW(c.validate());
+  c.attention.ropeRatio = -0.5;
+  CHECK(contains(thrownMessage<ddl::ValueError>([&] { c.validate(); }), "rope_ratio must be in [0, 1], got -0.5"));
+  c.attention.ropeRatio = 1;
   ddl::KeyValues kv = ddl::DeltaLMConfig().toKeyValues();
   kv["model"] = "delta_net";
   CHECK(contains(thrownMessage<ddl::ValueError>([&] { ddl::DeltaLMConfig::fromKeyValues(kv); }), "expected 'delta_lm'"));
