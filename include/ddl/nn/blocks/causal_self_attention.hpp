@@ -19,6 +19,7 @@
 //   groupNorm or outputGate: o <- RMSNorm (eps options.outputNormEps) over each head's d_h features,
 //     one gain [d_h] (subln.weight with groupNorm, else o_norm.weight)
 //   outputGate: o <- o ⊙ silu(W_g c), W_g [D, d] (g.weight)
+//     (both in nn/blocks/attention_output.hpp)
 //   out = W_o concat_h(o)                                                (d, N), W_o [d, D]
 // Parameters (PyTorch names): q.weight, k.weight, v.weight [D, d], o.weight [d, D]; q_norm.weight,
 // k_norm.weight [d_h] when qkNorm; then k_shift.weight, v_shift.weight [H, d], g.weight [D, d] and
@@ -26,9 +27,8 @@
 //
 // The attention core (the softmax over causal blocks, its backward by recomputation, the threads over
 // (b, h) pairs) is CausalAttentionCore (nn/blocks/causal_attention_core.hpp); backward first runs the
-// gate's and the output norm's, then the core's, the norms', RoPE's (the transposed rotation) and the
-// projections' backwards. Backward of the gate, with u = W_g c and n the normed heads:
-//   dn = do ⊙ silu(u),  du = do ⊙ n ⊙ σ(u) (1 + u (1 − σ(u))). The gains' gradients are
+// output gate's and norm's (options), then the core's, the norms', RoPE's (the transposed rotation) and
+// the projections' backwards. The gains' gradients are
 // RmsNorm's sums in double over tokens, in a fixed order. The caches are views as elsewhere
 // (docs/decisions.md, "Activation caches are views"): c must stay alive and unchanged from forward
 // until backward.
@@ -64,6 +64,7 @@
 #include "ddl/core/types.hpp"
 #include "ddl/nn/layers/forward_mode.hpp"
 #include "ddl/nn/blocks/attention_options.hpp"
+#include "ddl/nn/blocks/attention_output.hpp"
 #include "ddl/nn/blocks/attention_projection.hpp"
 #include "ddl/nn/blocks/causal_attention_core.hpp"
 #include "ddl/nn/layers/linear.hpp"
@@ -90,9 +91,9 @@ class CausalSelfAttention {
         m_k(cfg.d, cfg.heads, m_dh, cfg.options.kShift, cfg.options.kActivation),
         m_v(cfg.d, cfg.heads, m_dh, cfg.options.vShift, cfg.options.vActivation), m_o(m_D, cfg.d, false),
         m_qNorm(m_dh, cfg.options.qkNormEps), m_kNorm(m_dh, cfg.options.qkNormEps),
-        m_oNorm(m_dh, cfg.options.outputNormEps), m_rope(m_ropeDim > 0 ? m_ropeDim : 2, cfg.ropeBase), m_core(m_dh) {
+        m_out(cfg.d, cfg.heads, m_dh, cfg.options), m_rope(m_ropeDim > 0 ? m_ropeDim : 2, cfg.ropeBase),
+        m_core(m_dh) {
     m_o.weight().role = ParamRole::ResidualOutput;
-    if (cfg.options.outputGate) m_g.emplace(cfg.d, m_D, false);
   }
 
   // Draw order: q, k, v, o (torch.nn.Linear default), then k_shift, v_shift, g; the norm gains are reset to 1.
@@ -103,8 +104,6 @@ class CausalSelfAttention {
     MatX<S> Q, K, V;          // (D, N) projections; Q, K after RoPE (the norms view them)
     MatX<S> Qn, Kn;           // (d_h, H*N) q, k after the per-head norms (qkNorm)
     MatX<S> A;                // (D, N) heads concatenated (W_o views it without output norm and gate)
-    MatX<S> An;               // (d_h, H*N) the heads after the output norm (groupNorm, outputGate)
-    MatX<S> U, Ag;            // (D, N) W_g c and the gated heads (outputGate)
     MatX<S> colMax, colInv;   // (T, B*H) per query: score maximum and 1 / Σ exp
   };
 
@@ -126,8 +125,8 @@ class CausalSelfAttention {
     double ropeBase = 0;
     MatX<S> q, k, v, a;  // (D, n): projections (q, k after RoPE), heads concatenated
     MatX<S> qn, kn;      // (d_h, H*n): q, k after the norms (qkNorm)
-    MatX<S> an, u, ag;   // (d_h, H*n) normed heads, (D, n) W_g c and gated heads (output norm, gate)
     typename AttentionProjection<S>::Step qStep, kStep, vStep;  // shifts' last positions, scratch
+    typename AttentionOutput<S>::Step outStep;                   // output norm and gate scratch
     VecX<S> p;           // (capacity): one query's probabilities
     GemmWorkspace<S> gemm;  // the projections of a block of n > 1 positions
   };
@@ -159,11 +158,9 @@ class CausalSelfAttention {
       m_qNorm.visitParams(joinName(prefix, "q_norm"), f);
       m_kNorm.visitParams(joinName(prefix, "k_norm"), f);
     }
-    const AttentionOptions& opt = m_cfg.options;
     m_k.visitShift(joinName(prefix, "k_shift"), f);
     m_v.visitShift(joinName(prefix, "v_shift"), f);
-    if (m_g) m_g->visitParams(joinName(prefix, "g"), f);
-    if (opt.outputNorm()) m_oNorm.visitParams(joinName(prefix, opt.groupNorm ? "subln" : "o_norm"), f);
+    m_out.visitParams(prefix, f);
   }
 
   const CausalSelfAttentionConfig& config() const { return m_cfg; }
@@ -199,17 +196,12 @@ class CausalSelfAttention {
   // RoPE in place on a.Q and a.K, then (qkNorm) the per-head norms into a.Qn, a.Kn.
   void project(const TokenLayout& layout, Activations& a, Mode mode);
 
-  // The heads A (D, N) after the output norm and the gate (options), into an (d_h, H*N), u, ag (D, N);
-  // returns what W_o reads (A itself when both are off). Train keeps the norm's and W_g's caches.
-  TokenMap outputStage(const MatX<S>& A, const Eigen::Ref<const MatX<S>>& c, MatX<S>& an, MatX<S>& u, MatX<S>& ag,
-                       Mode mode);
-
   CausalSelfAttentionConfig m_cfg;
   Index m_dh, m_D, m_ropeDim;    // head size, H*d_h, the features RoPE turns per head
   AttentionProjection<S> m_q, m_k, m_v;
   Linear<S> m_o;
-  std::optional<Linear<S>> m_g;  // the output gate's W_g
-  RmsNorm<S> m_qNorm, m_kNorm, m_oNorm;
+  RmsNorm<S> m_qNorm, m_kNorm;
+  AttentionOutput<S> m_out;      // the output norm and gate (options)
   RotaryTable<S> m_rope;         // (r/2, T) cos and sin, r = m_ropeDim (unused when r = 0)
   TokenLayout m_layout;
   bool m_hasForward = false;
@@ -217,7 +209,7 @@ class CausalSelfAttention {
   Activations m_infer;           // of forwardInference
   MatX<S> m_dA, m_dV, m_tmp;     // (D, N) backward scratch
   MatX<S> m_dQ, m_dK;            // (d_h, H*N) backward scratch
-  MatX<S> m_dU, m_dAn;           // (D, N) the gate's backward scratch
+  MatX<S> m_dY;                  // (D, N) the output stage's gradient (options)
   CausalAttentionCore<S> m_core;
 };
 
@@ -229,10 +221,9 @@ void CausalSelfAttention<S>::init(Rng& rng) {
   m_o.init(rng);
   m_k.initShift(rng);
   m_v.initShift(rng);
-  if (m_g) m_g->init(rng);
+  m_out.init(rng);
   m_qNorm.weight().value.setOnes();
   m_kNorm.weight().value.setOnes();
-  m_oNorm.weight().value.setOnes();
 }
 
 template <class S>
@@ -261,32 +252,11 @@ void CausalSelfAttention<S>::run(const char* fn, const Eigen::Ref<const MatX<S>>
   const bool record = mode == Mode::Train;  // the softmax statistics backward reads
   m_core.forward(layout, tokens(norm ? a.Qn : a.Q), tokens(norm ? a.Kn : a.K), a.V, a.A, record ? &a.colMax : nullptr,
                  record ? &a.colInv : nullptr);
-  const TokenMap in = outputStage(a.A, c, a.An, a.U, a.Ag, mode);
+  const TokenMap in = m_out.active() ? m_out.forward(a.A, c, mode) : TokenMap(a.A.data(), a.A.rows(), a.A.cols());
   if (mode == Mode::Train)
     m_o.forward(in, out);
   else
     m_o.forwardInference(in, out);
-}
-
-template <class S>
-typename CausalSelfAttention<S>::TokenMap CausalSelfAttention<S>::outputStage(const MatX<S>& A,
-                                                                             const Eigen::Ref<const MatX<S>>& c,
-                                                                             MatX<S>& an, MatX<S>& u, MatX<S>& ag,
-                                                                             Mode mode) {
-  const AttentionOptions& opt = m_cfg.options;
-  if (!opt.outputNorm()) return TokenMap(A.data(), A.rows(), A.cols());
-  if (mode == Mode::Train)
-    m_oNorm.forward(heads(A), an);
-  else
-    m_oNorm.forwardInference(heads(A), an);
-  if (!m_g) return tokens(an);
-  if (mode == Mode::Train)
-    m_g->forward(c, u);
-  else
-    m_g->forwardInference(c, u);
-  ag.resize(m_D, u.cols());
-  ag.array() = tokens(an).array() * (u.array() * u.array().logistic());
-  return TokenMap(ag.data(), ag.rows(), ag.cols());
 }
 
 template <class S>
@@ -306,11 +276,7 @@ void CausalSelfAttention<S>::startDecode(DecodeCache& cache, Index capacity) con
     cache.qn.resize(m_dh, m_cfg.heads);
     cache.kn.resize(m_dh, m_cfg.heads);
   }
-  if (m_cfg.options.outputNorm()) cache.an.resize(m_dh, m_cfg.heads);
-  if (m_g) {
-    cache.u.resize(D, 1);
-    cache.ag.resize(D, 1);
-  }
+  if (m_out.active()) m_out.startStep(cache.outStep);
   m_q.startStep(cache.qStep);
   m_k.startStep(cache.kStep);
   m_v.startStep(cache.vStep);
@@ -372,20 +338,10 @@ void CausalSelfAttention<S>::forwardStep(const Eigen::Ref<const MatX<S>>& c, Dec
       cache.a.col(j).segment(r, m_dh).noalias() = cache.V.block(r, 0, m_dh, t + 1) * p;
     }
   }
-  const AttentionOptions& opt = m_cfg.options;
-  if (!opt.outputNorm()) {
+  if (m_out.active())
+    stepProduct(m_o.weight().value, m_out.step(cache.a, c, cache.outStep, cache.gemm), out, cache.gemm);
+  else
     stepProduct(m_o.weight().value, cache.a, out, cache.gemm);
-  } else {
-    m_oNorm.forwardInference(heads(cache.a), cache.an);
-    if (m_g) {
-      stepProduct(m_g->weight().value, c, cache.u, cache.gemm);
-      cache.ag.resize(D, n);
-      cache.ag.array() = tokens(cache.an).array() * (cache.u.array() * cache.u.array().logistic());
-      stepProduct(m_o.weight().value, cache.ag, out, cache.gemm);
-    } else {
-      stepProduct(m_o.weight().value, tokens(cache.an), out, cache.gemm);
-    }
-  }
   cache.length = L + n;
 }
 
@@ -396,24 +352,11 @@ void CausalSelfAttention<S>::backward(const Eigen::Ref<const MatX<S>>& dOut, Mat
   checkShape(fn, "dOut", dOut, m_cfg.d, m_layout.tokens());
   requireNoAlias(fn, "dOut", dOut, "dc", dc);
   const Index N = m_layout.tokens();
-  const AttentionOptions& opt = m_cfg.options;
-  bool gated = false;
-  if (!opt.outputNorm()) {
-    m_o.backward(dOut, m_dA);
+  if (m_out.active()) {
+    m_o.backward(dOut, m_dY);
+    m_out.backward(m_dY, m_dA);
   } else {
-    // dAn: the gradient of the normed heads (D, N); with the gate, dU of W_g c goes to dc below.
-    m_o.backward(dOut, m_dAn);
-    if (m_g) {
-      const auto u = m_acts.U.array();
-      const auto sig = u.logistic();
-      m_dU.resize(m_D, N);
-      m_dU.array() = m_dAn.array() * tokens(m_acts.An).array() * (sig * (S(1) + u * (S(1) - sig)));
-      m_dAn.array() *= u * sig;
-      gated = true;
-    }
-    m_dQ.resize(m_dh, m_cfg.heads * N);  // (d_h, H*N): the norm's shape; dQ is free until the core
-    m_oNorm.backward(heads(m_dAn), m_dQ);
-    m_dA = tokens(m_dQ);
+    m_o.backward(dOut, m_dA);
   }
   const bool norm = m_cfg.qkNorm;
   // dQ, dK are held as (d_h, H*N), one column per (token, head), the shape the norms work on.
@@ -434,10 +377,7 @@ void CausalSelfAttention<S>::backward(const Eigen::Ref<const MatX<S>>& dOut, Mat
   m_q.backward(dQ, dc, false);
   m_k.backward(dK, dc, true);
   m_v.backward(m_dV, dc, true);
-  if (gated) {
-    m_g->backward(m_dU, m_tmp);
-    dc += m_tmp;
-  }
+  m_out.addInputGradient(dc);  // the gate's W_g c (nothing without it)
 }
 
 template <class S>
