@@ -352,5 +352,19 @@ TEST_CASE("decoding with the authors' attention options (head_dim, partial RoPE,
                 for (Index t = 0; t < T; ++t) a.forwardStep(c.col(t), cache, out);
               }) == 0);
         CHECK(allocationsDuring([&] { a.startDecode(cache, T); }) == 0);
+        // float: the same within float's rounding, and no allocation either
+        ddl::CausalSelfAttention<float> f(cfg);
+        ddl::Rng rngF(static_cast<std::uint64_t>(31 + variant));
+        f.init(rngF);
+        const MatX<float> cf = c.cast<float>();
+        MatX<float> fullF;
+        f.forwardInference(cf, ddl::TokenLayout::sequence(1, T), fullF);
+        CHECK(worstColumnErr(decode(f, cf, T, {2}), fullF) < 1e-5);
+        ddl::CausalSelfAttention<float>::DecodeCache cacheF;
+        MatX<float> outF(5, 1);
+        f.startDecode(cacheF, T);
+        CHECK(allocationsDuring([&] {
+                for (Index t = 0; t < T; ++t) f.forwardStep(cf.col(t), cacheF, outF);
+              }) == 0);
       }
 }
