@@ -225,6 +225,14 @@ TEST_CASE("PyTorch reproduces DeltaLM with the authors' attention options, logit
                    "f64", 1e-10, 1e-10);
 }
 
+TEST_CASE("PyTorch reproduces DeltaLM with the authors' attention options, logits (1e-5) and gradients (1e-4 rel) in "
+          "float", "[io][torch][delta_lm][options][float]") {
+  DDL_REQUIRE_TORCH();
+  using R = ddl::ResidualKind;
+  checkAll<float>({{"dv1", R::Delta, "code", true, true, 1}, {"cc-ec", R::Delta, "code", true, true, 2}}, "f32", 1e-5,
+                  1e-4);
+}
+
 // The precision goal: where the parameter gradients sum over many tokens (here 8 x 128 = 1024),
 // ddl's float32 gradients are as close to the float64 truth (PyTorch in float64 on the same weights)
 // as PyTorch's own float32 gradients. One model's worst tensor is a noisy sample on either side
