@@ -75,7 +75,7 @@ MatX<double> referenceForward(Attention& a, const MatX<double>& c, Index B, Inde
         if (cfg.qkNorm) {
           const auto& g = (X == &Q ? p["q_norm.weight"] : p["k_norm.weight"])->value;
           auto seg = X->col(n).segment(h * dh, dh);
-          const double r = 1.0 / std::sqrt(seg.squaredNorm() / dh + cfg.normEps);
+          const double r = 1.0 / std::sqrt(seg.squaredNorm() / dh + cfg.options.qkNormEps);
           seg = (seg.array() * r * g.col(0).array()).matrix();
         }
       }
@@ -396,9 +396,12 @@ TEST_CASE("CausalSelfAttention rejects bad options, shapes, layouts and misuse w
   cfg.heads = 5;
   CHECK(contains(thrownMessage<ddl::ValueError>([&] { Attention x(cfg); }),
                  "ddl::CausalSelfAttention: d = 12 is not divisible by heads = 5"));
-  cfg.heads = 4;  // d_h = 3
+  cfg.heads = 4;  // d_h = 3: RoPE turns the first 2 features of each head (the authors' rounding)
+  CHECK(Attention(cfg).ropeDim() == 2);
+  cfg.options.ropeRatio = 1.5;
   CHECK(contains(thrownMessage<ddl::ValueError>([&] { Attention x(cfg); }),
-                 "the head size d / heads = 12 / 4 = 3 must be even"));
+                 "ddl::CausalSelfAttention: rope_ratio must be in [0, 1], got 1.5"));
+  cfg.options.ropeRatio = 1;
   cfg.heads = 0;
   CHECK(contains(thrownMessage<ddl::ValueError>([&] { Attention x(cfg); }), "heads = 0"));
 

@@ -309,3 +309,62 @@ TEST_CASE("a decode step allocates nothing, from the first step after startDecod
             }) == 0);
     }
 }
+
+TEST_CASE("decoding with the authors' attention options (head_dim, partial RoPE, k/v shift, activations, output "
+          "norm and gate) gives every column of forwardInference, and a step allocates nothing",
+          "[attention][decode][options]") {
+  using ddl::QkvActivation;
+  for (int variant = 0; variant < 4; ++variant)
+    for (Index H : {1, 2})
+      for (Index T : {1, 2, 7}) {
+        CAPTURE(variant, H, T);
+        ddl::CausalSelfAttentionConfig cfg;
+        cfg.d = 5;
+        cfg.heads = H;
+        cfg.qkNorm = variant != 1;
+        ddl::AttentionOptions& o = cfg.options;
+        o.headDim = variant == 3 ? 1 : 4;
+        o.ropeRatio = variant == 0 ? 0.5 : 1.0;
+        o.kShift = variant != 2;
+        o.vShift = variant != 1;
+        o.outputGate = variant != 3;
+        o.groupNorm = variant >= 2;
+        o.qActivation = variant == 0 ? QkvActivation::SiLU : QkvActivation::Identity;
+        o.kActivation = variant == 1 ? QkvActivation::EluPlus1 : QkvActivation::ReLU;
+        o.vActivation = variant == 2 ? QkvActivation::SiLU : QkvActivation::Identity;
+        ddl::CausalSelfAttention<double> a(cfg);
+        ddl::Rng rng(static_cast<std::uint64_t>(31 + variant));
+        a.init(rng);
+        a.visitParams("", [&](const std::string& name, ddl::Param<double>& p) {
+          if (contains(name, "norm") || contains(name, "subln"))
+            for (Index i = 0; i < p.value.rows(); ++i) p.value(i, 0) += 0.4 * rng.normal();
+        });
+        const MatX<double> c = 1.5 * randomInput<double>(5, T, static_cast<std::uint64_t>(50 + T));
+        MatX<double> full;
+        a.forwardInference(c, ddl::TokenLayout::sequence(1, T), full);
+        CHECK(worstColumnErr(decode(a, c, T, {}), full) < 1e-12);
+        CHECK(worstColumnErr(decode(a, c, T + 2, {2, 3}), full) < 1e-12);
+        CHECK(worstColumnErr(decode(a, c, T, {T}), full) < 1e-12);
+        ddl::CausalSelfAttention<double>::DecodeCache cache;
+        MatX<double> out(5, 1);
+        a.startDecode(cache, T);
+        CHECK(allocationsDuring([&] {
+                for (Index t = 0; t < T; ++t) a.forwardStep(c.col(t), cache, out);
+              }) == 0);
+        CHECK(allocationsDuring([&] { a.startDecode(cache, T); }) == 0);
+        // float: the same within float's rounding, and no allocation either
+        ddl::CausalSelfAttention<float> f(cfg);
+        ddl::Rng rngF(static_cast<std::uint64_t>(31 + variant));
+        f.init(rngF);
+        const MatX<float> cf = c.cast<float>();
+        MatX<float> fullF;
+        f.forwardInference(cf, ddl::TokenLayout::sequence(1, T), fullF);
+        CHECK(worstColumnErr(decode(f, cf, T, {2}), fullF) < 1e-5);
+        ddl::CausalSelfAttention<float>::DecodeCache cacheF;
+        MatX<float> outF(5, 1);
+        f.startDecode(cacheF, T);
+        CHECK(allocationsDuring([&] {
+                for (Index t = 0; t < T; ++t) f.forwardStep(cf.col(t), cacheF, outF);
+              }) == 0);
+      }
+}

@@ -299,8 +299,11 @@ TEST_CASE("DeltaLMConfig round-trips through its key-values and names every vari
   CHECK(contains(thrownMessage<ddl::ValueError>([&] { ddl::applyPreset(c, "v1"); }), "code, paper"));
   c.heads = 5;
   CHECK(contains(thrownMessage<ddl::ValueError>([&] { c.validate(); }), "divide d = 256"));
-  c.heads = 256;  // d_h = 1: RoPE has no pair
-  CHECK(contains(thrownMessage<ddl::ValueError>([&] { c.validate(); }), "even"));
+  c.heads = 256;  // d_h = 1: RoPE has no pair and turns nothing, as the authors' Rotary
+  CHECK_NOTHROW(c.validate());
+  c.attention.ropeRatio = -0.5;
+  CHECK(contains(thrownMessage<ddl::ValueError>([&] { c.validate(); }), "rope_ratio must be in [0, 1], got -0.5"));
+  c.attention.ropeRatio = 1;
   ddl::KeyValues kv = ddl::DeltaLMConfig().toKeyValues();
   kv["model"] = "delta_net";
   CHECK(contains(thrownMessage<ddl::ValueError>([&] { ddl::DeltaLMConfig::fromKeyValues(kv); }), "expected 'delta_lm'"));
@@ -409,4 +412,55 @@ TEST_CASE("DeltaLM::generate refuses bad prompts and sampling settings, naming t
   MatX<float> logits;
   CHECK(contains(thrownMessage<ddl::ValueError>([&] { decoder.step(1, logits); }), "call start first"));
   CHECK(contains(thrownMessage<ddl::ValueError>([&] { decoder.start(7); }), "capacity must be in [1, 6]"));
+}
+
+TEST_CASE("DeltaLM with the authors' attention options: every gradient against central differences, and cached "
+          "decoding against the full forward", "[grad][delta_lm][decode][options]") {
+  using R = ddl::ResidualKind;
+  using A = ddl::QkvActivation;
+  for (int set = 0; set < 2; ++set)
+    for (const Case& k : {Case{"dv1", R::Delta, "code", 0, 2, true}, Case{"cc-ec", R::Delta, "code", 2, 2, true},
+                          Case{"tc", R::Additive, "paper", 2, 3, false}}) {
+      CAPTURE(set, nameOf(k));
+      ddl::DeltaLMConfig cfg = smallLMConfig(k);
+      ddl::AttentionOptions& o = cfg.attention;
+      // set 0: head_dim 5 (not d / heads), partial RoPE, the k shift, the gate with its o_norm, silu on q;
+      // set 1: the v shift, groupnorm and the gate, relu on k, elu+1 on v, another QK eps
+      o.headDim = set == 0 ? 5 : 0;
+      o.ropeRatio = set == 0 ? 0.5 : 1.0;
+      o.kShift = set == 0;
+      o.vShift = set == 1;
+      o.outputGate = true;
+      o.groupNorm = set == 1;
+      o.outputNormEps = 1e-3;
+      o.qkNormEps = set == 1 ? 1e-3 : 1e-5;
+      o.qActivation = set == 0 ? A::SiLU : A::Identity;
+      o.kActivation = set == 1 ? A::ReLU : A::Identity;
+      o.vActivation = set == 1 ? A::EluPlus1 : A::Identity;
+      ddl::DeltaLM<double> lm(cfg, 61);
+      perturbSmallParams(lm, 62);
+      lm.visitParams("", [](const std::string& name, ddl::Param<double>& p) {
+        if (name == "embed.weight") p.value *= 50.0;  // as the test above: the first norm's curvature
+      });
+      const ddl::TokenBatch batch = randomBatch(2, 3, 11, 63);
+      MatX<double> logits;
+      lm.forward(batch, logits);
+      const MatX<double> W = MatX<double>::Random(logits.rows(), logits.cols());
+      auto loss = [&] {
+        MatX<double> l;
+        lm.forwardInference(batch, l);
+        return (W.array() * l.array()).sum();
+      };
+      ddl::zeroGrad(lm);
+      lm.backward(W);
+      Index shifts = 0;
+      lm.visitParams("", [&](const std::string& name, ddl::Param<double>& p) {
+        CAPTURE(name);
+        if (contains(name, "_shift.") || contains(name, "attn.g.")) ++shifts;
+        FD_CHECK(p.grad, ddl::testing::numericGrad(p.value, loss));
+      });
+      CHECK(shifts == 2 * cfg.depth);  // the options' parameters were there and checked
+      ddl::LmDecoder<double> decoder(lm);
+      checkStepsMatchFull(lm, decoder, randomBatch(1, 6, 11, 64), 1e-12);
+    }
 }

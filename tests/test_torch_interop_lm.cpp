@@ -44,11 +44,35 @@ struct Case {
   std::string preset = "code";
   bool tied = true;
   bool qkNorm = true;
+  int attention = 0;  // 0: the default attention; 1, 2: two sets of the authors' attention options (attentionOptions)
 };
 
 std::string nameOf(const Case& c) {
   return "lm_" + c.variant + "_" + ddl::toString(c.residual) + "_" + c.preset + (c.tied ? "" : "_untied") +
-         (c.qkNorm ? "" : "_noqk");
+         (c.qkNorm ? "" : "_noqk") + (c.attention ? "_attn" + std::to_string(c.attention) : "");
+}
+
+// Every authors' attention option, in two sets: 1 head_dim 6 (not d / heads), rope_ratio 0.5, the gate with
+// its o_norm, the k shift, silu on q and elu+1 on v; 2 the v shift, groupnorm with the gate, relu on k,
+// another QK eps.
+ddl::AttentionOptions attentionOptions(int set) {
+  ddl::AttentionOptions o;
+  if (set == 1) {
+    o.headDim = 6;
+    o.ropeRatio = 0.5;
+    o.outputGate = true;
+    o.outputNormEps = 1e-3;
+    o.kShift = true;
+    o.qActivation = ddl::QkvActivation::SiLU;
+    o.vActivation = ddl::QkvActivation::EluPlus1;
+  } else if (set == 2) {
+    o.vShift = true;
+    o.groupNorm = true;
+    o.outputGate = true;
+    o.kActivation = ddl::QkvActivation::ReLU;
+    o.qkNormEps = 1e-3;
+  }
+  return o;
 }
 
 // The model's size, the batch and how far the parameters move from their initial values.
@@ -78,6 +102,7 @@ ddl::DeltaLMConfig makeConfig(const Case& k, const Shape& s = kTiny) {
   c.block.residual.residual = k.residual;
   ddl::applyPreset(c, k.preset);
   ddl::applyVariant(c, k.variant);
+  c.attention = attentionOptions(k.attention);
   return c;
 }
 
@@ -187,6 +212,25 @@ TEST_CASE("PyTorch reproduces DeltaLM EC and TC logits (1e-5) and gradients (1e-
           "[io][torch][delta_lm]") {
   DDL_REQUIRE_TORCH();
   checkAll<float>(ecTcCases(), "f32", 1e-5, 1e-4);
+}
+
+TEST_CASE("PyTorch reproduces DeltaLM with the authors' attention options, logits and gradients in double (1e-10)",
+          "[io][torch][delta_lm][options]") {
+  DDL_REQUIRE_TORCH();
+  using R = ddl::ResidualKind;
+  checkAll<double>({{"dv1", R::Delta, "code", true, true, 1},
+                    {"dv1", R::Additive, "code", false, false, 2},
+                    {"cc-ec", R::Delta, "code", true, true, 2},
+                    {"tc", R::Delta, "paper", true, true, 1}},
+                   "f64", 1e-10, 1e-10);
+}
+
+TEST_CASE("PyTorch reproduces DeltaLM with the authors' attention options, logits (1e-5) and gradients (1e-4 rel) in "
+          "float", "[io][torch][delta_lm][options][float]") {
+  DDL_REQUIRE_TORCH();
+  using R = ddl::ResidualKind;
+  checkAll<float>({{"dv1", R::Delta, "code", true, true, 1}, {"cc-ec", R::Delta, "code", true, true, 2}}, "f32", 1e-5,
+                  1e-4);
 }
 
 // The precision goal: where the parameter gradients sum over many tokens (here 8 x 128 = 1024),

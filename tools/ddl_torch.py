@@ -44,7 +44,9 @@ Usage (Debian's python3-torch with /usr/bin/python3; the safetensors package is 
       Checks the PyTorch DeltaLM against hand-written formulas: names and shapes of every variant,
       dv 1 + additive = a pre-norm GPT written out per position, EC at its init = repetition, EC's and
       TC's channel order, TC with identity kernels = the free CC compressor, the structured CC = the
-      authors' ResidualShortConvCompressor (their unfold construction for K = dv), causality.
+      authors' ResidualShortConvCompressor (their unfold construction for K = dv), causality, and the
+      authors' attention options (head_dim, rope_ratio, qk_norm_eps, use_output_gate, using_groupnorm,
+      output_norm_eps, use_k_shift, use_v_shift, q/k/v_activation) against their computation per position.
   ddl_torch.py logits --checkpoint CK --idx DIR [--part t10k] [--limit N] [--scale 255 --mean 0 --std 1]
       Runs the net on the IDX images of DIR (found as ddl::findIdxFiles does, raw or .gz), prints the
       accuracy and the first logits. Inputs are pixels / scale (ddl's IDX reader: / 255), then
@@ -535,37 +537,118 @@ def apply_rope(x, cos, sin):
     return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
 
 
-class CausalSelfAttention(nn.Module):
-    """ddl::CausalSelfAttention: q, k, v = W c (no biases); RoPE on q and k per head; qk_norm: RMSNorm
-    over each head's d_h features after RoPE (gains [d_h] shared by the heads); causal softmax of
-    q.k / sqrt(d_h) per sequence; out = W_o concat_h(o). c: (B*T, d) -> (B*T, d)."""
+def qkv_activation(name):
+    """ddl::QkvActivation by its name (nn/layers/qkv_activation.hpp), the authors' activations.py:
+    identity (or none), silu, relu, elu+1 (or elu) = elu(x) + 1."""
+    if name in ("identity", "none", ""):
+        return lambda x: x
+    if name == "silu":
+        return F.silu
+    if name == "relu":
+        return F.relu
+    if name in ("elu+1", "elu"):
+        return lambda x: F.elu(x) + 1.0
+    raise ValueError(f"unsupported activation '{name}', expected one of identity, silu, relu, elu+1")
 
-    def __init__(self, d, heads, rope_base, qk_norm, eps):
+
+def attention_options(cfg):
+    """The authors' attention options of a DeltaLM's key-values (nn/blocks/attention_options.hpp), each
+    with its default when the key is missing (an older checkpoint); qk_norm_eps falls back to norm_eps."""
+    d, heads = int(cfg["d"]), int(cfg["heads"])
+    head_dim = int(cfg.get("head_dim", 0))
+    return dict(
+        head_dim=head_dim if head_dim > 0 else (d // heads if heads > 0 and d % heads == 0 else 0),
+        rope_ratio=float(cfg.get("rope_ratio", 1.0)),
+        qk_norm_eps=float(cfg.get("qk_norm_eps", cfg["norm_eps"])),
+        output_gate=_flag(cfg.get("use_output_gate", "0")),
+        group_norm=_flag(cfg.get("using_groupnorm", "0")),
+        output_norm_eps=float(cfg.get("output_norm_eps", 1e-5)),
+        k_shift=_flag(cfg.get("use_k_shift", "0")),
+        v_shift=_flag(cfg.get("use_v_shift", "0")),
+        q_activation=cfg.get("q_activation", "identity"),
+        k_activation=cfg.get("k_activation", "identity"),
+        v_activation=cfg.get("v_activation", "identity"))
+
+
+def token_shift(z, alpha):
+    """The authors' ShiftLinear mix: z (B, T, H, dh), alpha (B, T, H) -> alpha z[t-1] + (1 - alpha) z[t],
+    z[-1] = 0."""
+    prev = torch.zeros_like(z)
+    prev[:, 1:] = z[:, :-1]
+    a = alpha.unsqueeze(-1)
+    return a * prev + (1.0 - a) * z
+
+
+class CausalSelfAttention(nn.Module):
+    """ddl::CausalSelfAttention: q, k, v = W c (no biases) to H heads of d_h (head_dim, default d / H);
+    k_shift / v_shift: the token shift with alpha = sigmoid(W_s c); q/k/v activations; RoPE on the first
+    r = int(d_h rope_ratio) (rounded down to even) features of each head; qk_norm: RMSNorm over each
+    head's d_h features after RoPE (gains [d_h] shared by the heads); causal softmax of q.k / sqrt(d_h)
+    per sequence; using_groupnorm / use_output_gate: RMSNorm per head on o (subln | o_norm), then
+    o * silu(W_g c) with the gate; out = W_o concat_h(o). c: (B*T, d) -> (B*T, d)."""
+
+    def __init__(self, d, heads, rope_base, qk_norm, eps, opts=None):
         super().__init__()
-        if heads < 1 or d % heads or (d // heads) % 2:
-            raise ValueError(f"heads {heads} must divide d = {d} into heads of even width")
-        self.heads, self.dh, self.rope_base = heads, d // heads, rope_base
-        self.q = Linear(d, d, bias=False)
-        self.k = Linear(d, d, bias=False)
-        self.v = Linear(d, d, bias=False)
-        self.o = Linear(d, d, bias=False)
+        opts = dict(opts or {})
+        dh = int(opts.get("head_dim", 0)) or (d // heads if heads >= 1 and d % heads == 0 else 0)
+        if heads < 1 or dh < 1:
+            raise ValueError(f"heads {heads} must divide d = {d} (or head_dim be given)")
+        ratio = float(opts.get("rope_ratio", 1.0))
+        if not 0.0 <= ratio <= 1.0:
+            raise ValueError(f"rope_ratio must be in [0, 1], got {ratio}")
+        rd = int(dh * ratio)
+        rd -= rd % 2
+        self.heads, self.dh, self.rd, self.rope_base = heads, dh, rd, rope_base
+        D = heads * dh
+        self.q = Linear(d, D, bias=False)
+        self.k = Linear(d, D, bias=False)
+        self.v = Linear(d, D, bias=False)
+        self.o = Linear(D, d, bias=False)
         self.qk_norm = qk_norm
+        qk_eps = float(opts.get("qk_norm_eps", eps))
         if qk_norm:
-            self.q_norm = RmsNorm(self.dh, eps)
-            self.k_norm = RmsNorm(self.dh, eps)
+            self.q_norm = RmsNorm(self.dh, qk_eps)
+            self.k_norm = RmsNorm(self.dh, qk_eps)
+        self.acts = [qkv_activation(opts.get(f"{x}_activation", "identity")) for x in "qkv"]
+        self.k_shifted, self.v_shifted = bool(opts.get("k_shift")), bool(opts.get("v_shift"))
+        if self.k_shifted:
+            self.k_shift = Linear(d, heads, bias=False)
+        if self.v_shifted:
+            self.v_shift = Linear(d, heads, bias=False)
+        self.gated, self.group_norm = bool(opts.get("output_gate")), bool(opts.get("group_norm"))
+        if self.gated:
+            self.g = Linear(d, D, bias=False)
+        out_eps = float(opts.get("output_norm_eps", 1e-5))
+        if self.group_norm:
+            self.subln = RmsNorm(dh, out_eps)
+        elif self.gated:
+            self.o_norm = RmsNorm(dh, out_eps)
 
     def forward(self, c, B, T):
-        H, dh = self.heads, self.dh
+        H, dh, rd = self.heads, self.dh, self.rd
         q, k, v = (m(c).reshape(B, T, H, dh) for m in (self.q, self.k, self.v))
-        cos, sin = rope_tables(T, dh, self.rope_base, c.dtype)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if self.k_shifted:
+            k = token_shift(k, torch.sigmoid(self.k_shift(c)).reshape(B, T, H))
+        if self.v_shifted:
+            v = token_shift(v, torch.sigmoid(self.v_shift(c)).reshape(B, T, H))
+        q, k, v = self.acts[0](q), self.acts[1](k), self.acts[2](v)
+        if rd > 0:
+            cos, sin = rope_tables(T, rd, self.rope_base, c.dtype)
+            q = torch.cat((apply_rope(q[..., :rd], cos, sin), q[..., rd:]), dim=-1)
+            k = torch.cat((apply_rope(k[..., :rd], cos, sin), k[..., rd:]), dim=-1)
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         scores = torch.einsum("bthe,bshe->bhts", q, k) / math.sqrt(dh)
         future = torch.ones(T, T, dtype=torch.bool).triu(1)   # s > t
         p = torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
-        o = torch.einsum("bhts,bshe->bthe", p, v).reshape(B * T, H * dh)
-        return self.o(o)
+        o = torch.einsum("bhts,bshe->bthe", p, v)
+        if self.group_norm:
+            o = self.subln(o)
+        elif self.gated:
+            o = self.o_norm(o)
+        if self.gated:
+            o = o * F.silu(self.g(c).reshape(B, T, H, dh))
+        return self.o(o.reshape(B * T, H * dh))
 
 
 class SwiGlu(nn.Module):
@@ -634,7 +717,8 @@ class DeltaTransformerBlock(nn.Module):
             self.compress = (TokenCompressor(d, dv, int(cfg["conv_kernel"])) if self.tc else
                              Compressor(d, dv, cfg["compressor"], int(cfg["compressor_kernel"])))
         self.attn_norm = RmsNorm(d, eps)
-        self.attn = CausalSelfAttention(d, int(cfg["heads"]), float(cfg["rope_base"]), _flag(cfg["qk_norm"]), eps)
+        self.attn = CausalSelfAttention(d, int(cfg["heads"]), float(cfg["rope_base"]), _flag(cfg["qk_norm"]), eps,
+                                        attention_options(cfg))
         self.attn_delta = DeltaResidual(d, dv, cfg)
         self.mlp_norm = RmsNorm(d, eps)
         self.mlp = SwiGlu(d, int(cfg["hidden"]))
@@ -972,6 +1056,12 @@ def lm_param_names(cfg):
         names += [b + "compress." + c for c in comp] if dv > 1 else []
         names += [b + "attn_norm.weight"] + [b + f"attn.{m}.weight" for m in "qkvo"]
         names += [b + "attn.q_norm.weight", b + "attn.k_norm.weight"] if _flag(cfg["qk_norm"]) else []
+        opt = attention_options(cfg)
+        names += [b + "attn.k_shift.weight"] if opt["k_shift"] else []
+        names += [b + "attn.v_shift.weight"] if opt["v_shift"] else []
+        names += [b + "attn.g.weight"] if opt["output_gate"] else []
+        names += ([b + "attn.subln.weight"] if opt["group_norm"] else
+                  [b + "attn.o_norm.weight"] if opt["output_gate"] else [])
         names += [b + "attn_delta." + n for n in delta] + [b + "mlp_norm.weight"]
         names += [b + f"mlp.fc{i}.weight" for i in (1, 2, 3)] + [b + "mlp_delta." + n for n in delta]
     names += ["readout." + c for c in comp] if dv > 1 else []
@@ -982,6 +1072,63 @@ def _randomize(model, scale=0.5):
     with torch.no_grad():
         for p in model.parameters():
             p.add_(scale * torch.randn_like(p))
+
+
+def _hand_attention(attn, c, B, T, cfg):
+    """The authors' CausalSelfAttention (model/DDL-gpt-mha-rope-CC-EC.py) written out per position:
+    c (B*T, d) -> (B*T, d) with attn's weights and cfg's options."""
+    o = attention_options(cfg)
+    H, dh = attn.heads, attn.dh
+    act = {"identity": lambda x: x, "silu": lambda x: x * torch.sigmoid(x), "relu": lambda x: torch.clamp(x, min=0),
+           "elu+1": lambda x: torch.where(x > 0, x + 1, torch.exp(x))}
+    r = int(dh * o["rope_ratio"])
+    r -= r % 2
+
+    def rms(x, g, eps):
+        return x / torch.sqrt((x * x).mean() + eps) * g
+
+    def rope(x, t):
+        y = x.clone()
+        for i in range(r // 2):
+            a = t * float(cfg["rope_base"]) ** (-2.0 * i / r)
+            y[i] = x[i] * math.cos(a) - x[i + r // 2] * math.sin(a)
+            y[i + r // 2] = x[i + r // 2] * math.cos(a) + x[i] * math.sin(a)
+        return y
+
+    out = torch.zeros(B * T, attn.o.weight.shape[0], dtype=c.dtype)
+    for b in range(B):
+        q, k, v = {}, {}, {}
+        for t in range(T):
+            n = b * T + t
+            for h in range(H):
+                sl = slice(h * dh, (h + 1) * dh)
+                kk, vv = attn.k.weight[sl] @ c[n], attn.v.weight[sl] @ c[n]
+                if o["k_shift"]:
+                    al = torch.sigmoid(attn.k_shift.weight[h] @ c[n])
+                    kk = (1 - al) * kk + (al * (attn.k.weight[sl] @ c[n - 1]) if t > 0 else 0)
+                if o["v_shift"]:
+                    al = torch.sigmoid(attn.v_shift.weight[h] @ c[n])
+                    vv = (1 - al) * vv + (al * (attn.v.weight[sl] @ c[n - 1]) if t > 0 else 0)
+                qq = rope(act[o["q_activation"]](attn.q.weight[sl] @ c[n]), t)
+                kk = rope(act[o["k_activation"]](kk), t)
+                if attn.qk_norm:
+                    qq, kk = rms(qq, attn.q_norm.weight, o["qk_norm_eps"]), rms(kk, attn.k_norm.weight, o["qk_norm_eps"])
+                q[t, h], k[t, h], v[t, h] = qq, kk, act[o["v_activation"]](vv)
+        for t in range(T):
+            heads = []
+            for h in range(H):
+                w = torch.softmax(torch.stack([q[t, h] @ k[s, h] for s in range(t + 1)]) / math.sqrt(dh), 0)
+                y = sum(w[s] * v[s, h] for s in range(t + 1))
+                if o["group_norm"]:
+                    y = rms(y, attn.subln.weight, o["output_norm_eps"])
+                elif o["output_gate"]:
+                    y = rms(y, attn.o_norm.weight, o["output_norm_eps"])
+                if o["output_gate"]:
+                    u = attn.g.weight[h * dh:(h + 1) * dh] @ c[b * T + t]
+                    y = y * u * torch.sigmoid(u)
+                heads.append(y)
+            out[b * T + t] = attn.o.weight @ torch.cat(heads)
+    return out
 
 
 def _hand_gpt(model, ids):
@@ -1198,6 +1345,23 @@ def selftest_command(args):
                 if (got[1, t] - base[1, t]).abs().max().item() < 1e-9:
                     failures.append(f"causal {variant}: position {t} does not see its own token")
         report(f"causal {variant}: earlier positions and other sequences unchanged", worst, 1e-13)
+
+    # 9. the authors' attention options: names in ddl's order, and the attention against their computation
+    #    written out per position (ShiftLinear, activations, partial RoPE, QK norms, output norm and gate)
+    for opts in (dict(head_dim=6, rope_ratio=0.5, use_output_gate=1, output_norm_eps=1e-3, use_k_shift=1,
+                      q_activation="silu", v_activation="elu+1"),
+                 dict(use_v_shift=1, using_groupnorm=1, use_output_gate=1, k_activation="relu", qk_norm_eps=1e-3)):
+        cfg = lm_config("dv1", "additive", **opts)
+        model = DeltaLM(cfg).to(dt)
+        if list(model.state_dict()) != lm_param_names(cfg):
+            failures.append(f"names with attention options {opts}")
+            print(f"names with attention options: {list(model.state_dict())} != {lm_param_names(cfg)} FAIL")
+        _randomize(model)
+        attn = model.blocks[0].attn
+        c = torch.randn(B * T, 8, dtype=dt)
+        with torch.no_grad():
+            report(f"attention options {sorted(opts)} = their computation per position",
+                   _max_abs(attn(c, B, T), _hand_attention(attn, c, B, T, cfg)), 1e-12)
     print(f"{'all checks passed' if not failures else 'FAILED: ' + ', '.join(failures)}")
     return 0 if not failures else 1
 

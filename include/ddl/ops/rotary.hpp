@@ -56,11 +56,14 @@ class RotaryTable {
 };
 
 namespace detail {
-// Column n of X at position first + n % T, rotated by its angle (sign -1: the inverse rotation).
+// Column n of X at position first + n % T, rotated by its angle (sign -1: the inverse rotation); heads
+// of `stride` rows (0: the table's size) of which the first table.headDim() turn.
 template <class S, class Derived>
-void rotate(const char* fn, Eigen::MatrixBase<Derived>& X, Index T, Index first, const RotaryTable<S>& table, S sign) {
-  const Index dh = table.headDim(), half = dh / 2, N = X.cols();
+void rotate(const char* fn, Eigen::MatrixBase<Derived>& X, Index T, Index first, const RotaryTable<S>& table, S sign,
+            Index stride) {
+  const Index rd = table.headDim(), half = rd / 2, N = X.cols(), dh = stride > 0 ? stride : rd;
   require(T >= 1 && N % T == 0, fn, "X has ", N, " columns, not a whole number of sequences of length T = ", T);
+  require(dh >= rd, fn, "the heads have ", dh, " rows, fewer than the ", rd, " the table turns");
   require(X.rows() % dh == 0, fn, "X has ", X.rows(), " rows, not a whole number of heads of size ", dh);
   require(first >= 0 && table.positions() >= first + T, fn, "the table covers ", table.positions(),
           " positions, the columns reach position ", first + T - 1);
@@ -85,16 +88,19 @@ void rotate(const char* fn, Eigen::MatrixBase<Derived>& X, Index T, Index first,
 
 // X: (H * d_h, B * T) rotated in place, every column by its position t = column % T (inverse: by −t).
 // The table must cover T positions. Columns are independent: split over OpenMP threads when large.
+// headStride: the rows d_h of a head when only its first r = table.headDim() features turn (partial
+// RoPE, the authors' rope_ratio < 1: pairs (i, i + r/2), angles t * base^(-2i/r)); 0 means d_h = r.
 template <class S, class Derived>
-void applyRotary(Eigen::MatrixBase<Derived>& X, Index T, const RotaryTable<S>& table, bool inverse = false) {
-  detail::rotate("ddl::applyRotary", X, T, 0, table, inverse ? S(-1) : S(1));
+void applyRotary(Eigen::MatrixBase<Derived>& X, Index T, const RotaryTable<S>& table, bool inverse = false,
+                 Index headStride = 0) {
+  detail::rotate("ddl::applyRotary", X, T, 0, table, inverse ? S(-1) : S(1), headStride);
 }
 
 // X: (H * d_h, n), the positions first .. first+n-1 of one sequence (decoding after `first` cached
 // positions), rotated in place with the same operations as applyRotary. The table must cover first + n.
 template <class S, class Derived>
-void applyRotaryFrom(Eigen::MatrixBase<Derived>& X, Index first, const RotaryTable<S>& table) {
-  detail::rotate("ddl::applyRotaryFrom", X, X.cols() > 0 ? X.cols() : 1, first, table, S(1));
+void applyRotaryFrom(Eigen::MatrixBase<Derived>& X, Index first, const RotaryTable<S>& table, Index headStride = 0) {
+  detail::rotate("ddl::applyRotaryFrom", X, X.cols() > 0 ? X.cols() : 1, first, table, S(1), headStride);
 }
 
 }  // namespace ddl

@@ -26,6 +26,7 @@
 #include "ddl/core/token_layout.hpp"
 #include "ddl/core/types.hpp"
 #include "ddl/nn/layers/forward_mode.hpp"
+#include "ddl/nn/blocks/attention_options.hpp"
 #include "ddl/nn/blocks/causal_self_attention.hpp"
 #include "ddl/nn/blocks/compressor.hpp"
 #include "ddl/nn/blocks/delta_block.hpp"
@@ -57,6 +58,9 @@ struct DeltaTransformerBlockConfig {
   StateCompressorKind compressor = StateCompressorKind::PerToken;
   Index convKernel = 4;  // TC
   DeltaBlockOptions block;  // residual options, norm eps, CC form
+
+  // ---- the authors' attention options (nn/blocks/attention_options.hpp) ----
+  AttentionOptions attention;
 };
 
 template <class S>
@@ -339,7 +343,7 @@ CausalSelfAttentionConfig DeltaTransformerBlock<S>::attentionConfig(const DeltaT
   a.heads = cfg.heads;
   a.ropeBase = cfg.ropeBase;
   a.qkNorm = cfg.qkNorm;
-  a.normEps = cfg.block.normEps;
+  a.options = cfg.attention;
   return a;
 }
 

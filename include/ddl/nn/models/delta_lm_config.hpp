@@ -15,7 +15,10 @@
 // Key-values (model_config of a checkpoint, read by tools/ddl_torch.py): model = "delta_lm", vocab, d,
 // depth, heads, context, hidden (SwiGLU width, resolved), variant, state_compressor (cc | tc),
 // conv_kernel (TC and EC), tied_head, rope_base, qk_norm, and the options every Delta net shares
-// (dv, learned_expansion, preset, norm_eps, compressor (the CC form), residual, gate, value, ...).
+// (dv, learned_expansion, preset, norm_eps, compressor (the CC form), residual, gate, value, ...), and
+// the authors' attention options under their GPTConfig names (head_dim, rope_ratio, qk_norm_eps,
+// use_output_gate, using_groupnorm, output_norm_eps, use_k_shift, use_v_shift, q/k/v_activation;
+// nn/blocks/attention_options.hpp), which older checkpoints lack and then read as their defaults.
 #include <cmath>
 #include <string>
 
@@ -23,6 +26,7 @@
 #include "ddl/core/key_values.hpp"
 #include "ddl/core/types.hpp"
 #include "ddl/nn/layers/activation.hpp"
+#include "ddl/nn/blocks/attention_options.hpp"
 #include "ddl/nn/blocks/delta_block.hpp"
 #include "ddl/nn/blocks/delta_transformer_block.hpp"
 #include "ddl/nn/models/delta_net_config.hpp"
@@ -49,6 +53,9 @@ struct DeltaLMConfig {
   Preset preset = Preset::Code;  // the residual preset applied last (applyPreset): code | paper
   DeltaBlockOptions block = defaultBlock();  // residual options, norm eps, CC form; activation SiLU
 
+  // ---- the authors' attention options (nn/blocks/attention_options.hpp) ----
+  AttentionOptions attention;  // head_dim, rope_ratio, QK-norm eps, output gate and norm, k/v shift, q/k/v activations
+
   static DeltaBlockOptions defaultBlock() {
     DeltaBlockOptions b;
     b.activation = Activation::SiLU;
@@ -70,9 +77,10 @@ struct DeltaLMConfig {
     b.compressor = stateCompressor;
     b.convKernel = convKernel;
     b.block = block;
+    b.attention = attention;
     return b;
   }
-  Index headDim() const { return heads > 0 ? d / heads : 0; }
+  Index headDim() const { return attention.resolvedHeadDim(d, heads); }
 
   // The paper's name of this configuration (dv1 | cc | cc-ec | tc | tc-ec), read from dv, the state
   // compressor and the expansion, so that the label can never contradict the model it names.
@@ -87,8 +95,8 @@ struct DeltaLMConfig {
     require(vocab >= 2, fn, "vocab must be >= 2, got ", vocab);
     require(d >= 1, fn, "d must be >= 1, got ", d);
     require(depth >= 0, fn, "depth must be >= 0, got ", depth);
-    require(heads >= 1 && d % heads == 0, fn, "heads must be >= 1 and divide d = ", d, ", got ", heads);
-    require(headDim() % 2 == 0, fn, "the head width d / heads must be even for RoPE's pairs, got ", headDim());
+    require(heads >= 1, fn, "heads must be >= 1, got ", heads);
+    attention.validate(fn, d, heads);
     require(context >= 1, fn, "context must be >= 1, got ", context);
     require(hidden >= 0, fn, "hidden must be >= 0 (0 means floor(8 d / 3)), got ", hidden);
     require(dv >= 1, fn, "dv must be >= 1, got ", dv);
@@ -124,6 +132,7 @@ struct DeltaLMConfig {
     w.put("rope_base", ropeBase);
     w.put("qk_norm", qkNorm);
     putSharedOptions(w, *this);
+    putAttentionOptions(w, attention, d, heads);
     return kv;
   }
 
@@ -146,6 +155,7 @@ struct DeltaLMConfig {
     c.ropeBase = in.number("rope_base");
     c.qkNorm = in.flag("qk_norm");
     readSharedOptions(in, c);
+    c.attention = readAttentionOptions(in, c.d, c.heads, c.block.normEps);
     c.validate();
     if (variant != c.variant())
       throw ValueError(message("ddl::DeltaLMConfig::fromKeyValues", "variant '", variant, "' contradicts dv ", c.dv,
