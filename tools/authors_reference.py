@@ -33,6 +33,12 @@ here they compute in float64, so the reference has float64 rounding throughout.
 
 Options: --variants (default all), --seed, --set key=value (a GPTConfig override, JSON value, repeated;
 applied to every variant), --dtype float32 writes model.safetensors in F32 instead.
+
+  authors_reference.py --authors DIR --check FOLDER --variant V --reference REF.safetensors [--tol 1e-10]
+builds their GPT of variant V from FOLDER/config.json (bookkeeping keys dropped), loads FOLDER/model.safetensors
+with load_state_dict(strict=True) (the tied lm_head.weight filled in from transformer.wte.weight, as
+from_pretrained ties it), runs REF's ids in float64 and compares the logits with REF's: prints the relative
+error (max |difference| / max |reference|), exit 0 when <= tol, 1 above it, 2 when loading fails.
 """
 
 import argparse
@@ -232,6 +238,21 @@ def load_authors(folder):
 # safetensors, written by hand (the format of io/safetensors_header.hpp).
 
 _NAMES = {torch.float32: "F32", torch.float64: "F64", torch.int64: "I64"}
+_TYPES = {"F32": torch.float32, "F64": torch.float64, "I64": torch.int64}
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n].decode("utf-8"))
+    header.pop("__metadata__", None)
+    body, out = data[8 + n:], {}
+    for name, info in header.items():
+        begin, end = info["data_offsets"]
+        raw = bytearray(body[begin:end])
+        out[name] = torch.frombuffer(raw, dtype=_TYPES[info["dtype"]]).reshape(info["shape"]).clone()
+    return out
 
 
 def write_safetensors(path, tensors, meta=None):
@@ -279,8 +300,13 @@ def config_json(config, architecture, dtype):
         for key in klass.__dict__.get("__annotations__", {}):
             if hasattr(config, key):
                 out[key] = getattr(config, key)
-    for key, value in vars(config).items():  # --set keys their GPTConfig does not declare (rope_base, ...)
-        out.setdefault(key, value)
+    # Keys set outside the declared fields (--set rope_base, GPTBase's HF flags), minus what HF's to_diff_dict
+    # leaves out: private keys and values equal to PretrainedConfig's defaults.
+    hf_defaults = {"is_encoder_decoder": False, "add_cross_attention": False, "tie_word_embeddings": True,
+                   "torchscript": False}
+    for key, value in vars(config).items():
+        if not key.startswith("_") and not (key in hf_defaults and hf_defaults[key] == value):
+            out.setdefault(key, value)
     out["torch_dtype"] = "float64" if dtype == torch.float64 else "float32"
     return out
 
@@ -318,6 +344,29 @@ def generate(variant, modules, gpt_base, args, overrides):
     print(f"{variant}: {len(weights)} tensors, loss {loss.item():.12f}")
 
 
+_BOOKKEEPING = ("architectures", "model_type", "torch_dtype", "transformers_version", "_name_or_path")
+
+
+def check(args, modules, gpt_base):
+    with open(os.path.join(args.check, "config.json")) as f:
+        fields = {k: v for k, v in json.load(f).items() if k not in _BOOKKEEPING}
+    model, _, _ = build(args.variant, modules, gpt_base, fields)
+    model = model.double()
+    state = {k: v.double() for k, v in read_safetensors(os.path.join(args.check, "model.safetensors")).items()}
+    state.setdefault("lm_head.weight", state.get("transformer.wte.weight"))
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as e:
+        print(f"load_state_dict(strict=True) failed: {e}")
+        return 2
+    ref = read_safetensors(args.reference)
+    with torch.no_grad():
+        logits, _ = model(ref["ids"], ref["targets"])
+    err = float((logits - ref["logits"]).abs().max() / ref["logits"].abs().max())
+    print(f"{args.variant}: relative logit error {err:.3e} (tol {args.tol:g})")
+    return 0 if err <= args.tol else 1
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--authors", required=True, help="folder of the authors' model/ package")
@@ -328,6 +377,10 @@ def main(argv=None):
                     help="GPTConfig override, VALUE as JSON (true, 3, 0.5, \"silu\", null)")
     ap.add_argument("--dtype", choices=("float64", "float32"), default="float64",
                     help="dtype of model.safetensors (the reference is float64 either way)")
+    ap.add_argument("--check", metavar="FOLDER", help="load FOLDER with their code and compare logits (see above)")
+    ap.add_argument("--variant", help="with --check: the variant of FOLDER")
+    ap.add_argument("--reference", help="with --check: a reference.safetensors with ids, targets and logits")
+    ap.add_argument("--tol", type=float, default=1e-10)
     args = ap.parse_args(argv)
     overrides = {}
     for item in args.set:
@@ -339,6 +392,10 @@ def main(argv=None):
     rotary, modules, gpt_base = load_authors(os.path.abspath(args.authors))
     widen_fp32_casts(rotary)
     torch.set_default_dtype(torch.float64)
+    if args.check:
+        if args.variant not in VARIANT_FILES or not args.reference:
+            ap.error("--check needs --variant (one of " + ", ".join(VARIANT_FILES) + ") and --reference")
+        sys.exit(check(args, modules, gpt_base))
     for v in args.variants.split(","):
         if v not in VARIANT_FILES:
             ap.error(f"unknown variant {v!r}, expected one of {', '.join(VARIANT_FILES)}")
