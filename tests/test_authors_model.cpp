@@ -225,11 +225,11 @@ TEST_CASE("authors' folders: the variant and configuration read from a fixture a
   const auto lm = ddl::loadAuthorsModel<double>(fixture("tc-ec"));
   CHECK(lm.config().variant() == "tc-ec");
   CHECK(lm.config().dv == 4);
-  CHECK(lm.config().d == 16);
+  CHECK(lm.config().d == 12);
   CHECK(lm.config().heads == 2);
   CHECK(lm.config().depth == 2);
   CHECK(lm.config().context == 16);
-  CHECK(lm.config().resolvedHidden() == 42);
+  CHECK(lm.config().resolvedHidden() == 32);
   CHECK(ddl::loadAuthorsModel<double>(fixture("baseline")).config().block.residual.residual ==
         ddl::ResidualKind::Additive);
   CHECK(ddl::loadAuthorsModel<double>(fixture("cc")).config().variant() == "cc");
@@ -328,7 +328,7 @@ TEST_CASE("authors' tensors: missing, unexpected, misshapen, unconvertible and u
   CHECK(contains(m, "unexpected tensor \"transformer.h.0.attn.g_proj.weight\""));
   CHECK(contains(m, "model.safetensors"));
   m = loadError<double>(editedCopy("shape", "cc", [](nlohmann::json& j) { j["vocab_size"] = 30; }, nullptr));
-  CHECK(contains(m, "tensor \"transformer.wte.weight\" has shape [31, 16], expected [30, 16]"));
+  CHECK(contains(m, "tensor \"transformer.wte.weight\" has shape [31, 12], expected [30, 12]"));
   m = loadError<double>(editedCopy("dtype", "cc", nullptr, [](std::vector<RawTensor>& ts) {
     RawTensor* t = findRaw(ts, "ln_f.weight");
     t->dtype = "I64";

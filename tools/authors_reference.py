@@ -275,7 +275,7 @@ def write_safetensors(path, tensors, meta=None):
 # ---------------------------------------------------------------------------------------------
 
 def small_config(variant, overrides):
-    c = {"vocab_size": 31, "num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 16, "head_dim": 8,
+    c = {"vocab_size": 31, "num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 12, "head_dim": 6,
          "block_size": 16}
     if variant not in ("baseline", "dv1"):
         c["ddl_value_channels"] = 4
