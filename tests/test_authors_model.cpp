@@ -31,7 +31,13 @@ using ddl_test::contains;
 
 namespace {
 
-const std::vector<std::string> kVariants = {"baseline", "dv1", "cc", "cc-ec", "tc", "tc-ec"};
+// The six variants at their defaults and option cases (Mapped fields off their defaults: dv 3, kernels,
+// eps_k, the value scale, rope_base, no QK-norm, the read init), all written by tools/authors_reference.py.
+const std::vector<std::string> kVariants = {"baseline",         "dv1",         "cc",           "cc-ec",
+                                            "tc",               "tc-ec",       "baseline+options", "dv1+options",
+                                            "cc-ec+options",    "tc-ec+options"};
+// "cc-ec+options" -> "cc-ec"
+std::string variantOf(const std::string& fixtureName) { return fixtureName.substr(0, fixtureName.find('+')); }
 
 std::string fixture(const std::string& variant) { return std::string(DDL_TEST_FIXTURES) + "/authors/" + variant; }
 
@@ -233,6 +239,18 @@ TEST_CASE("authors' folders: the variant and configuration read from a fixture a
   CHECK(ddl::loadAuthorsModel<double>(fixture("baseline")).config().block.residual.residual ==
         ddl::ResidualKind::Additive);
   CHECK(ddl::loadAuthorsModel<double>(fixture("cc")).config().variant() == "cc");
+  const ddl::DeltaLMConfig o = ddl::loadAuthorsModel<double>(fixture("cc-ec+options")).config();
+  CHECK(o.variant() == "cc-ec");
+  CHECK(o.dv == 3);
+  CHECK(o.depth == 1);
+  CHECK(o.block.compressorKernel == 3);
+  CHECK(o.convKernel == 2);
+  CHECK(o.block.residual.epsK == 0.01);
+  CHECK(o.block.residual.valueScale == 2.5);
+  CHECK(o.ropeBase == 500.0);
+  CHECK(!o.qkNorm);
+  CHECK(o.block.compressorReadInit.value_or(0) == 0.3);
+  CHECK(ddl::loadAuthorsModel<double>(fixture("tc-ec+options")).config().convKernel == 2);
 }
 
 TEST_CASE("authors' folders: write then read is bit-exact, in the model's scalar and in F32") {
@@ -292,7 +310,7 @@ TEST_CASE("authors' config.json: unknown fields, unsupported values and wrong ty
   m = cfg("head_dim", [](nlohmann::json& j) { j["head_dim"] = 4; });
   CHECK(contains(m, "field 'head_dim' = 4 is not supported"));
   m = cfg("cc_kernel", [](nlohmann::json& j) { j["ddl_state_shortconv_kernel_size"] = 5; });
-  CHECK(contains(m, "ddl_state_shortconv_kernel_size' = 5 must be <= ddl_value_channels = 4"));
+  CHECK(contains(m, "ddl_state_shortconv_kernel_size' = 5 must equal ddl_value_channels = 4"));
   m = loadError<double>(editedCopy("tc_kernels", "tc-ec", [](nlohmann::json& j) { j["input_embed_shortconv_kernel_size"] = 3; }, nullptr));
   CHECK(contains(m, "ddl_state_shortconv_kernel_size = 4 and input_embed_shortconv_kernel_size = 3 differ"));
   m = loadError<double>(editedCopy("dv1_field", "dv1", [](nlohmann::json& j) { j["ddl_value_channels"] = 8; }, nullptr));
@@ -442,6 +460,10 @@ TEST_CASE("authors' folders: a configuration their code has no model for is refu
   ddl::applyVariant(f, "cc");
   f.block.compressor = ddl::CompressorKind::Free;
   CHECK(contains(refused(f, "free"), "the free CC compressor has no counterpart"));
+  ddl::DeltaLMConfig k = c;
+  ddl::applyVariant(k, "cc");
+  k.block.compressorKernel = 2;
+  CHECK(contains(refused(k, "cc_kernel"), "a CC kernel size other than dv has no counterpart"));
   ddl::DeltaLMConfig h = c;
   h.hidden = 20;
   CHECK(contains(refused(h, "hidden"), "a SwiGLU width other than floor(8/3 d)"));
@@ -476,7 +498,7 @@ TEST_CASE("authors' own code loads the folders ddl writes (strict) and computes 
     const std::string dir = ddl_test::freshTestDir("authors_theirs_" + v);
     ddl::saveAuthorsModel(dir, lm, /*float32=*/false);
     const std::string cmd = std::string(torch_runner::kPython) + " " + torch_runner::quoted(script) + " --authors " +
-                            torch_runner::quoted(env) + " --check " + torch_runner::quoted(dir) + " --variant " + v +
+                            torch_runner::quoted(env) + " --check " + torch_runner::quoted(dir) + " --variant " + variantOf(v) +
                             " --reference " + torch_runner::quoted(fixture(v) + "/reference.safetensors") +
                             " --tol 1e-12";
     CHECK(torch_runner::runCommand(cmd) == 0);

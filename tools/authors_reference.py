@@ -32,13 +32,16 @@ For a float64 reference their fp32 casts are widened (widen_fp32_casts): in thei
 here they compute in float64, so the reference has float64 rounding throughout.
 
 Options: --variants (default all), --seed, --set key=value (a GPTConfig override, JSON value, repeated;
-applied to every variant), --dtype float32 writes model.safetensors in F32 instead.
-
-  authors_reference.py --authors DIR --check FOLDER --variant V --reference REF.safetensors [--tol 1e-10]
-builds their GPT of variant V from FOLDER/config.json (bookkeeping keys dropped), loads FOLDER/model.safetensors
-with load_state_dict(strict=True) (the tied lm_head.weight filled in from transformer.wte.weight, as
-from_pretrained ties it), runs REF's ids in float64 and compares the logits with REF's: prints the relative
-error (max |difference| / max |reference|), exit 0 when <= tol, 1 above it, 2 when loading fails.
+applied to every variant) with --tag T (the folders are then OUT/<variant>+T), --dtype float32 writes
+model.safetensors in F32 instead. The committed option cases (tests/fixtures/authors/*+options):
+  --variants dv1,baseline --tag options --set num_hidden_layers=1 --set ddl_k_eps=0.01 \
+      --set ddl_v_sigmoid_scale=2.5 --set rope_base=500.0 --set use_qk_rmsnorm=false
+  --variants cc-ec --tag options --set num_hidden_layers=1 --set ddl_value_channels=3 \
+      --set input_embed_shortconv_kernel_size=2 --set ddl_k_eps=0.01 --set ddl_v_sigmoid_scale=2.5 \
+      --set rope_base=500.0 --set use_qk_rmsnorm=false --set ddl_state_read_init=0.3
+  --variants tc-ec --tag options  (the same with --set ddl_state_shortconv_kernel_size=2)
+Their CC compressor computes only with ddl_state_shortconv_kernel_size = ddl_value_channels (their GPTConfig
+sets it so when only the channels are given); any other kernel fails in their einsum.
 """
 
 import argparse
@@ -325,7 +328,7 @@ def generate(variant, modules, gpt_base, args, overrides):
     logits, loss = model(ids, targets)
     loss.backward()
 
-    folder = os.path.join(args.out, variant)
+    folder = os.path.join(args.out, variant + ("+" + args.tag if args.tag else ""))
     os.makedirs(folder, exist_ok=True)
     state = model.state_dict()
     tied = model.lm_head.weight is model.transformer.wte.weight
@@ -375,6 +378,7 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=20260101)
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="GPTConfig override, VALUE as JSON (true, 3, 0.5, \"silu\", null)")
+    ap.add_argument("--tag", default="", help="folder name suffix of an option case: OUT/<variant>+TAG")
     ap.add_argument("--dtype", choices=("float64", "float32"), default="float64",
                     help="dtype of model.safetensors (the reference is float64 either way)")
     ap.add_argument("--check", metavar="FOLDER", help="load FOLDER with their code and compare logits (see above)")

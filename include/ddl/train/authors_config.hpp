@@ -187,7 +187,7 @@ inline const std::vector<AuthorsField>& authorsConfigFields() {
        [](R& r, const J& v) { r.config.dv = detail::authorsInt(r, "ddl_value_channels", v, 2); },
        [](const C& c, V) { return J(c.dv); }},
       {"ddl_state_shortconv_kernel_size", M, kAuthorsExpanded, "4",
-       "cc: block.compressorKernel (<= dv, as their check); tc: convKernel",
+       "cc: block.compressorKernel (= dv: their CC computes only then); tc: convKernel",
        [](R& r, const J& v) { r.stateKernel = detail::authorsInt(r, "ddl_state_shortconv_kernel_size", v, 1); },
        [](const C& c, V v) { return J(detail::isTc(v) ? c.convKernel : c.block.compressorKernel); }},
       {"ddl_state_read_init", M, kAuthorsExpanded, "null", "block.compressorReadInit (null: 1/dv)",
@@ -272,8 +272,8 @@ inline DeltaLMConfig authorsConfigToDeltaLM(const nlohmann::json& j, AuthorsVari
             ": ddl_state_shortconv_kernel_size = ", r.stateKernel, " and input_embed_shortconv_kernel_size = ",
             r.embedKernel, " differ; ddl's tc-ec has one kernel size (convKernel) for both");
   } else if (detail::isExpanded(variant)) {
-    require(r.stateKernel <= c.dv, fn, source, ": field 'ddl_state_shortconv_kernel_size' = ", r.stateKernel,
-            " must be <= ddl_value_channels = ", c.dv, " (their compressor's check)");
+    require(r.stateKernel == c.dv, fn, source, ": field 'ddl_state_shortconv_kernel_size' = ", r.stateKernel,
+            " must equal ddl_value_channels = ", c.dv, " (their CC compressor's construction computes only then)");
     c.block.compressorKernel = r.stateKernel;
     if (detail::hasEc(variant)) c.convKernel = r.embedKernel;
   }
@@ -298,7 +298,8 @@ inline void requireAuthorsExpressible(const DeltaLMConfig& c, const char* fn) {
   require(res.value == ValueKind::SigmoidScaled, fn, no("a value other than sigmoid_scaled"));
   if (detail::isExpanded(v) && !detail::isTc(v)) {
     require(c.block.compressor == CompressorKind::Structured, fn, no("the free CC compressor"));
-    require(c.block.compressorKernel <= c.dv, fn, no("a CC kernel longer than dv"));
+    require(c.block.compressorKernel == c.dv, fn, no("a CC kernel size other than dv"), " (kernel ",
+            c.block.compressorKernel, ", dv ", c.dv, "; their construction computes only with kernel = dv)");
   }
 }
 
