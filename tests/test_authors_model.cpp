@@ -347,6 +347,17 @@ TEST_CASE("authors' tensors: missing, unexpected, misshapen, unconvertible and u
   CHECK(contains(m, "model.safetensors"));
   m = loadError<double>(editedCopy("shape", "cc", [](nlohmann::json& j) { j["vocab_size"] = 30; }, nullptr));
   CHECK(contains(m, "tensor \"transformer.wte.weight\" has shape [31, 12], expected [30, 12]"));
+  // Sizes the file does not back are refused before anything is allocated.
+  m = loadError<double>(editedCopy("depth", "cc", [](nlohmann::json& j) { j["num_hidden_layers"] = 100000; }, nullptr));
+  CHECK(contains(m, "missing tensor \"transformer.h.2.attn.c_q.weight\" (ddl's blocks.2.attn.q.weight) of the cc model"));
+  m = loadError<double>(editedCopy("huge", "tc", [](nlohmann::json& j) {
+    j["hidden_size"] = 1 << 22;
+    j["head_dim"] = 1 << 21;
+    j["vocab_size"] = 1 << 22;
+  }, nullptr));
+  CHECK(contains(m, "tensor \"transformer.wte.weight\" has shape [31, 12], expected [4194304, 4194304]"));
+  m = loadError<double>(editedCopy("dv", "tc", [](nlohmann::json& j) { j["ddl_value_channels"] = 1000; }, nullptr));
+  CHECK(contains(m, "tensor \"readout.read\" has shape [4], expected [1000]"));
   m = loadError<double>(editedCopy("dtype", "cc", nullptr, [](std::vector<RawTensor>& ts) {
     RawTensor* t = findRaw(ts, "ln_f.weight");
     t->dtype = "I64";

@@ -226,6 +226,38 @@ class AuthorsWeights {
   std::map<std::string, std::pair<std::size_t, std::size_t>> m_names;
 };
 
+// Throws unless the folder holds `name` with `shape` (IoError: missing; ShapeError: another shape).
+inline void requireAuthorsTensor(const AuthorsWeights& w, const std::string& dir, const std::string& name,
+                                 const std::vector<std::int64_t>& shape, AuthorsVariant v, const std::string& ddlName) {
+  const char* fn = "ddl::loadAuthorsModel";
+  if (!w.has(name))
+    throw IoError(message(fn, dir, ": missing tensor \"", name, "\" (ddl's ", ddlName, ") of the ", toString(v),
+                          " model"));
+  if (w.info(name).shape != shape)
+    throw ShapeError(message(fn, w.fileOf(name), ": tensor \"", name, "\" has shape ", shapeString(w.info(name).shape),
+                             ", expected ", shapeString(shape), " (config.json: ", toString(v), ")"));
+}
+
+// Every size of c that allocation scales with (vocab, d, depth, the MLP width, dv, the kernels), confirmed by
+// the file's tensors before the model is built: a config.json cannot make ddl allocate what the file lacks.
+inline void checkAuthorsSizes(const DeltaLMConfig& c, AuthorsVariant v, const AuthorsWeights& w, const std::string& dir) {
+  requireAuthorsTensor(w, dir, "transformer.wte.weight", {c.vocab, c.d}, v, "embed.weight");
+  for (Index l = 0; l < c.depth; ++l) {
+    const std::string b = "transformer.h." + std::to_string(l) + ".";
+    requireAuthorsTensor(w, dir, b + "attn.c_q.weight", {c.d, c.d}, v, "blocks." + std::to_string(l) + ".attn.q.weight");
+    requireAuthorsTensor(w, dir, b + "mlp.c_fc1.weight", {c.resolvedHidden(), c.d}, v,
+                         "blocks." + std::to_string(l) + ".mlp.fc1.weight");
+  }
+  if (c.dv == 1) return;
+  requireAuthorsTensor(w, dir, "readout.read", {c.dv}, v, "readout.read.weight");
+  if (c.stateCompressor == StateCompressorKind::OverTokens)
+    requireAuthorsTensor(w, dir, "readout.shortconv.weight", {c.d * c.dv, c.convKernel}, v, "readout.conv.weight");
+  else
+    requireAuthorsTensor(w, dir, "readout.weight", {c.d, c.block.compressorKernel}, v, "readout.conv.weight");
+  if (c.learnedExpansion)
+    requireAuthorsTensor(w, dir, "input_embed.conv.weight", {c.d * c.dv, 1, c.convKernel}, v, "expand.weight");
+}
+
 // The variant of a folder, from its tensor names.
 inline AuthorsVariant authorsVariantFromTensors(const AuthorsWeights& w) {
   bool delta = false, blocks = false;
@@ -259,19 +291,13 @@ DeltaLM<S> loadAuthorsModel(const std::string& dir) {
   detail::AuthorsWeights weights(dir);
   const AuthorsVariant variant = detail::authorsVariantFromTensors(weights);
   const DeltaLMConfig config = authorsConfigToDeltaLM(j, variant, configPath);
+  detail::checkAuthorsSizes(config, variant, weights, dir);
   DeltaLM<S> model(config);
   std::set<std::string> used;
   model.visitParams("", [&](const std::string& name, Param<S>& p) {
     const std::string theirs = authorsTensorName(name, config);
-    if (!weights.has(theirs))
-      throw IoError(message(fn, dir, ": missing tensor \"", theirs, "\" (ddl's ", name, ") of the ",
-                            toString(variant), " model"));
-    const std::vector<std::int64_t> want = authorsTensorShape(theirs, p.shape);
-    const TensorInfo& t = weights.info(theirs);
-    if (t.shape != want)
-      throw ShapeError(message(fn, weights.fileOf(theirs), ": tensor \"", theirs, "\" has shape ", shapeString(t.shape),
-                               ", expected ", shapeString(want), " (config.json: ", toString(variant), ")"));
-    p.value = weights.template read<S>(theirs);
+    detail::requireAuthorsTensor(weights, dir, theirs, authorsTensorShape(theirs, p.shape), variant, name);
+    p.value = weights.read<S>(theirs);
     used.insert(theirs);
   });
   if (weights.has("lm_head.weight")) {  // tied: must be the embedding itself
@@ -280,7 +306,7 @@ DeltaLM<S> loadAuthorsModel(const std::string& dir) {
     if (t.shape != want)
       throw ShapeError(message(fn, weights.fileOf("lm_head.weight"), ": tensor \"lm_head.weight\" has shape ",
                                shapeString(t.shape), ", expected ", shapeString(want)));
-    if (weights.template read<double>("lm_head.weight") != weights.template read<double>("transformer.wte.weight"))
+    if (weights.read<double>("lm_head.weight") != weights.read<double>("transformer.wte.weight"))
       throw IoError(message(fn, weights.fileOf("lm_head.weight"), ": tensor \"lm_head.weight\" differs from "
                             "\"transformer.wte.weight\"; the authors' head is tied to the embedding"));
     used.insert("lm_head.weight");
