@@ -307,6 +307,12 @@ TEST_CASE("authors' config.json: unknown fields, unsupported values and wrong ty
   CHECK(contains(m, "field 'hidden_size' = \"16\": expected an integer"));
   m = cfg("bool", [](nlohmann::json& j) { j["use_qk_rmsnorm"] = 1; });
   CHECK(contains(m, "field 'use_qk_rmsnorm' = 1: expected true or false"));
+  m = cfg("eps", [](nlohmann::json& j) { j["ddl_k_eps"] = -1; });
+  CHECK(contains(m, "field 'ddl_k_eps' = -1: expected a finite number >= 0"));
+  m = cfg("rope_base", [](nlohmann::json& j) { j["rope_base"] = 0; });
+  CHECK(contains(m, "field 'rope_base' = 0: expected a finite number > 0"));
+  m = cfg("read_init", [](nlohmann::json& j) { j["ddl_state_read_init"] = "x"; });
+  CHECK(contains(m, "field 'ddl_state_read_init' = \"x\": expected null or a finite number"));
   m = cfg("head_dim", [](nlohmann::json& j) { j["head_dim"] = 4; });
   CHECK(contains(m, "field 'head_dim' = 4 is not supported"));
   m = cfg("cc_kernel", [](nlohmann::json& j) { j["ddl_state_shortconv_kernel_size"] = 5; });

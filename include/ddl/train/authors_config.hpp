@@ -15,6 +15,7 @@
 // refused with a ValueError naming the field and the value.
 #include <cmath>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -87,8 +88,11 @@ inline Index authorsInt(const AuthorsConfigRead& r, const char* field, const nlo
 }
 inline double authorsNumber(const AuthorsConfigRead& r, const char* field, const nlohmann::json& v, double lo,
                             bool strict) {
-  if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < lo || (strict && v.get<double>() == lo))
-    authorsFieldError(r, field, v, std::string("a finite number ") + (strict ? "> " : ">= ") + std::to_string(lo));
+  if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < lo || (strict && v.get<double>() == lo)) {
+    std::ostringstream expected;
+    expected << "a finite number " << (strict ? "> " : ">= ") << lo;
+    authorsFieldError(r, field, v, expected.str());
+  }
   return v.get<double>();
 }
 inline bool authorsBool(const AuthorsConfigRead& r, const char* field, const nlohmann::json& v) {
