@@ -152,7 +152,11 @@ class AuthorsWeights {
   }
 
   bool has(const std::string& name) const { return m_where.count(name) != 0; }
-  const std::map<std::string, std::pair<std::size_t, std::size_t>>& names() const { return m_names; }
+  std::vector<std::string> names() const {  // sorted
+    std::vector<std::string> out;
+    for (const auto& kv : m_where) out.push_back(kv.first);
+    return out;
+  }
   const std::string& fileOf(const std::string& name) const { return m_shards[m_where.at(name).shard]->header.path; }
   const TensorInfo& info(const std::string& name) const {
     const Where& w = m_where.at(name);
@@ -217,13 +221,11 @@ class AuthorsWeights {
         throw IoError(message("ddl::loadAuthorsModel", path, ": tensor \"", name, "\" is also in ",
                               m_shards[m_where[name].shard]->header.path));
       m_where[name] = Where{m_shards.size(), i};
-      m_names[name] = {m_shards.size(), i};
     }
     m_shards.push_back(std::move(sh));
   }
   std::vector<std::unique_ptr<Shard>> m_shards;
   std::map<std::string, Where> m_where;
-  std::map<std::string, std::pair<std::size_t, std::size_t>> m_names;
 };
 
 // Throws unless the folder holds `name` with `shape` (IoError: missing; ShapeError: another shape).
@@ -261,9 +263,9 @@ inline void checkAuthorsSizes(const DeltaLMConfig& c, AuthorsVariant v, const Au
 // The variant of a folder, from its tensor names.
 inline AuthorsVariant authorsVariantFromTensors(const AuthorsWeights& w) {
   bool delta = false, blocks = false;
-  for (const auto& kv : w.names()) {
-    blocks = blocks || kv.first.rfind("transformer.h.", 0) == 0;
-    delta = delta || kv.first.find(".ddl_attn.") != std::string::npos;
+  for (const std::string& name : w.names()) {
+    blocks = blocks || name.rfind("transformer.h.", 0) == 0;
+    delta = delta || name.find(".ddl_attn.") != std::string::npos;
   }
   const bool ec = w.has("input_embed.conv.weight");
   if (w.has("readout.shortconv.weight")) return ec ? AuthorsVariant::TcEc : AuthorsVariant::Tc;
@@ -311,9 +313,9 @@ DeltaLM<S> loadAuthorsModel(const std::string& dir) {
                             "\"transformer.wte.weight\"; the authors' head is tied to the embedding"));
     used.insert("lm_head.weight");
   }
-  for (const auto& kv : weights.names())
-    if (used.count(kv.first) == 0)
-      throw IoError(message(fn, weights.fileOf(kv.first), ": unexpected tensor \"", kv.first, "\" (the ",
+  for (const std::string& name : weights.names())
+    if (used.count(name) == 0)
+      throw IoError(message(fn, weights.fileOf(name), ": unexpected tensor \"", name, "\" (the ",
                             toString(variant), " model of config.json has no such parameter)"));
   return model;
 }
