@@ -324,6 +324,10 @@ TEST_CASE("authors' config.json: unknown fields, unsupported values and wrong ty
   CHECK(contains(m, "not read by the dv1 model"));
   m = cfg("not_object", [](nlohmann::json& j) { j = nlohmann::json::array(); });
   CHECK(contains(m, "expected a JSON object"));
+  // A hand-written cc-ec config without the kernel takes dv, as their GPTConfig does.
+  CHECK(ddl::loadAuthorsModel<double>(editedCopy("cc_ec_kernel", "cc-ec+options", [](nlohmann::json& j) {
+          j.erase("ddl_state_shortconv_kernel_size");
+        }, nullptr)).config().block.compressorKernel == 3);
   // Hugging Face's bookkeeping keys and mapped options are accepted.
   const std::string ok = editedCopy("bookkeeping", "cc-ec", [](nlohmann::json& j) {
     j["transformers_version"] = "4.57.0";

@@ -73,6 +73,7 @@ struct AuthorsConfigRead {
   const std::string& source;  // the file, for messages
   Index headDim = 128;                      // their default
   Index stateKernel = 4, embedKernel = 4;   // ddl_state_shortconv_kernel_size, input_embed_shortconv_kernel_size
+  bool stateKernelGiven = false, channelsGiven = false;
 };
 
 [[noreturn]] inline void authorsFieldError(const AuthorsConfigRead& r, const char* field, const nlohmann::json& v,
@@ -188,11 +189,17 @@ inline const std::vector<AuthorsField>& authorsConfigFields() {
       {"ddl_v_dim1_constant_value", D, kAuthorsDv1Files, "2.0", "constant value: not in this mapping yet", nullptr,
        nullptr},
       {"ddl_value_channels", M, kAuthorsExpanded, "4", "dv",
-       [](R& r, const J& v) { r.config.dv = detail::authorsInt(r, "ddl_value_channels", v, 2); },
+       [](R& r, const J& v) {
+         r.config.dv = detail::authorsInt(r, "ddl_value_channels", v, 2);
+         r.channelsGiven = true;
+       },
        [](const C& c, V) { return J(c.dv); }},
       {"ddl_state_shortconv_kernel_size", M, kAuthorsExpanded, "4",
        "cc: block.compressorKernel (= dv: their CC computes only then); tc: convKernel",
-       [](R& r, const J& v) { r.stateKernel = detail::authorsInt(r, "ddl_state_shortconv_kernel_size", v, 1); },
+       [](R& r, const J& v) {
+         r.stateKernel = detail::authorsInt(r, "ddl_state_shortconv_kernel_size", v, 1);
+         r.stateKernelGiven = true;
+       },
        [](const C& c, V v) { return J(detail::isTc(v) ? c.convKernel : c.block.compressorKernel); }},
       {"ddl_state_read_init", M, kAuthorsExpanded, "null", "block.compressorReadInit (null: 1/dv)",
        [](R& r, const J& v) {
@@ -276,6 +283,8 @@ inline DeltaLMConfig authorsConfigToDeltaLM(const nlohmann::json& j, AuthorsVari
             ": ddl_state_shortconv_kernel_size = ", r.stateKernel, " and input_embed_shortconv_kernel_size = ",
             r.embedKernel, " differ; ddl's tc-ec has one kernel size (convKernel) for both");
   } else if (detail::isExpanded(variant)) {
+    // cc-ec's GPTConfig takes the kernel from the channels when only they are given.
+    if (variant == AuthorsVariant::CcEc && r.channelsGiven && !r.stateKernelGiven) r.stateKernel = c.dv;
     require(r.stateKernel == c.dv, fn, source, ": field 'ddl_state_shortconv_kernel_size' = ", r.stateKernel,
             " must equal ddl_value_channels = ", c.dv, " (their CC compressor's construction computes only then)");
     c.block.compressorKernel = r.stateKernel;
