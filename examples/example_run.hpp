@@ -245,8 +245,9 @@ inline void declareOutputOptions(cli::CommandLine& cli, const char* defaultOut) 
 struct SavedRun {
   std::string out, ckpt, program;
   bool resume = false, evalOnly = false, generate = false;  // generate: ddl-text --generate
+  bool initFrom = false;  // ddl-text --init-from: the model is a folder's; no checkpoint is read
   CheckpointMeta meta;
-  const CheckpointMeta* from() const { return resume || evalOnly || generate ? &meta : nullptr; }
+  const CheckpointMeta* from() const { return !initFrom && (resume || evalOnly || generate) ? &meta : nullptr; }
 };
 
 // keys: the metadata a checkpoint of the program holds (its absence means another program wrote it).

@@ -10,6 +10,10 @@
 //   ddl-text --residual additive            the plain pre-norm Transformer, the baseline
 //   ddl-text --generate "The "              samples from the checkpoint in --out
 //   ddl-text --resume / --eval-only         continue / evaluate the checkpoint in --out
+//   ddl-text --init-from DIR                start from the authors' model folder DIR (config.json +
+//                                           model.safetensors, docs/authors_models.md): trains it, or with
+//                                           --eval-only / --generate evaluates / samples it
+//   ddl-text --out RUN --export-authors DIR the checkpoint in RUN as the authors' model folder DIR
 //   ddl-text --audit                        audit.csv / audit.json: the gate of every Delta sublayer
 //                                           (block <l> attn, block <l> mlp) on the validation text
 // An "epoch" here is --steps steps of --batch random windows of --context bytes (tokens); the validation
@@ -30,7 +34,9 @@
 #include "ddl/data/text_corpus.hpp"
 #include "ddl/data/token_files.hpp"
 #include "ddl/nn/models/delta_lm.hpp"
+#include "ddl/train/authors_model.hpp"
 #include "ddl/train/next_token_task.hpp"
+#include "ddl/train/saved_model.hpp"
 #include "ddl/train/text_windows.hpp"
 
 namespace {
@@ -59,7 +65,11 @@ void declareOptions(ddl::cli::CommandLine& cli) {
       .option("width", "D", "model width d", "128")
       .option("depth", "L", "number of blocks", "4")
       .option("heads", "H", "attention heads (d / H features each)", "4")
-      .option("context", "T", "bytes (tokens) per training window and longest context", "128");
+      .option("context", "T", "bytes (tokens) per training window and longest context", "128")
+      .option("init-from", "DIR", "the authors' model folder DIR (config.json + model.safetensors or a sharded index, "
+              "docs/authors_models.md) is the model: trained from its weights, or evaluated (--eval-only) or sampled "
+              "(--generate); the model options above are the folder's")
+      .option("export-authors", "DIR", "write the checkpoint in --out as the authors' model folder DIR and exit");
   // Chosen on the validation text (docs/text_defaults.md).
   TrainingDefaults d;  // bytes: no augmentation, no label smoothing
   d.epochs = "10";
@@ -81,7 +91,19 @@ void declareOptions(ddl::cli::CommandLine& cli) {
 }
 
 // The model: from the command line, or (resume, eval-only, generate) from the checkpoint.
-ddl::DeltaLMConfig modelConfig(const ddl::cli::CommandLine& cli, const SavedRun& run) {
+ddl::DeltaLMConfig modelConfig(const ddl::cli::CommandLine& cli, const SavedRun& run,
+                               const std::optional<ddl::DeltaLM<float>>& initFrom) {
+  if (initFrom) {  // the folder decides the model; a model option would be ignored, so it is refused
+    for (const char* option : {"width", "depth", "heads", "context", "variant", "preset", "residual"})
+      if (cli.has(option))
+        throw ddl::ValueError(std::string("--") + option + " with --init-from: the model is the folder's (" +
+                              cli.text("init-from") + "/config.json); leave --" + option + " out");
+    const ddl::DeltaLMConfig& cfg = initFrom->config();
+    if (cli.has("vocab") && cli.integer<ddl::Index>("vocab", 2, ddl::Index(1) << 30) != cfg.vocab)
+      throw ddl::ValueError("--vocab " + cli.text("vocab") + " with --init-from: the folder's model has a vocabulary of " +
+                            std::to_string(cfg.vocab));
+    return cfg;
+  }
   requireSavedModelOptions(cli, run, {{"width", "d"}, {"depth", "depth"}, {"heads", "heads"}, {"context", "context"},
                                       {"variant", "variant"}, {"preset", "preset"}, {"residual", "residual"},
                                       {"vocab", "vocab"}});
@@ -296,7 +318,9 @@ int trainOn(const ddl::cli::CommandLine& cli, const SavedRun& saved, const ddl::
   const char* predicted = kBytes ? "predicted bytes" : "predicted tokens";
   if (saved.evalOnly) {
     if (test == nullptr) throw ddl::ValueError("--eval-only evaluates the test tokens: give --test-tokens GLOB");
-    ddl::loadCheckpoint(saved.ckpt, lm);
+    const bool initFrom = cli.has("init-from");
+    if (!initFrom) ddl::loadCheckpoint(saved.ckpt, lm);
+    const std::string source = initFrom ? cli.text("init-from") : saved.ckpt;
     ddl::MatX<float> scratch;
     ddl::NetGateAccumulator gates;
     const bool audit = cli.has("audit");
@@ -309,10 +333,10 @@ int trainOn(const ddl::cli::CommandLine& cli, const SavedRun& saved, const ddl::
       return ddl::report::evaluationStopped("ddl-text", what, r, static_cast<ddl::Index>(test->size() - 1), predicted,
                                             "nothing was written");
     if constexpr (kBytes)
-      std::printf("%s (epoch %lld): test loss %.4f nats, %.4f bits per byte (%lld bytes)\n", saved.ckpt.c_str(),
+      std::printf("%s (epoch %lld): test loss %.4f nats, %.4f bits per byte (%lld bytes)\n", source.c_str(),
                   static_cast<long long>(saved.meta.epoch), r.loss, ddl::bitsPerByte(r.loss), static_cast<long long>(r.count));
     else
-      std::printf("%s (epoch %lld): test loss %.4f nats per token (%lld tokens)\n", saved.ckpt.c_str(),
+      std::printf("%s (epoch %lld): test loss %.4f nats per token (%lld tokens)\n", source.c_str(),
                   static_cast<long long>(saved.meta.epoch), r.loss, static_cast<long long>(r.count));
     if (audit) {
       std::cout << ddl::formatGateSummary(gates.stats(), ddl::gatedLabels(lm));
@@ -324,7 +348,7 @@ int trainOn(const ddl::cli::CommandLine& cli, const SavedRun& saved, const ddl::
   ddl::TextWindows<float, Tokens> windows(train, opt.batchSize, cfg.context, steps, opt.seed);
   opt.warmupSteps = warmup ? *warmup : std::min<std::int64_t>(200, steps * opt.epochs / 10);
   ddl::AdamW<float> adam(opt.adam);
-  lm.init(opt.seed);
+  if (!cli.has("init-from")) lm.init(opt.seed);  // --init-from: the folder's weights (every rank reads them)
   if (ranks().distributed()) windows.shard(ranks().comm().rank(), ranks().comm().size());
   Loop<Tokens> loop(lm, task, windows, adam, opt, validation.size() == 0 ? nullptr : &validation);
   if (ddl::Collective* comm = ranks().forTrainer()) loop.distribute(*comm);
@@ -447,19 +471,59 @@ std::optional<ddl::BpeTokenizer> openTokenizer(const ddl::cli::CommandLine& cli,
   return tok;
 }
 
+// The run of --init-from: a new run in --out (or an evaluation / a sample) whose model is the folder's.
+SavedRun freshRun(const ddl::cli::CommandLine& cli, const std::string& program) {
+  SavedRun s;
+  s.out = cli.text("out");
+  if (s.out.empty()) throw ddl::ValueError("--out is empty: name the folder of the run's checkpoint and metrics");
+  s.ckpt = s.out + "/checkpoint.safetensors";
+  s.evalOnly = cli.has("eval-only");
+  s.generate = cli.has("generate");
+  s.initFrom = true;
+  s.program = program;
+  return s;
+}
+
+// --export-authors DIR: the checkpoint in --out as the authors' model folder (train/authors_model.hpp).
+int exportAuthors(const ddl::cli::CommandLine& cli) {
+  const std::string ckpt = cli.text("out") + "/checkpoint.safetensors", dir = cli.text("export-authors");
+  ddl::DeltaLM<float> lm = ddl::loadModel<ddl::DeltaLM<float>>(ckpt);
+  ddl::saveAuthorsModel(dir, lm);  // refuses (exit 1) a configuration their code has no model for
+  std::cout << "ddl-text: wrote " << dir << "/config.json and " << dir << "/model.safetensors (the authors' "
+            << ddl::toString(ddl::authorsVariantOf(lm.config())) << " model) from " << ckpt << "\n";
+  return 0;
+}
+
+// --init-from DIR: the authors' model folder, read by every rank (an unusable folder: exit 2).
+std::optional<ddl::DeltaLM<float>> initFromFolder(const ddl::cli::CommandLine& cli) {
+  if (!cli.has("init-from")) return std::nullopt;
+  if (cli.has("resume"))
+    throw ddl::ValueError("--init-from starts a new run from the folder and --resume continues the run in --out: "
+                          "give one of them");
+  try {
+    return ddl::loadAuthorsModel<float>(cli.text("init-from"));
+  } catch (const ddl::Error& e) {
+    throw OptionFileError(std::string(e.what()) + " (--init-from)");
+  }
+}
+
 int run(const ddl::cli::CommandLine& cli) {
   refuseOldTokensOption(cli);
-  const SavedRun saved = savedRun(cli, "ddl-text", {"train_options", "data"});
-  const ddl::DeltaLMConfig cfg = modelConfig(cli, saved);
+  if (cli.has("export-authors")) return exportAuthors(cli);
+  std::optional<ddl::DeltaLM<float>> initFrom = initFromFolder(cli);
+  const SavedRun saved = initFrom ? freshRun(cli, "ddl-text") : savedRun(cli, "ddl-text", {"train_options", "data"});
+  const ddl::DeltaLMConfig cfg = modelConfig(cli, saved, initFrom);
   ddl::DeltaLM<float> lm(cfg, 1);
-  if ((saved.resume || saved.evalOnly) && !byteModel(cfg) && !cli.has("tokens"))
-    throw ddl::ValueError(saved.ckpt + ": its model reads a vocabulary of " + std::to_string(cfg.vocab) +
+  if (initFrom) ddl::assignParams(lm, *initFrom);
+  if ((saved.resume || saved.evalOnly || (initFrom && !cli.has("generate"))) && !byteModel(cfg) && !cli.has("tokens"))
+    throw ddl::ValueError((initFrom ? cli.text("init-from") : saved.ckpt) + ": its model reads a vocabulary of " +
+                          std::to_string(cfg.vocab) +
                           " tokens, not bytes: give its token files (--tokens, --val-tokens, --test-tokens)");
   const std::optional<ddl::BpeTokenizer> tokenizer = openTokenizer(cli, cfg);
   const ddl::BpeTokenizer* tok = tokenizer ? &*tokenizer : nullptr;
   if (cli.has("generate")) {  // sampling needs the model only
     const Sampling sampling = samplingOptions(cli, "generate", cfg, tok);
-    ddl::loadCheckpoint(saved.ckpt, lm);
+    if (!initFrom) ddl::loadCheckpoint(saved.ckpt, lm);
     return printSample(lm, cli, sampling, 1);
   }
   Sampling sampling = samplingOptions(cli, "prompt", cfg, tok);

@@ -81,6 +81,8 @@
 #include "ddl/io/safetensors.hpp"
 
 #include "ddl/train/adamw.hpp"
+#include "ddl/train/authors_config.hpp"
+#include "ddl/train/authors_model.hpp"
 #include "ddl/train/batch_source.hpp"
 #include "ddl/train/data_parallel.hpp"
 #include "ddl/train/epoch_metrics.hpp"

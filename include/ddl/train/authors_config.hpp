@@ -1,0 +1,337 @@
+#pragma once
+// ddl/train/authors_config.hpp: the config.json of the authors' models (github.com/yifanzhang-pro/
+// deep-delta-learning, their GPTConfig as save_pretrained writes it) mapped onto DeltaLMConfig, and back.
+// The folder (config.json + weights) is read and written by train/authors_model.hpp; the format, the
+// table and what is refused: docs/authors_models.md.
+//
+// One table, authorsConfigFields(), has an entry for every field of their GPTConfig (all six files), for
+// the keys their modules read with getattr without declaring them (rope_base, rms_norm_eps, ...), and for
+// Hugging Face's bookkeeping keys. Each entry is
+//   Mapped       read into (and written from) a DeltaLMConfig field;
+//   DefaultOnly  accepted only at their default: a field their model never reads (bias, dropout,
+//                scale_attn_by_inverse_layer_idx) or an option ddl does not implement yet;
+//   Bookkeeping  Hugging Face's own keys (architectures, model_type, torch_dtype, ...): ignored.
+// Any other value of a DefaultOnly field, a value of the wrong JSON type and a key outside the table are
+// refused with a ValueError naming the field and the value.
+#include <cmath>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "ddl/core/requires_json.hpp"  // before nlohmann: a clear error without it
+#include <nlohmann/json.hpp>
+
+#include "ddl/core/error.hpp"
+#include "ddl/core/types.hpp"
+#include "ddl/nn/models/delta_lm_config.hpp"
+
+namespace ddl {
+
+// The authors' model files, one per variant (baseline: gpt_base.py's GPTBase with their attention).
+enum class AuthorsVariant { Baseline, Dv1, Cc, CcEc, Tc, TcEc };
+
+inline const char* toString(AuthorsVariant v) {
+  switch (v) {
+    case AuthorsVariant::Baseline: return "baseline";
+    case AuthorsVariant::Dv1: return "dv1";
+    case AuthorsVariant::Cc: return "cc";
+    case AuthorsVariant::CcEc: return "cc-ec";
+    case AuthorsVariant::Tc: return "tc";
+    case AuthorsVariant::TcEc: return "tc-ec";
+  }
+  return "?";
+}
+
+// The variant of a ddl configuration in the authors' terms; throws ValueError when their code has no
+// such model (ddl's write-only residual, or the additive residual with dv > 1).
+inline AuthorsVariant authorsVariantOf(const DeltaLMConfig& c) {
+  const char* fn = "ddl::authorsVariantOf";
+  const ResidualKind r = c.block.residual.residual;
+  require(r != ResidualKind::WriteOnly, fn, "residual 'write_only' has no counterpart in the authors' models");
+  if (r == ResidualKind::Additive) {
+    require(c.dv == 1, fn, "the additive residual with dv = ", c.dv,
+            " has no counterpart in the authors' models (their baseline is dv = 1)");
+    return AuthorsVariant::Baseline;
+  }
+  if (c.dv == 1) return AuthorsVariant::Dv1;
+  if (c.stateCompressor == StateCompressorKind::PerToken)
+    return c.learnedExpansion ? AuthorsVariant::CcEc : AuthorsVariant::Cc;
+  return c.learnedExpansion ? AuthorsVariant::TcEc : AuthorsVariant::Tc;
+}
+
+namespace detail {
+
+inline bool isExpanded(AuthorsVariant v) { return v != AuthorsVariant::Baseline && v != AuthorsVariant::Dv1; }
+inline bool hasEc(AuthorsVariant v) { return v == AuthorsVariant::CcEc || v == AuthorsVariant::TcEc; }
+inline bool isTc(AuthorsVariant v) { return v == AuthorsVariant::Tc || v == AuthorsVariant::TcEc; }
+
+// What a Mapped entry's reader fills: the configuration and the values checked once all fields are read.
+struct AuthorsConfigRead {
+  DeltaLMConfig& config;
+  AuthorsVariant variant;
+  const std::string& source;  // the file, for messages
+  Index headDim = 128;                      // their default
+  Index stateKernel = 4, embedKernel = 4;   // ddl_state_shortconv_kernel_size, input_embed_shortconv_kernel_size
+  bool stateKernelGiven = false, channelsGiven = false;
+};
+
+[[noreturn]] inline void authorsFieldError(const AuthorsConfigRead& r, const char* field, const nlohmann::json& v,
+                                           const std::string& expected) {
+  throw ValueError(message("ddl::authorsConfigToDeltaLM", r.source, ": field '", field, "' = ", v.dump(),
+                           ": expected ", expected));
+}
+inline Index authorsInt(const AuthorsConfigRead& r, const char* field, const nlohmann::json& v, Index lo) {
+  if (!v.is_number_integer() || v.get<long long>() < lo || v.get<long long>() > DeltaLMConfig::kMaxSize)
+    authorsFieldError(r, field, v, "an integer in [" + std::to_string(lo) + ", " +
+                                       std::to_string(DeltaLMConfig::kMaxSize) + "]");
+  return static_cast<Index>(v.get<long long>());
+}
+inline double authorsNumber(const AuthorsConfigRead& r, const char* field, const nlohmann::json& v, double lo,
+                            bool strict) {
+  if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < lo || (strict && v.get<double>() == lo)) {
+    std::ostringstream expected;
+    expected << "a finite number " << (strict ? "> " : ">= ") << lo;
+    authorsFieldError(r, field, v, expected.str());
+  }
+  return v.get<double>();
+}
+inline bool authorsBool(const AuthorsConfigRead& r, const char* field, const nlohmann::json& v) {
+  if (!v.is_boolean()) authorsFieldError(r, field, v, "true or false");
+  return v.get<bool>();
+}
+
+}  // namespace detail
+
+enum class AuthorsFieldUse { Mapped, DefaultOnly, Bookkeeping };
+
+// Which variants' GPTConfig declares a field (a config.json written for that variant holds it).
+enum AuthorsScope : unsigned {
+  kAuthorsUndeclared = 0,  // read by their modules with getattr, declared by no GPTConfig: never written
+  kAuthorsDv1Files = 1u << 0 | 1u << 1,  // baseline (which uses the dv1 file's GPTConfig) and dv1
+  kAuthorsDv1Only = 1u << 1,
+  kAuthorsCc = 1u << 2 | 1u << 3,                // cc, cc-ec
+  kAuthorsExpanded = 1u << 2 | 1u << 3 | 1u << 4 | 1u << 5,  // cc, cc-ec, tc, tc-ec
+  kAuthorsEc = 1u << 3 | 1u << 5,                // cc-ec, tc-ec
+  kAuthorsAll = 0x3fu,
+};
+inline unsigned authorsScopeBit(AuthorsVariant v) { return 1u << static_cast<unsigned>(v); }
+
+struct AuthorsField {
+  const char* name;
+  AuthorsFieldUse use;
+  unsigned scope;            // AuthorsScope bits
+  const char* defaultJson;   // their default as JSON text
+  const char* meaning;       // the DeltaLMConfig field, or why only the default is accepted
+  void (*read)(detail::AuthorsConfigRead&, const nlohmann::json&);  // Mapped only
+  nlohmann::json (*write)(const DeltaLMConfig&, AuthorsVariant);    // Mapped only
+};
+
+// The table (docs/authors_models.md prints it).
+inline const std::vector<AuthorsField>& authorsConfigFields() {
+  using R = detail::AuthorsConfigRead;
+  using J = nlohmann::json;
+  using V = AuthorsVariant;
+  using C = DeltaLMConfig;
+  constexpr auto M = AuthorsFieldUse::Mapped;
+  constexpr auto D = AuthorsFieldUse::DefaultOnly;
+  constexpr auto B = AuthorsFieldUse::Bookkeeping;
+  static const std::vector<AuthorsField> fields = {
+      {"vocab_size", M, kAuthorsAll, "50304", "vocab",
+       [](R& r, const J& v) { r.config.vocab = detail::authorsInt(r, "vocab_size", v, 2); },
+       [](const C& c, V) { return J(c.vocab); }},
+      {"num_hidden_layers", M, kAuthorsAll, "12", "depth",
+       [](R& r, const J& v) { r.config.depth = detail::authorsInt(r, "num_hidden_layers", v, 0); },
+       [](const C& c, V) { return J(c.depth); }},
+      {"num_attention_heads", M, kAuthorsAll, "6", "heads",
+       [](R& r, const J& v) { r.config.heads = detail::authorsInt(r, "num_attention_heads", v, 1); },
+       [](const C& c, V) { return J(c.heads); }},
+      {"hidden_size", M, kAuthorsAll, "768", "d (and the SwiGLU width floor(8/3 d), as their MLP)",
+       [](R& r, const J& v) { r.config.d = detail::authorsInt(r, "hidden_size", v, 1); },
+       [](const C& c, V) { return J(c.d); }},
+      {"head_dim", M, kAuthorsAll, "128", "must equal hidden_size / num_attention_heads (ddl's head width)",
+       [](R& r, const J& v) { r.headDim = detail::authorsInt(r, "head_dim", v, 1); },
+       [](const C& c, V) { return J(c.headDim()); }},
+      {"block_size", M, kAuthorsAll, "1024", "context",
+       [](R& r, const J& v) { r.config.context = detail::authorsInt(r, "block_size", v, 1); },
+       [](const C& c, V) { return J(c.context); }},
+      {"bias", D, kAuthorsAll, "false", "never read by their model", nullptr, nullptr},
+      {"dropout", D, kAuthorsAll, "0.0", "never read by their model", nullptr, nullptr},
+      {"scale_attn_by_inverse_layer_idx", D, kAuthorsAll, "false", "never read by their model", nullptr, nullptr},
+      {"using_groupnorm", D, kAuthorsAll, "false", "per-head output norm: not in ddl yet", nullptr, nullptr},
+      {"use_output_gate", D, kAuthorsAll, "false", "attention output gate: not in ddl yet", nullptr, nullptr},
+      {"use_qk_rmsnorm", M, kAuthorsAll, "true", "qkNorm",
+       [](R& r, const J& v) { r.config.qkNorm = detail::authorsBool(r, "use_qk_rmsnorm", v); },
+       [](const C& c, V) { return J(c.qkNorm); }},
+      {"use_k_shift", D, kAuthorsAll, "false", "key shift: not in ddl yet", nullptr, nullptr},
+      {"use_v_shift", D, kAuthorsAll, "false", "value shift: not in ddl yet", nullptr, nullptr},
+      {"q_activation", D, kAuthorsAll, "null", "q activation: not in ddl yet", nullptr, nullptr},
+      {"k_activation", D, kAuthorsAll, "null", "k activation: not in ddl yet", nullptr, nullptr},
+      {"v_activation", D, kAuthorsAll, "null", "v activation: not in ddl yet", nullptr, nullptr},
+      {"rope_ratio", D, kAuthorsAll, "1.0", "partial RoPE: not in ddl yet", nullptr, nullptr},
+      {"embedding_init_std", D, kAuthorsAll, "0.02", "initialisation std: not in ddl's config yet", nullptr, nullptr},
+      {"hidden_init_std_factor", D, kAuthorsAll, "0.5", "initialisation std: not in ddl's config yet", nullptr,
+       nullptr},
+      {"ddl_k_eps", M, kAuthorsAll, "1e-05", "block.residual.epsK",
+       [](R& r, const J& v) { r.config.block.residual.epsK = detail::authorsNumber(r, "ddl_k_eps", v, 0, false); },
+       [](const C& c, V) { return J(c.block.residual.epsK); }},
+      {"ddl_beta_hidden_size", D, kAuthorsAll, "128", "two-layer gate: not in this mapping yet", nullptr, nullptr},
+      {"ddl_beta_single_linear", D, kAuthorsAll, "true", "two-layer gate: not in this mapping yet", nullptr, nullptr},
+      {"ddl_v_sigmoid", D, kAuthorsAll, "true", "value without sigmoid: not in ddl yet", nullptr, nullptr},
+      {"ddl_v_sigmoid_scale", M, kAuthorsAll, "4.0", "block.residual.valueScale",
+       [](R& r, const J& v) {
+         r.config.block.residual.valueScale = detail::authorsNumber(r, "ddl_v_sigmoid_scale", v, 0, true);
+       },
+       [](const C& c, V) { return J(c.block.residual.valueScale); }},
+      {"ddl_beta_init", D, kAuthorsAll, "1.0", "gate start: not in this mapping yet", nullptr, nullptr},
+      {"ddl_v_dim1_constant", D, kAuthorsDv1Files, "false", "constant value: not in this mapping yet", nullptr,
+       nullptr},
+      {"ddl_v_dim1_constant_value", D, kAuthorsDv1Files, "2.0", "constant value: not in this mapping yet", nullptr,
+       nullptr},
+      {"ddl_value_channels", M, kAuthorsExpanded, "4", "dv",
+       [](R& r, const J& v) {
+         r.config.dv = detail::authorsInt(r, "ddl_value_channels", v, 2);
+         r.channelsGiven = true;
+       },
+       [](const C& c, V) { return J(c.dv); }},
+      {"ddl_state_shortconv_kernel_size", M, kAuthorsExpanded, "4",
+       "cc: block.compressorKernel (= dv: their CC computes only then); tc: convKernel",
+       [](R& r, const J& v) {
+         r.stateKernel = detail::authorsInt(r, "ddl_state_shortconv_kernel_size", v, 1);
+         r.stateKernelGiven = true;
+       },
+       [](const C& c, V v) { return J(detail::isTc(v) ? c.convKernel : c.block.compressorKernel); }},
+      {"ddl_state_read_init", M, kAuthorsExpanded, "null", "block.compressorReadInit (null: 1/dv)",
+       [](R& r, const J& v) {
+         if (v.is_null()) r.config.block.compressorReadInit.reset();
+         else if (v.is_number() && std::isfinite(v.get<double>())) r.config.block.compressorReadInit = v.get<double>();
+         else detail::authorsFieldError(r, "ddl_state_read_init", v, "null or a finite number");
+       },
+       [](const C& c, V) { return c.block.compressorReadInit ? J(*c.block.compressorReadInit) : J(nullptr); }},
+      {"ddl_state_dv_shortconv_causal", D, kAuthorsCc, "false", "never read by their model (commented out)", nullptr,
+       nullptr},
+      {"input_embed_shortconv_kernel_size", M, kAuthorsEc, "4", "convKernel (EC; equal to the TC kernel in tc-ec)",
+       [](R& r, const J& v) { r.embedKernel = detail::authorsInt(r, "input_embed_shortconv_kernel_size", v, 1); },
+       [](const C& c, V) { return J(c.convKernel); }},
+      {"ddl_v_constant", D, kAuthorsExpanded, "false", "constant value: not in this mapping yet", nullptr, nullptr},
+      {"ddl_v_constant_value", D, kAuthorsExpanded, "2.0", "constant value: not in this mapping yet", nullptr,
+       nullptr},
+      // Read by their modules with getattr, declared by no GPTConfig.
+      {"rope_base", M, kAuthorsUndeclared, "10000.0", "ropeBase",
+       [](R& r, const J& v) { r.config.ropeBase = detail::authorsNumber(r, "rope_base", v, 0, true); }, nullptr},
+      {"kv_cache_slot_size", D, kAuthorsUndeclared, "128", "their decoding cache's block size", nullptr, nullptr},
+      {"rms_norm_eps", D, kAuthorsUndeclared, "1e-05", "RMSNorm eps (their DDL files fix 1e-5)", nullptr, nullptr},
+      {"mup", D, kAuthorsUndeclared, "false", "muP logit scale: not in ddl", nullptr, nullptr},
+      {"hidden_size_base", D, kAuthorsUndeclared, "1024", "muP only", nullptr, nullptr},
+      {"intermediate_size", D, kAuthorsUndeclared, "null", "baseline MLP width: floor(8/3 d) only", nullptr, nullptr},
+      {"mlp_hidden_mult", D, kAuthorsUndeclared, "null", "baseline MLP width: floor(8/3 d) only", nullptr, nullptr},
+      {"tie_word_embeddings", D, kAuthorsUndeclared, "true", "their head is always tied", nullptr, nullptr},
+      // Hugging Face's bookkeeping.
+      {"architectures", B, kAuthorsUndeclared, "null", "Hugging Face bookkeeping", nullptr, nullptr},
+      {"model_type", B, kAuthorsUndeclared, "null", "Hugging Face bookkeeping", nullptr, nullptr},
+      {"torch_dtype", B, kAuthorsUndeclared, "null", "Hugging Face bookkeeping", nullptr, nullptr},
+      {"transformers_version", B, kAuthorsUndeclared, "null", "Hugging Face bookkeeping", nullptr, nullptr},
+      {"_name_or_path", B, kAuthorsUndeclared, "null", "Hugging Face bookkeeping", nullptr, nullptr},
+      {"is_decoder", B, kAuthorsUndeclared, "null", "Hugging Face bookkeeping", nullptr, nullptr},
+      {"is_encoder_decoder", B, kAuthorsUndeclared, "null", "Hugging Face bookkeeping", nullptr, nullptr},
+      {"add_cross_attention", B, kAuthorsUndeclared, "null", "Hugging Face bookkeeping", nullptr, nullptr},
+      {"torchscript", B, kAuthorsUndeclared, "null", "Hugging Face bookkeeping", nullptr, nullptr},
+  };
+  return fields;
+}
+
+// their floor(8 / 3 * hidden_size), in double as Python computes it.
+inline Index authorsMlpWidth(Index d) { return static_cast<Index>(std::floor(8.0 / 3.0 * static_cast<double>(d))); }
+
+// The DeltaLMConfig of a config.json (parsed; `source` names it in messages) of the given variant (read
+// from the tensor names, train/authors_model.hpp). Throws ValueError naming the field and its value.
+inline DeltaLMConfig authorsConfigToDeltaLM(const nlohmann::json& j, AuthorsVariant variant, const std::string& source) {
+  const char* fn = "ddl::authorsConfigToDeltaLM";
+  if (!j.is_object()) throw ValueError(message(fn, source, ": expected a JSON object, found ", j.type_name()));
+  DeltaLMConfig c;
+  if (detail::isExpanded(variant)) applyVariant(c, toString(variant));
+  if (variant == AuthorsVariant::Baseline) c.block.residual.residual = ResidualKind::Additive;
+  detail::AuthorsConfigRead r{c, variant, source};
+  const auto& fields = authorsConfigFields();
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const AuthorsField* f = nullptr;
+    for (const auto& e : fields)
+      if (it.key() == e.name) f = &e;
+    if (f == nullptr)
+      throw ValueError(message(fn, source, ": unknown field '", it.key(), "' = ", it.value().dump(),
+                               " (not a field of the authors' GPTConfig; docs/authors_models.md)"));
+    if (f->use == AuthorsFieldUse::Bookkeeping) continue;
+    const bool declared = f->scope == kAuthorsUndeclared || (f->scope & authorsScopeBit(variant)) != 0;
+    if (f->use == AuthorsFieldUse::Mapped && declared) {
+      f->read(r, it.value());
+      continue;
+    }
+    const nlohmann::json def = nlohmann::json::parse(f->defaultJson);
+    if (it.value() != def)
+      throw ValueError(message(fn, source, ": field '", f->name, "' = ", it.value().dump(),
+                               " is not supported (accepted: only its default ", def.dump(), "; ", f->meaning,
+                               declared ? "" : std::string("; not read by the ") + toString(variant) + " model",
+                               ")"));
+  }
+  require(c.heads >= 1 && c.d % c.heads == 0 && r.headDim == c.d / c.heads, fn, source, ": field 'head_dim' = ",
+          r.headDim, " is not supported: ddl's attention has head_dim = hidden_size / num_attention_heads = ", c.d,
+          " / ", c.heads);
+  c.hidden = authorsMlpWidth(c.d);
+  if (detail::isTc(variant)) {
+    c.convKernel = r.stateKernel;
+    require(variant != AuthorsVariant::TcEc || r.stateKernel == r.embedKernel, fn, source,
+            ": ddl_state_shortconv_kernel_size = ", r.stateKernel, " and input_embed_shortconv_kernel_size = ",
+            r.embedKernel, " differ; ddl's tc-ec has one kernel size (convKernel) for both");
+  } else if (detail::isExpanded(variant)) {
+    // cc-ec's GPTConfig takes the kernel from the channels when only they are given.
+    if (variant == AuthorsVariant::CcEc && r.channelsGiven && !r.stateKernelGiven) r.stateKernel = c.dv;
+    require(r.stateKernel == c.dv, fn, source, ": field 'ddl_state_shortconv_kernel_size' = ", r.stateKernel,
+            " must equal ddl_value_channels = ", c.dv, " (their CC compressor's construction computes only then)");
+    c.block.compressorKernel = r.stateKernel;
+    if (detail::hasEc(variant)) c.convKernel = r.embedKernel;
+  }
+  c.validate();
+  return c;
+}
+
+// Throws ValueError unless the authors' model of c's variant computes what c does (names what differs).
+inline void requireAuthorsExpressible(const DeltaLMConfig& c, const char* fn) {
+  c.validate();
+  const AuthorsVariant v = authorsVariantOf(c);
+  const auto& res = c.block.residual;
+  const auto no = [&](const char* what) { return std::string(what) + " has no counterpart in the authors' models"; };
+  require(c.tiedHead, fn, no("an untied head"));
+  require(c.block.normEps == 1e-5 && c.finalNormEps == 1e-5, fn, no("an RMSNorm eps other than 1e-5"));
+  require(c.resolvedHidden() == authorsMlpWidth(c.d), fn, no("a SwiGLU width other than floor(8/3 d)"), " (hidden ",
+          c.resolvedHidden(), ", theirs ", authorsMlpWidth(c.d), ")");
+  require(res.direction == DirectionSource::BranchOutput && res.norm == DirectionNorm::SqrtEps, fn,
+          no("a direction other than kmap / sqrt_eps"));
+  if (v == AuthorsVariant::Baseline) return;
+  require(res.gate == GateKind::Linear, fn, no("a gate other than linear"));
+  require(res.value == ValueKind::SigmoidScaled, fn, no("a value other than sigmoid_scaled"));
+  if (detail::isExpanded(v) && !detail::isTc(v)) {
+    require(c.block.compressor == CompressorKind::Structured, fn, no("the free CC compressor"));
+    require(c.block.compressorKernel == c.dv, fn, no("a CC kernel size other than dv"), " (kernel ",
+            c.block.compressorKernel, ", dv ", c.dv, "; their construction computes only with kernel = dv)");
+  }
+}
+
+// config.json of c as their save_pretrained writes it: every field their variant's GPTConfig declares,
+// plus architectures, model_type and torch_dtype. Throws as requireAuthorsExpressible.
+inline nlohmann::json authorsConfigJson(const DeltaLMConfig& c, const std::string& torchDtype) {
+  requireAuthorsExpressible(c, "ddl::authorsConfigJson");
+  const AuthorsVariant v = authorsVariantOf(c);
+  nlohmann::json j = nlohmann::json::object();
+  j["architectures"] = nlohmann::json::array({v == AuthorsVariant::Baseline ? "GPTBase" : "GPT"});
+  j["model_type"] = "nanogpt-pro";
+  j["torch_dtype"] = torchDtype;
+  for (const auto& f : authorsConfigFields()) {
+    if ((f.scope & authorsScopeBit(v)) == 0) continue;
+    j[f.name] = f.use == AuthorsFieldUse::Mapped ? f.write(c, v) : nlohmann::json::parse(f.defaultJson);
+  }
+  if (c.ropeBase != 10000.0) j["rope_base"] = c.ropeBase;  // undeclared: written only when it matters
+  if (v == AuthorsVariant::Baseline) j["is_decoder"] = true;  // GPTBase sets it; HF writes what differs
+  return j;
+}
+
+}  // namespace ddl

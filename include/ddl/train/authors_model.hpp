@@ -1,0 +1,361 @@
+#pragma once
+// ddl/train/authors_model.hpp: the authors' model folders (github.com/yifanzhang-pro/deep-delta-learning)
+// in and out of ddl's DeltaLM:
+//
+//   auto lm = ddl::loadAuthorsModel<double>("ckpt/");   // config.json + model.safetensors (or a sharded
+//                                                       // model.safetensors.index.json) -> DeltaLM<double>
+//   ddl::saveAuthorsModel("out/", lm);                   // config.json + model.safetensors, F32 by default
+//
+// The variant (baseline, dv1, cc, cc-ec, tc, tc-ec) is read from the tensor names (their modules' names
+// differ: compress.weight for CC, compress.shortconv.weight for TC, input_embed.conv.weight for EC,
+// ddl_attn.* for the Delta residual); config.json maps onto DeltaLMConfig by the table of
+// train/authors_config.hpp; each ddl parameter has one tensor of theirs (authorsTensorName). Their head
+// is tied: lm_head.weight is written once as transformer.wte.weight and, when a file holds it too, must
+// equal it. Tensors convert from F64, F32, BF16 and F16. A missing, unexpected, misshapen or unconvertible
+// tensor throws (IoError, ShapeError) naming it and its file; the model is built fresh and returned only
+// when everything has loaded. Format, table and refusals: docs/authors_models.md.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ddl/core/error.hpp"
+#include "ddl/core/param.hpp"
+#include "ddl/core/types.hpp"
+#include "ddl/io/atomic_file.hpp"
+#include "ddl/io/safetensors.hpp"
+#include "ddl/io/safetensors_header.hpp"
+#include "ddl/nn/models/delta_lm.hpp"
+#include "ddl/train/authors_config.hpp"
+
+namespace ddl {
+
+// The authors' state_dict name of ddl's parameter `name` in a model of configuration c (its variant:
+// authorsVariantOf). Throws ValueError for a name their model has no tensor for.
+inline std::string authorsTensorName(const std::string& name, const DeltaLMConfig& c) {
+  const char* fn = "ddl::authorsTensorName";
+  const bool tc = c.dv > 1 && c.stateCompressor == StateCompressorKind::OverTokens;
+  if (name == "embed.weight") return "transformer.wte.weight";
+  if (name == "expand.weight") return "input_embed.conv.weight";
+  if (name == "norm.weight") return "ln_f.weight";
+  if (name == "readout.conv.weight") return tc ? "readout.shortconv.weight" : "readout.weight";
+  if (name == "readout.read.weight") return "readout.read";
+  static const std::map<std::string, std::string> inBlock = {
+      {"attn_norm.weight", "ln_1.weight"},          {"mlp_norm.weight", "ln_2.weight"},
+      {"attn.q.weight", "attn.c_q.weight"},         {"attn.k.weight", "attn.c_k.weight"},
+      {"attn.v.weight", "attn.c_v.weight"},         {"attn.o.weight", "attn.c_proj.weight"},
+      {"attn.q_norm.weight", "attn.q_rms.weight"},  {"attn.k_norm.weight", "attn.k_rms.weight"},
+      {"mlp.fc1.weight", "mlp.c_fc1.weight"},       {"mlp.fc3.weight", "mlp.c_fc2.weight"},
+      {"mlp.fc2.weight", "mlp.c_proj.weight"},      {"compress.read.weight", "compress.read"},
+      {"attn_delta.gate.weight", "ddl_attn.beta.weight"}, {"attn_delta.gate.bias", "ddl_attn.beta.bias"},
+      {"attn_delta.value.weight", "ddl_attn.v_proj.weight"}, {"attn_delta.value.bias", "ddl_attn.v_proj.bias"},
+      {"mlp_delta.gate.weight", "ddl_mlp.beta.weight"},   {"mlp_delta.gate.bias", "ddl_mlp.beta.bias"},
+      {"mlp_delta.value.weight", "ddl_mlp.v_proj.weight"}, {"mlp_delta.value.bias", "ddl_mlp.v_proj.bias"},
+  };
+  if (name.rfind("blocks.", 0) == 0) {
+    const std::size_t dot = name.find('.', 7);
+    if (dot != std::string::npos) {
+      const std::string layer = name.substr(7, dot - 7), rest = name.substr(dot + 1);
+      const std::string prefix = "transformer.h." + layer + ".";
+      if (rest == "compress.conv.weight") return prefix + (tc ? "compress.shortconv.weight" : "compress.weight");
+      const auto it = inBlock.find(rest);
+      if (it != inBlock.end()) return prefix + it->second;
+    }
+  }
+  throw ValueError(message(fn, "ddl parameter \"", name, "\" has no tensor in the authors' models"));
+}
+
+// The shape of that tensor in their files: ddl's, except TC's kernels [d*dv, K] (ddl: [d*dv, 1, K]).
+inline std::vector<std::int64_t> authorsTensorShape(const std::string& authorsName, const std::vector<Index>& ddlShape) {
+  std::vector<std::int64_t> s(ddlShape.begin(), ddlShape.end());
+  const std::string tcSuffix = "shortconv.weight";
+  if (authorsName.size() >= tcSuffix.size() &&
+      authorsName.compare(authorsName.size() - tcSuffix.size(), tcSuffix.size(), tcSuffix) == 0 && s.size() == 3)
+    s.erase(s.begin() + 1);
+  return s;
+}
+
+namespace detail {
+
+inline float bf16ToFloat(std::uint16_t h) {
+  const std::uint32_t bits = static_cast<std::uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+inline float f16ToFloat(std::uint16_t h) {
+  const int sign = (h >> 15) & 1, exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
+  double v;
+  if (exponent == 0) v = std::ldexp(static_cast<double>(mantissa), -24);  // zero and subnormals
+  else if (exponent == 31) v = mantissa ? std::nan("") : HUGE_VAL;
+  else v = std::ldexp(static_cast<double>(mantissa | 0x400), exponent - 25);
+  return static_cast<float>(sign ? -v : v);
+}
+
+// The tensors of one model folder: model.safetensors, or the shards of model.safetensors.index.json.
+class AuthorsWeights {
+ public:
+  explicit AuthorsWeights(const std::string& dir) {
+    const char* fn = "ddl::loadAuthorsModel";
+    namespace fs = std::filesystem;
+    const std::string single = (fs::path(dir) / "model.safetensors").string();
+    const std::string index = (fs::path(dir) / "model.safetensors.index.json").string();
+    std::error_code ec;
+    if (fs::exists(single, ec)) {
+      add(single);
+      return;
+    }
+    if (!fs::exists(index, ec))
+      throw IoError(message(fn, dir, ": neither model.safetensors nor model.safetensors.index.json (a "
+                            "pytorch_model.bin must be converted to safetensors first)"));
+    std::ifstream in(index);
+    std::stringstream text;
+    text << in.rdbuf();
+    if (!in) throw IoError(message(fn, index, ": cannot read"));
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(text.str());
+    } catch (const nlohmann::json::exception& e) {
+      throw IoError(message(fn, index, ": invalid JSON: ", e.what()));
+    }
+    if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+      throw IoError(message(fn, index, ": expected an object with a \"weight_map\" object"));
+    std::map<std::string, std::string> owner;  // tensor -> shard file name
+    for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+      const std::string file = it.value().is_string() ? it.value().get<std::string>() : std::string();
+      if (file.empty() || file.find('/') != std::string::npos || file.find('\\') != std::string::npos ||
+          file == "." || file == "..")
+        throw IoError(message(fn, index, ": weight_map[\"", it.key(), "\"] = ", it.value().dump(),
+                              ": expected a file name inside the folder"));
+      owner[it.key()] = file;
+    }
+    std::set<std::string> files;
+    for (const auto& kv : owner) files.insert(kv.second);
+    for (const auto& f : files) add((fs::path(dir) / f).string());
+    for (const auto& kv : m_where) {
+      const auto it = owner.find(kv.first);
+      const std::string& path = m_shards[kv.second.shard]->header.path;
+      if (it == owner.end() || (fs::path(dir) / it->second).string() != path)
+        throw IoError(message(fn, path, ": tensor \"", kv.first, "\" is not listed for this file in ", index));
+    }
+    for (const auto& kv : owner)
+      if (m_where.count(kv.first) == 0)
+        throw IoError(message(fn, index, ": tensor \"", kv.first, "\" is listed for ", kv.second, " but missing there"));
+  }
+
+  bool has(const std::string& name) const { return m_where.count(name) != 0; }
+  std::vector<std::string> names() const {  // sorted
+    std::vector<std::string> out;
+    for (const auto& kv : m_where) out.push_back(kv.first);
+    return out;
+  }
+  const std::string& fileOf(const std::string& name) const { return m_shards[m_where.at(name).shard]->header.path; }
+  const TensorInfo& info(const std::string& name) const {
+    const Where& w = m_where.at(name);
+    return m_shards[w.shard]->header.tensors[w.index];
+  }
+
+  // The tensor as a matrix of S (matrixDimsOf), converted from F64, F32, BF16 or F16.
+  template <class S>
+  MatX<S> read(const std::string& name) {
+    const char* fn = "ddl::loadAuthorsModel";
+    const Where& w = m_where.at(name);
+    Shard& sh = *m_shards[w.shard];
+    const TensorInfo& t = sh.header.tensors[w.index];
+    if (t.dtype != DType::F64 && t.dtype != DType::F32 && t.dtype != DType::BF16 && t.dtype != DType::F16)
+      throw IoError(message(fn, sh.header.path, ": tensor \"", name, "\" has dtype ", dtypeName(t.dtype),
+                            ", which cannot convert to a float parameter (accepted: F64, F32, BF16, F16)"));
+    Index r = 0, c = 0;
+    if (!matrixDimsOf(t.shape, r, c))
+      throw IoError(message(fn, sh.header.path, ": tensor \"", name, "\" has a shape too large for a matrix"));
+    std::vector<char> bytes(static_cast<std::size_t>(t.end - t.begin));
+    sh.in.clear();
+    sh.in.seekg(static_cast<std::streamoff>(sh.header.dataStart() + t.begin), std::ios::beg);
+    if (!bytes.empty() && !sh.in.read(bytes.data(), static_cast<std::streamsize>(bytes.size())))
+      throw IoError(message(fn, sh.header.path, ": tensor \"", name, "\": cannot read its bytes (truncated?)"));
+    const std::size_t size = dtypeSize(t.dtype);
+    if (!hostIsLittleEndian()) swapBytes(bytes.data(), bytes.size() / size, size);
+    MatX<S> m(r, c);
+    for (Index i = 0; i < r; ++i)
+      for (Index j = 0; j < c; ++j) {
+        const char* p = bytes.data() + static_cast<std::size_t>(i * c + j) * size;
+        double v;
+        if (t.dtype == DType::F64) {
+          std::memcpy(&v, p, 8);
+        } else if (t.dtype == DType::F32) {
+          float f;
+          std::memcpy(&f, p, 4);
+          v = f;
+        } else {
+          std::uint16_t h;
+          std::memcpy(&h, p, 2);
+          v = t.dtype == DType::BF16 ? bf16ToFloat(h) : f16ToFloat(h);
+        }
+        m(i, j) = static_cast<S>(v);
+      }
+    return m;
+  }
+
+ private:
+  struct Shard {
+    std::ifstream in;
+    SafetensorsHeader header;
+  };
+  struct Where {
+    std::size_t shard, index;
+  };
+  void add(const std::string& path) {
+    auto sh = std::make_unique<Shard>();
+    sh->header = readSafetensorsHeader(path, sh->in);
+    for (std::size_t i = 0; i < sh->header.tensors.size(); ++i) {
+      const std::string& name = sh->header.tensors[i].name;
+      if (m_where.count(name))
+        throw IoError(message("ddl::loadAuthorsModel", path, ": tensor \"", name, "\" is also in ",
+                              m_shards[m_where[name].shard]->header.path));
+      m_where[name] = Where{m_shards.size(), i};
+    }
+    m_shards.push_back(std::move(sh));
+  }
+  std::vector<std::unique_ptr<Shard>> m_shards;
+  std::map<std::string, Where> m_where;
+};
+
+// Throws unless the folder holds `name` with `shape` (IoError: missing; ShapeError: another shape).
+inline void requireAuthorsTensor(const AuthorsWeights& w, const std::string& dir, const std::string& name,
+                                 const std::vector<std::int64_t>& shape, AuthorsVariant v, const std::string& ddlName) {
+  const char* fn = "ddl::loadAuthorsModel";
+  if (!w.has(name))
+    throw IoError(message(fn, dir, ": missing tensor \"", name, "\" (ddl's ", ddlName, ") of the ", toString(v),
+                          " model"));
+  if (w.info(name).shape != shape)
+    throw ShapeError(message(fn, w.fileOf(name), ": tensor \"", name, "\" has shape ", shapeString(w.info(name).shape),
+                             ", expected ", shapeString(shape), " (config.json: ", toString(v), ")"));
+}
+
+// Every size of c that allocation scales with (vocab, d, depth, the MLP width, dv, the kernels), confirmed by
+// the file's tensors before the model is built: a config.json cannot make ddl allocate what the file lacks.
+inline void checkAuthorsSizes(const DeltaLMConfig& c, AuthorsVariant v, const AuthorsWeights& w, const std::string& dir) {
+  requireAuthorsTensor(w, dir, "transformer.wte.weight", {c.vocab, c.d}, v, "embed.weight");
+  for (Index l = 0; l < c.depth; ++l) {
+    const std::string b = "transformer.h." + std::to_string(l) + ".";
+    requireAuthorsTensor(w, dir, b + "attn.c_q.weight", {c.d, c.d}, v, "blocks." + std::to_string(l) + ".attn.q.weight");
+    requireAuthorsTensor(w, dir, b + "mlp.c_fc1.weight", {c.resolvedHidden(), c.d}, v,
+                         "blocks." + std::to_string(l) + ".mlp.fc1.weight");
+  }
+  if (c.dv == 1) return;
+  requireAuthorsTensor(w, dir, "readout.read", {c.dv}, v, "readout.read.weight");
+  if (c.stateCompressor == StateCompressorKind::OverTokens)
+    requireAuthorsTensor(w, dir, "readout.shortconv.weight", {c.d * c.dv, c.convKernel}, v, "readout.conv.weight");
+  else
+    requireAuthorsTensor(w, dir, "readout.weight", {c.d, c.block.compressorKernel}, v, "readout.conv.weight");
+  if (c.learnedExpansion)
+    requireAuthorsTensor(w, dir, "input_embed.conv.weight", {c.d * c.dv, 1, c.convKernel}, v, "expand.weight");
+}
+
+// The variant of a folder, from its tensor names.
+inline AuthorsVariant authorsVariantFromTensors(const AuthorsWeights& w) {
+  bool delta = false, blocks = false;
+  for (const std::string& name : w.names()) {
+    blocks = blocks || name.rfind("transformer.h.", 0) == 0;
+    delta = delta || name.find(".ddl_attn.") != std::string::npos;
+  }
+  const bool ec = w.has("input_embed.conv.weight");
+  if (w.has("readout.shortconv.weight")) return ec ? AuthorsVariant::TcEc : AuthorsVariant::Tc;
+  if (w.has("readout.weight")) return ec ? AuthorsVariant::CcEc : AuthorsVariant::Cc;
+  return blocks && !delta ? AuthorsVariant::Baseline : AuthorsVariant::Dv1;
+}
+
+}  // namespace detail
+
+// Reads the authors' model folder `dir` into a new DeltaLM<S> (see the header comment).
+template <class S>
+DeltaLM<S> loadAuthorsModel(const std::string& dir) {
+  const char* fn = "ddl::loadAuthorsModel";
+  const std::string configPath = (std::filesystem::path(dir) / "config.json").string();
+  std::ifstream in(configPath);
+  if (!in) throw IoError(message(fn, configPath, ": cannot open for reading"));
+  std::stringstream text;
+  text << in.rdbuf();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text.str());
+  } catch (const nlohmann::json::exception& e) {
+    throw IoError(message(fn, configPath, ": invalid JSON: ", e.what()));
+  }
+  detail::AuthorsWeights weights(dir);
+  const AuthorsVariant variant = detail::authorsVariantFromTensors(weights);
+  const DeltaLMConfig config = authorsConfigToDeltaLM(j, variant, configPath);
+  detail::checkAuthorsSizes(config, variant, weights, dir);
+  DeltaLM<S> model(config);
+  std::set<std::string> used;
+  model.visitParams("", [&](const std::string& name, Param<S>& p) {
+    const std::string theirs = authorsTensorName(name, config);
+    detail::requireAuthorsTensor(weights, dir, theirs, authorsTensorShape(theirs, p.shape), variant, name);
+    p.value = weights.read<S>(theirs);
+    used.insert(theirs);
+  });
+  if (weights.has("lm_head.weight")) {  // tied: must be the embedding itself
+    const TensorInfo& t = weights.info("lm_head.weight");
+    const std::vector<std::int64_t> want{config.vocab, config.d};
+    if (t.shape != want)
+      throw ShapeError(message(fn, weights.fileOf("lm_head.weight"), ": tensor \"lm_head.weight\" has shape ",
+                               shapeString(t.shape), ", expected ", shapeString(want)));
+    if (weights.read<double>("lm_head.weight") != weights.read<double>("transformer.wte.weight"))
+      throw IoError(message(fn, weights.fileOf("lm_head.weight"), ": tensor \"lm_head.weight\" differs from "
+                            "\"transformer.wte.weight\"; the authors' head is tied to the embedding"));
+    used.insert("lm_head.weight");
+  }
+  for (const std::string& name : weights.names())
+    if (used.count(name) == 0)
+      throw IoError(message(fn, weights.fileOf(name), ": unexpected tensor \"", name, "\" (the ",
+                            toString(variant), " model of config.json has no such parameter)"));
+  return model;
+}
+
+// Writes model as the authors' model folder `dir` (created if needed): model.safetensors (their names,
+// the tied head once, F32 or, with float32 = false, the model's scalar), then config.json, each file
+// atomically. Throws ValueError before writing anything when their code has no model of this
+// configuration (requireAuthorsExpressible), IoError when a file cannot be written.
+template <class S>
+void saveAuthorsModel(const std::string& dir, DeltaLM<S>& model, bool float32 = true) {
+  const char* fn = "ddl::saveAuthorsModel";
+  const nlohmann::json config = authorsConfigJson(model.config(), float32 || sizeof(S) == 4 ? "float32" : "float64");
+  struct Entry {
+    std::string name;
+    std::vector<std::int64_t> shape;
+    const MatX<S>* value;
+  };
+  std::vector<Entry> entries;
+  model.visitParams("", [&](const std::string& name, Param<S>& p) {
+    const std::string theirs = authorsTensorName(name, model.config());
+    entries.push_back({theirs, authorsTensorShape(theirs, p.shape), &p.value});
+  });
+  const std::string weightsPath = (std::filesystem::path(dir) / "model.safetensors").string();
+  prepareOutputFolder(dir, weightsPath, fn);
+  SafetensorsWriter w;
+  w.setMetadata({{"format", "pt"}});
+  const DType dtype = float32 ? DType::F32 : DTypeOf<S>::value;
+  for (const auto& e : entries) w.declare(e.name, dtype, e.shape);
+  writeFileAtomically(weightsPath, [&](std::ostream& os) {
+    w.writeHeader(os);
+    for (const auto& e : entries) {
+      if (float32)
+        w.writeTensor(os, e.name, e.shape, e.value->template cast<float>());
+      else
+        w.writeTensor(os, e.name, e.shape, *e.value);
+    }
+    w.finish();
+  });
+  writeFileAtomically((std::filesystem::path(dir) / "config.json").string(),
+                      [&](std::ostream& os) { os << config.dump(2) << "\n"; });
+}
+
+}  // namespace ddl

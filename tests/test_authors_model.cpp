@@ -1,0 +1,527 @@
+// Tests of the authors' model folders (train/authors_model.hpp, train/authors_config.hpp) against reference
+// vectors computed by the authors' own code (tests/fixtures/authors, written by tools/authors_reference.py):
+// each variant loads into DeltaLM<double> and DeltaLM<float> with the same logits, loss and gradients; a
+// folder ddl writes reads back bit for bit; every refusal names what it refuses. The last test runs their
+// code on folders ddl wrote (DDL_AUTHORS_DIR: the folder of their model/ package; skipped, exit 77, without).
+#include "eigen_guard.hpp"  // first: live allocation checks even with NDEBUG
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "catch_compat.hpp"
+#include "fixtures.hpp"
+#include "torch_runner.hpp"
+#include "ddl/core/token_batch.hpp"
+#include "ddl/io/safetensors.hpp"
+#include "ddl/train/authors_model.hpp"
+
+using ddl::Index;
+using ddl::MatX;
+using ddl_test::contains;
+
+namespace {
+
+// The six variants at their defaults and option cases (Mapped fields off their defaults: dv 3, kernels,
+// eps_k, the value scale, rope_base, no QK-norm, the read init), all written by tools/authors_reference.py.
+const std::vector<std::string> kVariants = {"baseline",         "dv1",         "cc",           "cc-ec",
+                                            "tc",               "tc-ec",       "baseline+options", "dv1+options",
+                                            "cc-ec+options",    "tc-ec+options"};
+// "cc-ec+options" -> "cc-ec"
+std::string variantOf(const std::string& fixtureName) { return fixtureName.substr(0, fixtureName.find('+')); }
+
+std::string fixture(const std::string& variant) { return std::string(DDL_TEST_FIXTURES) + "/authors/" + variant; }
+
+// The reference of one variant: ids (B, T), targets, logits (B, T*V) as written, loss, and the reader for
+// the gradients "grad.<their name>".
+struct Reference {
+  Index B = 0, T = 0;
+  std::vector<int> ids, targets;
+  MatX<double> logits;
+  double loss = 0;
+  std::string path;
+};
+
+Reference readReference(const std::string& variant) {
+  Reference r;
+  r.path = fixture(variant) + "/reference.safetensors";
+  ddl::SafetensorsReader in(r.path);
+  const MatX<std::int64_t> ids = in.readAny<std::int64_t>("ids"), targets = in.readAny<std::int64_t>("targets");
+  r.B = ids.rows();
+  r.T = ids.cols();
+  for (Index b = 0; b < r.B; ++b)
+    for (Index t = 0; t < r.T; ++t) {
+      r.ids.push_back(static_cast<int>(ids(b, t)));
+      r.targets.push_back(static_cast<int>(targets(b, t)));
+    }
+  r.logits = in.readAny<double>("logits");
+  r.loss = in.readAny<double>("loss")(0, 0);
+  return r;
+}
+
+double relErr(const MatX<double>& a, const MatX<double>& ref) {
+  REQUIRE(a.rows() == ref.rows());
+  REQUIRE(a.cols() == ref.cols());
+  const double scale = std::max(ref.cwiseAbs().maxCoeff(), 1e-300);
+  return (a - ref).cwiseAbs().maxCoeff() / scale;
+}
+
+// Loads the fixture of `variant` into DeltaLM<S>, runs forward and backward of the mean cross-entropy
+// and returns the worst relative error over logits, loss and every gradient.
+template <class S>
+double worstError(const std::string& variant, std::string& worstWhat) {
+  const Reference ref = readReference(variant);
+  ddl::DeltaLM<S> lm = ddl::loadAuthorsModel<S>(fixture(variant));
+  ddl::TokenBatch batch{ref.ids, ddl::TokenLayout::sequence(ref.B, ref.T)};
+  MatX<S> logits;
+  lm.forward(batch, logits);
+  const Index V = lm.config().vocab, N = ref.B * ref.T;
+  MatX<double> asTheirs(ref.B, ref.T * V);  // [B, T, V] row-major as the file holds it
+  for (Index n = 0; n < N; ++n)
+    for (Index v = 0; v < V; ++v) asTheirs(n / ref.T, (n % ref.T) * V + v) = static_cast<double>(logits(v, n));
+  double worst = relErr(asTheirs, ref.logits);
+  worstWhat = "logits";
+  MatX<S> dLogits(V, N);
+  double loss = 0;
+  for (Index n = 0; n < N; ++n) {
+    const S m = logits.col(n).maxCoeff();
+    const S sum = (logits.col(n).array() - m).exp().sum();
+    loss += static_cast<double>(std::log(sum) + m - logits(ref.targets[static_cast<std::size_t>(n)], n));
+    dLogits.col(n) = (logits.col(n).array() - m).exp() / sum / static_cast<S>(N);
+    dLogits(ref.targets[static_cast<std::size_t>(n)], n) -= S(1) / static_cast<S>(N);
+  }
+  loss /= static_cast<double>(N);
+  const double lossErr = std::abs(loss - ref.loss) / std::abs(ref.loss);
+  if (lossErr > worst) {
+    worst = lossErr;
+    worstWhat = "loss";
+  }
+  lm.backward(dLogits);
+  ddl::SafetensorsReader in(ref.path);
+  Index checked = 0;
+  lm.visitParams("", [&](const std::string& name, ddl::Param<S>& p) {
+    const std::string theirs = ddl::authorsTensorName(name, lm.config());
+    const double e = relErr(p.grad.template cast<double>(), in.readAny<double>("grad." + theirs));
+    ++checked;
+    if (e > worst) {
+      worst = e;
+      worstWhat = "grad." + theirs;
+    }
+  });
+  std::size_t grads = 0;
+  for (const auto& t : in.header().tensors) grads += t.name.rfind("grad.", 0) == 0;
+  CHECK(static_cast<std::size_t>(checked) == grads);  // every gradient of theirs has its ddl parameter
+  return worst;
+}
+
+// A safetensors tensor as raw bytes, for writing files ddl's writer would not (BF16, I32, edits).
+struct RawTensor {
+  std::string name, dtype;
+  std::vector<std::int64_t> shape;
+  std::vector<char> bytes;
+};
+
+std::vector<RawTensor> readRaw(const std::string& path) {
+  std::ifstream in;
+  const ddl::SafetensorsHeader h = ddl::readSafetensorsHeader(path, in);
+  std::vector<RawTensor> out;
+  for (const auto& t : h.tensors) {
+    RawTensor r{t.name, ddl::dtypeName(t.dtype), t.shape, std::vector<char>(t.end - t.begin)};
+    in.seekg(static_cast<std::streamoff>(h.dataStart() + t.begin));
+    in.read(r.bytes.data(), static_cast<std::streamsize>(r.bytes.size()));
+    REQUIRE(in.good());
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+void writeRaw(const std::string& path, const std::vector<RawTensor>& tensors) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  std::uint64_t offset = 0;
+  for (const auto& t : tensors) {
+    j[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.bytes.size()}}};
+    offset += t.bytes.size();
+  }
+  std::string text = j.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::ofstream os(path, std::ios::binary | std::ios::trunc);
+  char len[8];
+  ddl::detail::writeU64LE(text.size(), len);
+  os.write(len, 8);
+  os << text;
+  for (const auto& t : tensors) os.write(t.bytes.data(), static_cast<std::streamsize>(t.bytes.size()));
+  REQUIRE(os.good());
+}
+
+nlohmann::json readJson(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+void writeJson(const std::string& path, const nlohmann::json& j) {
+  std::ofstream os(path, std::ios::trunc);
+  os << j.dump(2);
+  REQUIRE(os.good());
+}
+
+// A copy of a fixture folder under the test directory with its config and tensors edited.
+std::string editedCopy(const std::string& name, const std::string& variant,
+                       const std::function<void(nlohmann::json&)>& editConfig,
+                       const std::function<void(std::vector<RawTensor>&)>& editTensors) {
+  const std::string dir = ddl_test::freshTestDir("authors_" + name);
+  nlohmann::json config = readJson(fixture(variant) + "/config.json");
+  std::vector<RawTensor> tensors = readRaw(fixture(variant) + "/model.safetensors");
+  if (editConfig) editConfig(config);
+  if (editTensors) editTensors(tensors);
+  writeJson(dir + "/config.json", config);
+  writeRaw(dir + "/model.safetensors", tensors);
+  return dir;
+}
+
+RawTensor* findRaw(std::vector<RawTensor>& ts, const std::string& name) {
+  for (auto& t : ts)
+    if (t.name == name) return &t;
+  FAIL("no tensor " << name);
+  return nullptr;
+}
+
+template <class S>
+std::string loadError(const std::string& dir) {
+  return ddl_test::thrownMessage<ddl::Error>([&] { ddl::loadAuthorsModel<S>(dir); });
+}
+
+template <class S>
+std::vector<MatX<S>> paramsOf(ddl::DeltaLM<S>& lm) {
+  std::vector<MatX<S>> out;
+  lm.visitParams("", [&](const std::string&, ddl::Param<S>& p) { out.push_back(p.value); });
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("authors' variants load into DeltaLM<double>: logits, loss and every gradient within 1e-10") {
+  for (const auto& v : kVariants) {
+    std::string what;
+    const double e = worstError<double>(v, what);
+    std::cout << "authors " << v << " double: worst relative error " << e << " (" << what << ")\n";
+    INFO(v << ": " << what);
+    CHECK(e <= 1e-10);
+  }
+}
+
+TEST_CASE("authors' variants load into DeltaLM<float>: logits, loss and every gradient within 1e-4") {
+  for (const auto& v : kVariants) {
+    std::string what;
+    const double e = worstError<float>(v, what);
+    std::cout << "authors " << v << " float: worst relative error " << e << " (" << what << ")\n";
+    INFO(v << ": " << what);
+    CHECK(e <= 1e-4);
+  }
+}
+
+TEST_CASE("authors' folders: the variant and configuration read from a fixture are the ones written") {
+  const auto lm = ddl::loadAuthorsModel<double>(fixture("tc-ec"));
+  CHECK(lm.config().variant() == "tc-ec");
+  CHECK(lm.config().dv == 4);
+  CHECK(lm.config().d == 12);
+  CHECK(lm.config().heads == 2);
+  CHECK(lm.config().depth == 2);
+  CHECK(lm.config().context == 16);
+  CHECK(lm.config().resolvedHidden() == 32);
+  CHECK(ddl::loadAuthorsModel<double>(fixture("baseline")).config().block.residual.residual ==
+        ddl::ResidualKind::Additive);
+  CHECK(ddl::loadAuthorsModel<double>(fixture("cc")).config().variant() == "cc");
+  const ddl::DeltaLMConfig o = ddl::loadAuthorsModel<double>(fixture("cc-ec+options")).config();
+  CHECK(o.variant() == "cc-ec");
+  CHECK(o.dv == 3);
+  CHECK(o.depth == 1);
+  CHECK(o.block.compressorKernel == 3);
+  CHECK(o.convKernel == 2);
+  CHECK(o.block.residual.epsK == 0.01);
+  CHECK(o.block.residual.valueScale == 2.5);
+  CHECK(o.ropeBase == 500.0);
+  CHECK(!o.qkNorm);
+  CHECK(o.block.compressorReadInit.value_or(0) == 0.3);
+  CHECK(ddl::loadAuthorsModel<double>(fixture("tc-ec+options")).config().convKernel == 2);
+}
+
+TEST_CASE("authors' folders: write then read is bit-exact, in the model's scalar and in F32") {
+  for (const auto& v : kVariants) {
+    INFO(v);
+    auto lm = ddl::loadAuthorsModel<double>(fixture(v));
+    const std::string dir = ddl_test::freshTestDir("authors_roundtrip_" + v);
+    ddl::saveAuthorsModel(dir, lm, /*float32=*/false);
+    auto back = ddl::loadAuthorsModel<double>(dir);
+    CHECK(back.config().toKeyValues() == lm.config().toKeyValues());
+    CHECK(ddl_test::bitIdentical(paramsOf(lm), paramsOf(back)));
+    // The file holds what the fixture holds: their names, their shapes, the tied head once.
+    std::vector<std::string> written, fixtureNames;
+    for (const auto& t : readRaw(dir + "/model.safetensors")) written.push_back(t.name + ddl::shapeString(t.shape));
+    for (const auto& t : readRaw(fixture(v) + "/model.safetensors")) fixtureNames.push_back(t.name + ddl::shapeString(t.shape));
+    std::sort(written.begin(), written.end());
+    std::sort(fixtureNames.begin(), fixtureNames.end());
+    CHECK(written == fixtureNames);
+    // config.json: every field the fixture (their GPTConfig) has, with the same values.
+    nlohmann::json mine = readJson(dir + "/config.json"), theirs = readJson(fixture(v) + "/config.json");
+    CHECK(mine.size() == theirs.size());
+    for (auto it = theirs.begin(); it != theirs.end(); ++it) {
+      INFO(it.key());
+      CHECK(mine.contains(it.key()));
+      if (mine.contains(it.key())) CHECK(mine[it.key()] == it.value());
+    }
+  }
+  auto f = ddl::loadAuthorsModel<float>(fixture("cc-ec"));
+  const std::string dir = ddl_test::freshTestDir("authors_roundtrip_f32");
+  ddl::saveAuthorsModel(dir, f);
+  CHECK(readRaw(dir + "/model.safetensors")[0].dtype == "F32");
+  CHECK(readJson(dir + "/config.json")["torch_dtype"] == "float32");
+  auto back = ddl::loadAuthorsModel<float>(dir);
+  CHECK(ddl_test::bitIdentical(paramsOf(f), paramsOf(back)));
+}
+
+TEST_CASE("authors' config.json: unknown fields, unsupported values and wrong types are refused by name") {
+  const auto cfg = [](const char* name, const std::function<void(nlohmann::json&)>& edit) {
+    return loadError<double>(editedCopy(name, "cc-ec", edit, nullptr));
+  };
+  std::string m = cfg("unknown", [](nlohmann::json& j) { j["use_fancy_thing"] = true; });
+  CHECK(contains(m, "ddl::authorsConfigToDeltaLM"));
+  CHECK(contains(m, "config.json"));
+  CHECK(contains(m, "unknown field 'use_fancy_thing' = true"));
+  m = cfg("output_gate", [](nlohmann::json& j) { j["use_output_gate"] = true; });
+  CHECK(contains(m, "field 'use_output_gate' = true is not supported (accepted: only its default false"));
+  m = cfg("dropout", [](nlohmann::json& j) { j["dropout"] = 0.1; });
+  CHECK(contains(m, "field 'dropout' = 0.1 is not supported"));
+  m = cfg("activation", [](nlohmann::json& j) { j["q_activation"] = "silu"; });
+  CHECK(contains(m, "field 'q_activation' = \"silu\" is not supported (accepted: only its default null"));
+  m = cfg("rope_ratio", [](nlohmann::json& j) { j["rope_ratio"] = 0.5; });
+  CHECK(contains(m, "field 'rope_ratio' = 0.5 is not supported"));
+  m = cfg("type", [](nlohmann::json& j) { j["hidden_size"] = "16"; });
+  CHECK(contains(m, "field 'hidden_size' = \"16\": expected an integer"));
+  m = cfg("bool", [](nlohmann::json& j) { j["use_qk_rmsnorm"] = 1; });
+  CHECK(contains(m, "field 'use_qk_rmsnorm' = 1: expected true or false"));
+  m = cfg("eps", [](nlohmann::json& j) { j["ddl_k_eps"] = -1; });
+  CHECK(contains(m, "field 'ddl_k_eps' = -1: expected a finite number >= 0"));
+  m = cfg("rope_base", [](nlohmann::json& j) { j["rope_base"] = 0; });
+  CHECK(contains(m, "field 'rope_base' = 0: expected a finite number > 0"));
+  m = cfg("read_init", [](nlohmann::json& j) { j["ddl_state_read_init"] = "x"; });
+  CHECK(contains(m, "field 'ddl_state_read_init' = \"x\": expected null or a finite number"));
+  m = cfg("head_dim", [](nlohmann::json& j) { j["head_dim"] = 4; });
+  CHECK(contains(m, "field 'head_dim' = 4 is not supported"));
+  m = cfg("cc_kernel", [](nlohmann::json& j) { j["ddl_state_shortconv_kernel_size"] = 5; });
+  CHECK(contains(m, "ddl_state_shortconv_kernel_size' = 5 must equal ddl_value_channels = 4"));
+  m = loadError<double>(editedCopy("tc_kernels", "tc-ec", [](nlohmann::json& j) { j["input_embed_shortconv_kernel_size"] = 3; }, nullptr));
+  CHECK(contains(m, "ddl_state_shortconv_kernel_size = 4 and input_embed_shortconv_kernel_size = 3 differ"));
+  m = loadError<double>(editedCopy("dv1_field", "dv1", [](nlohmann::json& j) { j["ddl_value_channels"] = 8; }, nullptr));
+  CHECK(contains(m, "field 'ddl_value_channels' = 8 is not supported"));
+  CHECK(contains(m, "not read by the dv1 model"));
+  m = cfg("not_object", [](nlohmann::json& j) { j = nlohmann::json::array(); });
+  CHECK(contains(m, "expected a JSON object"));
+  // A hand-written cc-ec config without the kernel takes dv, as their GPTConfig does.
+  CHECK(ddl::loadAuthorsModel<double>(editedCopy("cc_ec_kernel", "cc-ec+options", [](nlohmann::json& j) {
+          j.erase("ddl_state_shortconv_kernel_size");
+        }, nullptr)).config().block.compressorKernel == 3);
+  // Hugging Face's bookkeeping keys and mapped options are accepted.
+  const std::string ok = editedCopy("bookkeeping", "cc-ec", [](nlohmann::json& j) {
+    j["transformers_version"] = "4.57.0";
+    j["_name_or_path"] = "somewhere";
+    j["kv_cache_slot_size"] = 128;
+    j["ddl_state_read_init"] = 0.3;
+  }, nullptr);
+  CHECK(ddl::loadAuthorsModel<double>(ok).config().block.compressorReadInit.value_or(0) == 0.3);
+  // Broken files.
+  const std::string broken = editedCopy("broken_json", "dv1", nullptr, nullptr);
+  { std::ofstream(broken + "/config.json", std::ios::trunc) << "{\"vocab_size\": "; }
+  CHECK(contains(loadError<double>(broken), "config.json: invalid JSON"));
+  std::filesystem::remove(broken + "/config.json");
+  CHECK(contains(loadError<double>(broken), "config.json: cannot open"));
+}
+
+TEST_CASE("authors' tensors: missing, unexpected, misshapen, unconvertible and untied tensors are refused") {
+  std::string m = loadError<double>(editedCopy("missing", "cc", nullptr, [](std::vector<RawTensor>& ts) {
+    ts.erase(std::remove_if(ts.begin(), ts.end(), [](const RawTensor& t) { return t.name == "ln_f.weight"; }), ts.end());
+  }));
+  CHECK(contains(m, "ddl::loadAuthorsModel"));
+  CHECK(contains(m, "missing tensor \"ln_f.weight\" (ddl's norm.weight) of the cc model"));
+  m = loadError<double>(editedCopy("unexpected", "cc", nullptr, [](std::vector<RawTensor>& ts) {
+    ts.push_back(RawTensor{"transformer.h.0.attn.g_proj.weight", "F64", {2}, std::vector<char>(16)});
+  }));
+  CHECK(contains(m, "unexpected tensor \"transformer.h.0.attn.g_proj.weight\""));
+  CHECK(contains(m, "model.safetensors"));
+  m = loadError<double>(editedCopy("shape", "cc", [](nlohmann::json& j) { j["vocab_size"] = 30; }, nullptr));
+  CHECK(contains(m, "tensor \"transformer.wte.weight\" has shape [31, 12], expected [30, 12]"));
+  // Sizes the file does not back are refused before anything is allocated.
+  m = loadError<double>(editedCopy("depth", "cc", [](nlohmann::json& j) { j["num_hidden_layers"] = 100000; }, nullptr));
+  CHECK(contains(m, "missing tensor \"transformer.h.2.attn.c_q.weight\" (ddl's blocks.2.attn.q.weight) of the cc model"));
+  m = loadError<double>(editedCopy("huge", "tc", [](nlohmann::json& j) {
+    j["hidden_size"] = 1 << 22;
+    j["head_dim"] = 1 << 21;
+    j["vocab_size"] = 1 << 22;
+  }, nullptr));
+  CHECK(contains(m, "tensor \"transformer.wte.weight\" has shape [31, 12], expected [4194304, 4194304]"));
+  m = loadError<double>(editedCopy("dv", "tc", [](nlohmann::json& j) { j["ddl_value_channels"] = 1000; }, nullptr));
+  CHECK(contains(m, "tensor \"readout.read\" has shape [4], expected [1000]"));
+  m = loadError<double>(editedCopy("dtype", "cc", nullptr, [](std::vector<RawTensor>& ts) {
+    RawTensor* t = findRaw(ts, "ln_f.weight");
+    t->dtype = "I64";
+  }));
+  CHECK(contains(m, "tensor \"ln_f.weight\" has dtype I64, which cannot convert"));
+  m = loadError<double>(editedCopy("untied", "dv1", nullptr, [](std::vector<RawTensor>& ts) {
+    RawTensor head = *findRaw(ts, "transformer.wte.weight");
+    head.name = "lm_head.weight";
+    head.bytes[3] ^= 1;
+    ts.push_back(head);
+  }));
+  CHECK(contains(m, "\"lm_head.weight\" differs from \"transformer.wte.weight\""));
+  // A head stored as well as the embedding (torch.save keeps both) loads when it is the same.
+  const std::string tied = editedCopy("tied", "dv1", nullptr, [](std::vector<RawTensor>& ts) {
+    RawTensor head = *findRaw(ts, "transformer.wte.weight");
+    head.name = "lm_head.weight";
+    ts.push_back(head);
+  });
+  auto a = ddl::loadAuthorsModel<double>(tied);
+  auto b = ddl::loadAuthorsModel<double>(fixture("dv1"));
+  CHECK(ddl_test::bitIdentical(paramsOf(a), paramsOf(b)));
+  const std::string none = ddl_test::freshTestDir("authors_no_weights");
+  std::filesystem::copy_file(fixture("dv1") + "/config.json", none + "/config.json");
+  CHECK(contains(loadError<double>(none), "neither model.safetensors nor model.safetensors.index.json"));
+}
+
+TEST_CASE("authors' tensors convert from F32, BF16 and F16") {
+  // ln_f.weight as F32, BF16 and F16 of values every format holds exactly: 1.5, -0.25, 3, 0.
+  const std::vector<float> values = {1.5f, -0.25f, 3.0f, 0.0f};
+  const auto edit = [&](const std::string& dtype) {
+    return [&values, dtype](std::vector<RawTensor>& ts) {
+      RawTensor* t = findRaw(ts, "ln_f.weight");
+      const std::size_t n = static_cast<std::size_t>(t->shape[0]);
+      t->dtype = dtype;
+      t->bytes.clear();
+      for (std::size_t i = 0; i < n; ++i) {
+        const float v = values[i % values.size()];
+        std::uint32_t bits;
+        std::memcpy(&bits, &v, 4);
+        if (dtype == "F32") {
+          t->bytes.insert(t->bytes.end(), reinterpret_cast<const char*>(&v), reinterpret_cast<const char*>(&v) + 4);
+          continue;
+        }
+        std::uint16_t h;
+        if (dtype == "BF16") {
+          h = static_cast<std::uint16_t>(bits >> 16);
+        } else {  // F16 of these normal values: sign, exponent rebiased 127 -> 15, top 10 mantissa bits
+          const std::uint32_t sign = bits >> 31, exp = (bits >> 23) & 0xff, man = (bits >> 13) & 0x3ff;
+          h = v == 0.0f ? 0 : static_cast<std::uint16_t>(sign << 15 | (exp - 112) << 10 | man);
+        }
+        t->bytes.push_back(static_cast<char>(h & 0xff));
+        t->bytes.push_back(static_cast<char>(h >> 8));
+      }
+    };
+  };
+  for (const std::string dtype : {"F32", "BF16", "F16"}) {
+    INFO(dtype);
+    auto lm = ddl::loadAuthorsModel<double>(editedCopy("dtype_" + dtype, "dv1", nullptr, edit(dtype)));
+    lm.visitParams("", [&](const std::string& name, ddl::Param<double>& p) {
+      if (name != "norm.weight") return;
+      for (Index i = 0; i < p.value.rows(); ++i) CHECK(p.value(i, 0) == values[static_cast<std::size_t>(i) % 4]);
+    });
+  }
+}
+
+TEST_CASE("authors' sharded folders: model.safetensors.index.json with its weight_map") {
+  const std::string dir = ddl_test::freshTestDir("authors_sharded");
+  std::filesystem::copy_file(fixture("tc") + "/config.json", dir + "/config.json");
+  const std::vector<RawTensor> all = readRaw(fixture("tc") + "/model.safetensors");
+  std::vector<RawTensor> first(all.begin(), all.begin() + static_cast<long>(all.size() / 2));
+  std::vector<RawTensor> second(all.begin() + static_cast<long>(all.size() / 2), all.end());
+  writeRaw(dir + "/model-00001-of-00002.safetensors", first);
+  writeRaw(dir + "/model-00002-of-00002.safetensors", second);
+  nlohmann::json index = {{"metadata", {{"total_size", 0}}}, {"weight_map", nlohmann::json::object()}};
+  for (const auto& t : first) index["weight_map"][t.name] = "model-00001-of-00002.safetensors";
+  for (const auto& t : second) index["weight_map"][t.name] = "model-00002-of-00002.safetensors";
+  writeJson(dir + "/model.safetensors.index.json", index);
+  auto a = ddl::loadAuthorsModel<double>(dir);
+  auto b = ddl::loadAuthorsModel<double>(fixture("tc"));
+  CHECK(ddl_test::bitIdentical(paramsOf(a), paramsOf(b)));
+  index["weight_map"][first[0].name] = "model-00002-of-00002.safetensors";
+  writeJson(dir + "/model.safetensors.index.json", index);
+  CHECK(contains(loadError<double>(dir), "is not listed for this file"));
+  index["weight_map"][first[0].name] = "../elsewhere.safetensors";
+  writeJson(dir + "/model.safetensors.index.json", index);
+  CHECK(contains(loadError<double>(dir), "expected a file name inside the folder"));
+}
+
+TEST_CASE("authors' folders: a configuration their code has no model for is refused before writing") {
+  ddl::DeltaLMConfig c;
+  c.vocab = 17;
+  c.d = 8;
+  c.heads = 2;
+  c.depth = 1;
+  c.context = 8;
+  c.hidden = ddl::authorsMlpWidth(8);
+  const auto refused = [&](const ddl::DeltaLMConfig& cfg, const char* name) {
+    ddl::DeltaLM<double> lm(cfg);
+    const std::string dir = ddl_test::clearedTestPath(std::string("authors_refused_") + name);
+    const std::string m = ddl_test::thrownMessage<ddl::Error>([&] { ddl::saveAuthorsModel(dir, lm); });
+    CHECK(!std::filesystem::exists(dir));  // nothing written
+    return m;
+  };
+  ddl::DeltaLMConfig u = c;
+  u.tiedHead = false;
+  CHECK(contains(refused(u, "untied"), "an untied head has no counterpart in the authors' models"));
+  ddl::DeltaLMConfig w = c;
+  w.block.residual.residual = ddl::ResidualKind::WriteOnly;
+  CHECK(contains(refused(w, "write_only"), "residual 'write_only' has no counterpart"));
+  ddl::DeltaLMConfig f = c;
+  ddl::applyVariant(f, "cc");
+  f.block.compressor = ddl::CompressorKind::Free;
+  CHECK(contains(refused(f, "free"), "the free CC compressor has no counterpart"));
+  ddl::DeltaLMConfig k = c;
+  ddl::applyVariant(k, "cc");
+  k.block.compressorKernel = 2;
+  CHECK(contains(refused(k, "cc_kernel"), "a CC kernel size other than dv has no counterpart"));
+  ddl::DeltaLMConfig h = c;
+  h.hidden = 20;
+  CHECK(contains(refused(h, "hidden"), "a SwiGLU width other than floor(8/3 d)"));
+  ddl::DeltaLMConfig p = c;
+  ddl::applyPreset(p, "paper");
+  CHECK(contains(refused(p, "paper"), "has no counterpart in the authors' models"));
+  ddl::DeltaLMConfig ok = c;
+  ddl::applyVariant(ok, "tc-ec");
+  ok.convKernel = 3;
+  ddl::DeltaLM<double> lm(ok, 5);
+  const std::string dir = ddl_test::freshTestDir("authors_fresh_tc_ec");
+  ddl::saveAuthorsModel(dir, lm, false);
+  auto back = ddl::loadAuthorsModel<double>(dir);
+  CHECK(back.config().toKeyValues() == lm.config().toKeyValues());
+  CHECK(ddl_test::bitIdentical(paramsOf(lm), paramsOf(back)));
+}
+
+// Last in the file: it ends the program with 77 (ctest: skipped) unless DDL_AUTHORS_DIR names their model/.
+TEST_CASE("authors' own code loads the folders ddl writes (strict) and computes the same logits") {
+  const char* env = std::getenv("DDL_AUTHORS_DIR");
+  if (env == nullptr || !std::filesystem::exists(std::string(env) + "/DDL-gpt-mha-rope-CC-EC.py") ||
+      !torch_runner::torchAvailable()) {
+    std::cerr << "skipped: set DDL_AUTHORS_DIR to the folder of the authors' model/ package "
+                 "(git -C <their repository> archive HEAD model | tar -x) and install python3-torch\n";
+    std::exit(torch_runner::kSkipExitCode);
+  }
+  const std::string script =
+      (std::filesystem::path(__FILE__).parent_path().parent_path() / "tools" / "authors_reference.py").string();
+  for (const auto& v : kVariants) {
+    INFO(v);
+    auto lm = ddl::loadAuthorsModel<double>(fixture(v));
+    const std::string dir = ddl_test::freshTestDir("authors_theirs_" + v);
+    ddl::saveAuthorsModel(dir, lm, /*float32=*/false);
+    const std::string cmd = std::string(torch_runner::kPython) + " " + torch_runner::quoted(script) + " --authors " +
+                            torch_runner::quoted(env) + " --check " + torch_runner::quoted(dir) + " --variant " + variantOf(v) +
+                            " --reference " + torch_runner::quoted(fixture(v) + "/reference.safetensors") +
+                            " --tol 1e-12";
+    CHECK(torch_runner::runCommand(cmd) == 0);
+  }
+}
