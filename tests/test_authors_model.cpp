@@ -31,11 +31,14 @@ using ddl_test::contains;
 
 namespace {
 
-// The six variants at their defaults and option cases (Mapped fields off their defaults: dv 3, kernels,
-// eps_k, the value scale, rope_base, no QK-norm, the read init), all written by tools/authors_reference.py.
+// The six variants at their defaults and option cases, all written by tools/authors_reference.py: +options
+// (Mapped fields off their defaults: dv 3, kernels, eps_k, the value scale, rope_base, no QK-norm, the read
+// init) and +attn (their attention options: head_dim other than hidden / heads, rope_ratio, output gate with
+// o_norm and rms_norm_eps or with subln, using_groupnorm, k / v shift, q / k / v activations).
 const std::vector<std::string> kVariants = {"baseline",         "dv1",         "cc",           "cc-ec",
                                             "tc",               "tc-ec",       "baseline+options", "dv1+options",
-                                            "cc-ec+options",    "tc-ec+options"};
+                                            "cc-ec+options",    "tc-ec+options", "baseline+attn", "dv1+attn",
+                                            "cc-ec+attn"};
 // "cc-ec+options" -> "cc-ec"
 std::string variantOf(const std::string& fixtureName) { return fixtureName.substr(0, fixtureName.find('+')); }
 
@@ -75,12 +78,13 @@ double relErr(const MatX<double>& a, const MatX<double>& ref) {
   return (a - ref).cwiseAbs().maxCoeff() / scale;
 }
 
-// Loads the fixture of `variant` into DeltaLM<S>, runs forward and backward of the mean cross-entropy
-// and returns the worst relative error over logits, loss and every gradient.
+// Loads the fixture of `variant` (or the folder `dir` instead, against the fixture's reference) into
+// DeltaLM<S>, runs forward and backward of the mean cross-entropy and returns the worst relative error over
+// logits, loss and every gradient.
 template <class S>
-double worstError(const std::string& variant, std::string& worstWhat) {
+double worstError(const std::string& variant, std::string& worstWhat, const std::string& dir = "") {
   const Reference ref = readReference(variant);
-  ddl::DeltaLM<S> lm = ddl::loadAuthorsModel<S>(fixture(variant));
+  ddl::DeltaLM<S> lm = ddl::loadAuthorsModel<S>(dir.empty() ? fixture(variant) : dir);
   ddl::TokenBatch batch{ref.ids, ddl::TokenLayout::sequence(ref.B, ref.T)};
   MatX<S> logits;
   lm.forward(batch, logits);
@@ -253,6 +257,66 @@ TEST_CASE("authors' folders: the variant and configuration read from a fixture a
   CHECK(ddl::loadAuthorsModel<double>(fixture("tc-ec+options")).config().convKernel == 2);
 }
 
+TEST_CASE("authors' attention options: read from config.json, the eps of each norm as their code takes it") {
+  const ddl::DeltaLMConfig c = ddl::loadAuthorsModel<double>(fixture("cc-ec+attn")).config();
+  const ddl::AttentionOptions& a = c.attention;
+  CHECK(c.variant() == "cc-ec");
+  CHECK(a.headDim == 5);  // hidden 12 / 2 heads would be 6
+  CHECK(c.headDim() == 5);
+  CHECK(a.ropeRatio == 0.7);
+  CHECK(ddl::AttentionOptions::ropeDim(5, a.ropeRatio) == 2);  // int(3.5) = 3, rounded down to even
+  CHECK(a.outputGate);
+  CHECK(!a.groupNorm);
+  CHECK(a.outputNormEps == 1e-3);  // their o_norm: rms_norm_eps
+  CHECK(a.qkNormEps == 1e-5);
+  CHECK(c.block.normEps == 1e-5);  // their DDL files fix ln_1, ln_2, ln_f at 1e-5
+  CHECK(c.finalNormEps == 1e-5);
+  CHECK(a.kShift);
+  CHECK(a.vShift);
+  CHECK(a.qActivation == ddl::QkvActivation::SiLU);
+  CHECK(a.kActivation == ddl::QkvActivation::EluPlus1);
+  CHECK(a.vActivation == ddl::QkvActivation::ReLU);
+  const ddl::DeltaLMConfig g = ddl::loadAuthorsModel<double>(fixture("dv1+attn")).config();
+  CHECK(g.attention.groupNorm);
+  CHECK(g.attention.outputGate);
+  CHECK(g.attention.outputNormEps == 1e-5);  // subln: fixed
+  CHECK(g.attention.headDim == 4);
+  CHECK(g.attention.ropeRatio == 0.5);
+  CHECK(!g.attention.kShift);
+  CHECK(g.attention.vShift);
+  CHECK(g.attention.vActivation == ddl::QkvActivation::SiLU);
+  const ddl::DeltaLMConfig b = ddl::loadAuthorsModel<double>(fixture("baseline+attn")).config();
+  CHECK(b.block.residual.residual == ddl::ResidualKind::Additive);
+  CHECK(b.block.normEps == 1e-4);  // gpt_base.py: ln_1, ln_2, ln_f take rms_norm_eps
+  CHECK(b.finalNormEps == 1e-4);
+  CHECK(b.attention.groupNorm);
+  CHECK(!b.attention.outputGate);
+  CHECK(b.attention.outputNormEps == 1e-5);
+  CHECK(b.attention.headDim == 8);
+  CHECK(b.attention.ropeRatio == 0.0);
+  CHECK(b.attention.kActivation == ddl::QkvActivation::ReLU);
+  // The default head width reads as ddl's 0 (d / heads).
+  CHECK(ddl::loadAuthorsModel<double>(fixture("cc-ec")).config().attention.headDim == 0);
+  // Each derived eps matters: with rms_norm_eps at 1e-5 the same weights no longer give their numbers.
+  for (const char* v : {"cc-ec+attn", "baseline+attn"}) {
+    INFO(v);
+    const std::string dir = editedCopy(std::string("eps_") + v, v, [](nlohmann::json& j) { j.erase("rms_norm_eps"); },
+                                       nullptr);
+    std::string what;
+    CHECK(worstError<double>(v, what, dir) > 1e-8);
+  }
+  // So does each option without tensors of its own: at its default, the same weights give other numbers
+  // (the shifts, the gate and the norms change the tensors: "authors' tensors" below).
+  for (const char* key : {"q_activation", "k_activation", "v_activation", "rope_ratio"}) {
+    INFO(key);
+    const std::string dir = editedCopy(std::string("off_") + key, "cc-ec+attn", [key](nlohmann::json& j) {
+      j[key] = std::string(key) == "rope_ratio" ? nlohmann::json(1.0) : nlohmann::json(nullptr);
+    }, nullptr);
+    std::string what;
+    CHECK(worstError<double>("cc-ec+attn", what, dir) > 1e-8);
+  }
+}
+
 TEST_CASE("authors' folders: write then read is bit-exact, in the model's scalar and in F32") {
   for (const auto& v : kVariants) {
     INFO(v);
@@ -295,14 +359,29 @@ TEST_CASE("authors' config.json: unknown fields, unsupported values and wrong ty
   CHECK(contains(m, "ddl::authorsConfigToDeltaLM"));
   CHECK(contains(m, "config.json"));
   CHECK(contains(m, "unknown field 'use_fancy_thing' = true"));
-  m = cfg("output_gate", [](nlohmann::json& j) { j["use_output_gate"] = true; });
-  CHECK(contains(m, "field 'use_output_gate' = true is not supported (accepted: only its default false"));
+  m = cfg("output_gate", [](nlohmann::json& j) { j["use_output_gate"] = 1; });
+  CHECK(contains(m, "field 'use_output_gate' = 1: expected true or false"));
   m = cfg("dropout", [](nlohmann::json& j) { j["dropout"] = 0.1; });
   CHECK(contains(m, "field 'dropout' = 0.1 is not supported"));
-  m = cfg("activation", [](nlohmann::json& j) { j["q_activation"] = "silu"; });
-  CHECK(contains(m, "field 'q_activation' = \"silu\" is not supported (accepted: only its default null"));
-  m = cfg("rope_ratio", [](nlohmann::json& j) { j["rope_ratio"] = 0.5; });
-  CHECK(contains(m, "field 'rope_ratio' = 0.5 is not supported"));
+  m = cfg("activation", [](nlohmann::json& j) { j["q_activation"] = "gelu"; });
+  CHECK(contains(m, "field 'q_activation' = \"gelu\": expected null, \"identity\", \"silu\", \"relu\" or \"elu+1\""));
+  m = cfg("activation_elu", [](nlohmann::json& j) { j["v_activation"] = "elu"; });  // their Literal refuses it
+  CHECK(contains(m, "field 'v_activation' = \"elu\": expected null"));
+  m = cfg("activation_type", [](nlohmann::json& j) { j["k_activation"] = 1; });
+  CHECK(contains(m, "field 'k_activation' = 1: expected null"));
+  m = cfg("rope_ratio", [](nlohmann::json& j) { j["rope_ratio"] = 1.5; });
+  CHECK(contains(m, "field 'rope_ratio' = 1.5: expected a number in [0, 1]"));
+  m = cfg("rope_ratio_neg", [](nlohmann::json& j) { j["rope_ratio"] = -0.5; });
+  CHECK(contains(m, "field 'rope_ratio' = -0.5: expected a finite number >= 0"));
+  m = cfg("rms_norm_eps", [](nlohmann::json& j) { j["rms_norm_eps"] = 1e-6; });  // no output gate: unread
+  CHECK(contains(m, "field 'rms_norm_eps' = 1e-06 is not supported (accepted: only its default 1e-05; the cc-ec "
+                    "model reads it only for the output gate's o_norm"));
+  m = loadError<double>(editedCopy("rms_norm_eps_subln", "dv1+attn", [](nlohmann::json& j) { j["rms_norm_eps"] = 1e-6; }, nullptr));
+  CHECK(contains(m, "field 'rms_norm_eps' = 1e-06 is not supported"));  // gate with subln: fixed 1e-5
+  m = cfg("rms_norm_eps_type", [](nlohmann::json& j) { j["rms_norm_eps"] = "1e-6"; });
+  CHECK(contains(m, "field 'rms_norm_eps' = \"1e-6\": expected a finite number >= 0"));
+  m = cfg("head_dim_zero", [](nlohmann::json& j) { j["head_dim"] = 0; });
+  CHECK(contains(m, "field 'head_dim' = 0: expected an integer in [1, "));
   m = cfg("type", [](nlohmann::json& j) { j["hidden_size"] = "16"; });
   CHECK(contains(m, "field 'hidden_size' = \"16\": expected an integer"));
   m = cfg("bool", [](nlohmann::json& j) { j["use_qk_rmsnorm"] = 1; });
@@ -313,8 +392,6 @@ TEST_CASE("authors' config.json: unknown fields, unsupported values and wrong ty
   CHECK(contains(m, "field 'rope_base' = 0: expected a finite number > 0"));
   m = cfg("read_init", [](nlohmann::json& j) { j["ddl_state_read_init"] = "x"; });
   CHECK(contains(m, "field 'ddl_state_read_init' = \"x\": expected null or a finite number"));
-  m = cfg("head_dim", [](nlohmann::json& j) { j["head_dim"] = 4; });
-  CHECK(contains(m, "field 'head_dim' = 4 is not supported"));
   m = cfg("cc_kernel", [](nlohmann::json& j) { j["ddl_state_shortconv_kernel_size"] = 5; });
   CHECK(contains(m, "ddl_state_shortconv_kernel_size' = 5 must equal ddl_value_channels = 4"));
   m = loadError<double>(editedCopy("tc_kernels", "tc-ec", [](nlohmann::json& j) { j["input_embed_shortconv_kernel_size"] = 3; }, nullptr));
@@ -366,6 +443,22 @@ TEST_CASE("authors' tensors: missing, unexpected, misshapen, unconvertible and u
     j["vocab_size"] = 1 << 22;
   }, nullptr));
   CHECK(contains(m, "tensor \"transformer.wte.weight\" has shape [31, 12], expected [4194304, 4194304]"));
+  // The attention options decide the tensors: head_dim their shapes, a shift or the gate their names.
+  m = loadError<double>(editedCopy("head_dim", "cc-ec", [](nlohmann::json& j) { j["head_dim"] = 4; }, nullptr));
+  CHECK(contains(m, "tensor \"transformer.h.0.attn.c_q.weight\" has shape [12, 12], expected [8, 12]"));
+  m = loadError<double>(editedCopy("k_shift", "cc-ec", [](nlohmann::json& j) { j["use_k_shift"] = true; }, nullptr));
+  CHECK(contains(m, "missing tensor \"transformer.h.0.attn.c_k.linear.weight\" (ddl's blocks.0.attn.k.weight)"));
+  m = loadError<double>(editedCopy("v_shift_off", "cc-ec+attn", [](nlohmann::json& j) { j["use_v_shift"] = false; }, nullptr));
+  CHECK(contains(m, "missing tensor \"transformer.h.0.attn.c_v.weight\" (ddl's blocks.0.attn.v.weight)"));
+  m = loadError<double>(editedCopy("gate", "dv1", [](nlohmann::json& j) { j["use_output_gate"] = true; }, nullptr));
+  CHECK(contains(m, "missing tensor \"transformer.h.0.attn.g_proj.weight\" (ddl's blocks.0.attn.g.weight)"));
+  m = loadError<double>(editedCopy("gate_off", "cc-ec+attn", [](nlohmann::json& j) {
+    j["use_output_gate"] = false;
+    j.erase("rms_norm_eps");
+  }, nullptr));
+  CHECK(contains(m, "unexpected tensor \"transformer.h.0.attn.g_proj.weight\""));
+  m = loadError<double>(editedCopy("subln", "dv1+attn", [](nlohmann::json& j) { j["using_groupnorm"] = false; }, nullptr));
+  CHECK(contains(m, "missing tensor \"transformer.h.0.attn.o_norm.weight\" (ddl's blocks.0.attn.o_norm.weight)"));
   m = loadError<double>(editedCopy("dv", "tc", [](nlohmann::json& j) { j["ddl_value_channels"] = 1000; }, nullptr));
   CHECK(contains(m, "tensor \"readout.read\" has shape [4], expected [1000]"));
   m = loadError<double>(editedCopy("dtype", "cc", nullptr, [](std::vector<RawTensor>& ts) {
@@ -491,6 +584,57 @@ TEST_CASE("authors' folders: a configuration their code has no model for is refu
   ddl::DeltaLMConfig p = c;
   ddl::applyPreset(p, "paper");
   CHECK(contains(refused(p, "paper"), "has no counterpart in the authors' models"));
+  // The eps their norms fix, and the baseline's one rms_norm_eps.
+  ddl::DeltaLMConfig e = c;
+  e.attention.qkNormEps = 1e-6;
+  CHECK(contains(refused(e, "qk_eps"), "a QK-norm eps other than 1e-5 has no counterpart"));
+  ddl::DeltaLMConfig gn = c;
+  gn.attention.groupNorm = true;
+  gn.attention.outputNormEps = 1e-6;
+  CHECK(contains(refused(gn, "subln_eps"), "a using_groupnorm eps other than 1e-5 has no counterpart"));
+  ddl::DeltaLMConfig ne = c;
+  ne.block.normEps = 1e-6;
+  CHECK(contains(refused(ne, "norm_eps"), "a block or final RMSNorm eps other than 1e-5 has no counterpart"));
+  ddl::DeltaLMConfig be = c;
+  be.block.residual.residual = ddl::ResidualKind::Additive;
+  be.block.normEps = 1e-6;
+  CHECK(contains(refused(be, "baseline_final_eps"), "a final RMSNorm eps other than the blocks' in the baseline"));
+  be.finalNormEps = 1e-6;
+  be.attention.outputGate = true;
+  CHECK(contains(refused(be, "baseline_gate_eps"), "an output-gate norm eps other than the blocks' in the baseline"));
+  // With the attention options on: their fields and tensors, the eps their o_norm takes as rms_norm_eps.
+  ddl::DeltaLMConfig at = c;
+  ddl::applyVariant(at, "cc");
+  at.attention.headDim = 3;
+  at.attention.ropeRatio = 0.75;
+  at.attention.outputGate = true;
+  at.attention.outputNormEps = 1e-4;
+  at.attention.kShift = true;
+  at.attention.qActivation = ddl::QkvActivation::ReLU;
+  at.attention.vActivation = ddl::QkvActivation::EluPlus1;
+  at.qkNorm = false;
+  at.attention.qkNormEps = 1e-6;  // unread without the QK-norm: not refused, reads back as theirs (1e-5)
+  {
+    ddl::DeltaLM<double> lmAt(at, 7);
+    const std::string dirAt = ddl_test::freshTestDir("authors_fresh_attn");
+    ddl::saveAuthorsModel(dirAt, lmAt, false);
+    const nlohmann::json j = readJson(dirAt + "/config.json");
+    CHECK(j["head_dim"] == 3);
+    CHECK(j["rope_ratio"] == 0.75);
+    CHECK(j["use_output_gate"] == true);
+    CHECK(j["using_groupnorm"] == false);
+    CHECK(j["rms_norm_eps"] == 1e-4);
+    CHECK(j["use_k_shift"] == true);
+    CHECK(j["use_v_shift"] == false);
+    CHECK(j["q_activation"] == "relu");
+    CHECK(j["k_activation"].is_null());
+    CHECK(j["v_activation"] == "elu+1");
+    auto backAt = ddl::loadAuthorsModel<double>(dirAt);
+    ddl::DeltaLMConfig expect = at;
+    expect.attention.qkNormEps = 1e-5;
+    CHECK(backAt.config().toKeyValues() == expect.toKeyValues());
+    CHECK(ddl_test::bitIdentical(paramsOf(lmAt), paramsOf(backAt)));
+  }
   ddl::DeltaLMConfig ok = c;
   ddl::applyVariant(ok, "tc-ec");
   ok.convKernel = 3;

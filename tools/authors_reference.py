@@ -40,6 +40,14 @@ model.safetensors in F32 instead. The committed option cases (tests/fixtures/aut
       --set input_embed_shortconv_kernel_size=2 --set ddl_k_eps=0.01 --set ddl_v_sigmoid_scale=2.5 \
       --set rope_base=500.0 --set use_qk_rmsnorm=false --set ddl_state_read_init=0.3
   --variants tc-ec --tag options  (the same with --set ddl_state_shortconv_kernel_size=2)
+and the attention option cases (*+attn):
+  --variants cc-ec --tag attn --set num_hidden_layers=1 --set head_dim=5 --set rope_ratio=0.7 \
+      --set use_output_gate=true --set rms_norm_eps=0.001 --set use_k_shift=true --set use_v_shift=true \
+      --set q_activation='"silu"' --set k_activation='"elu+1"' --set v_activation='"relu"'
+  --variants dv1 --tag attn --set num_hidden_layers=1 --set head_dim=4 --set rope_ratio=0.5 \
+      --set using_groupnorm=true --set use_output_gate=true --set use_v_shift=true --set v_activation='"silu"'
+  --variants baseline --tag attn --set num_hidden_layers=1 --set head_dim=8 --set rope_ratio=0.0 \
+      --set using_groupnorm=true --set rms_norm_eps=0.0001 --set use_k_shift=true --set k_activation='"relu"'
 Their CC compressor computes only with ddl_state_shortconv_kernel_size = ddl_value_channels (their GPTConfig
 sets it so when only the channels are given); any other kernel fails in their einsum.
 """

@@ -24,6 +24,8 @@
 
 #include "ddl/core/error.hpp"
 #include "ddl/core/types.hpp"
+#include "ddl/nn/blocks/attention_options.hpp"
+#include "ddl/nn/layers/qkv_activation.hpp"
 #include "ddl/nn/models/delta_lm_config.hpp"
 
 namespace ddl {
@@ -74,6 +76,7 @@ struct AuthorsConfigRead {
   Index headDim = 128;                      // their default
   Index stateKernel = 4, embedKernel = 4;   // ddl_state_shortconv_kernel_size, input_embed_shortconv_kernel_size
   bool stateKernelGiven = false, channelsGiven = false;
+  std::optional<double> rmsNormEps = std::nullopt;  // rms_norm_eps when given (who reads it: authorsConfigToDeltaLM)
 };
 
 [[noreturn]] inline void authorsFieldError(const AuthorsConfigRead& r, const char* field, const nlohmann::json& v,
@@ -100,6 +103,21 @@ inline bool authorsBool(const AuthorsConfigRead& r, const char* field, const nlo
   if (!v.is_boolean()) authorsFieldError(r, field, v, "true or false");
   return v.get<bool>();
 }
+// q_activation, k_activation, v_activation: null or one of the names of their ActivationName Literal (their
+// pydantic validation refuses anything else, "elu" included).
+inline QkvActivation authorsActivation(const AuthorsConfigRead& r, const char* field, const nlohmann::json& v) {
+  if (v.is_null()) return QkvActivation::Identity;
+  if (v.is_string()) {
+    const std::string name = v.get<std::string>();
+    if (name == "identity" || name == "silu" || name == "relu" || name == "elu+1") return parseQkvActivation(name, field);
+  }
+  authorsFieldError(r, field, v, "null, \"identity\", \"silu\", \"relu\" or \"elu+1\"");
+}
+inline nlohmann::json authorsActivationJson(QkvActivation a) {
+  return a == QkvActivation::Identity ? nlohmann::json(nullptr) : nlohmann::json(toString(a));
+}
+// Whether their attention has the o_norm whose eps is rms_norm_eps (the output gate without using_groupnorm).
+inline bool authorsGateNorm(const AttentionOptions& a) { return a.outputGate && !a.groupNorm; }
 
 }  // namespace detail
 
@@ -149,7 +167,7 @@ inline const std::vector<AuthorsField>& authorsConfigFields() {
       {"hidden_size", M, kAuthorsAll, "768", "d (and the SwiGLU width floor(8/3 d), as their MLP)",
        [](R& r, const J& v) { r.config.d = detail::authorsInt(r, "hidden_size", v, 1); },
        [](const C& c, V) { return J(c.d); }},
-      {"head_dim", M, kAuthorsAll, "128", "must equal hidden_size / num_attention_heads (ddl's head width)",
+      {"head_dim", M, kAuthorsAll, "128", "attention.headDim (0 when it is hidden_size / num_attention_heads)",
        [](R& r, const J& v) { r.headDim = detail::authorsInt(r, "head_dim", v, 1); },
        [](const C& c, V) { return J(c.headDim()); }},
       {"block_size", M, kAuthorsAll, "1024", "context",
@@ -158,17 +176,39 @@ inline const std::vector<AuthorsField>& authorsConfigFields() {
       {"bias", D, kAuthorsAll, "false", "never read by their model", nullptr, nullptr},
       {"dropout", D, kAuthorsAll, "0.0", "never read by their model", nullptr, nullptr},
       {"scale_attn_by_inverse_layer_idx", D, kAuthorsAll, "false", "never read by their model", nullptr, nullptr},
-      {"using_groupnorm", D, kAuthorsAll, "false", "per-head output norm: not in ddl yet", nullptr, nullptr},
-      {"use_output_gate", D, kAuthorsAll, "false", "attention output gate: not in ddl yet", nullptr, nullptr},
+      {"using_groupnorm", M, kAuthorsAll, "false", "attention.groupNorm (their subln, eps fixed at 1e-5)",
+       [](R& r, const J& v) { r.config.attention.groupNorm = detail::authorsBool(r, "using_groupnorm", v); },
+       [](const C& c, V) { return J(c.attention.groupNorm); }},
+      {"use_output_gate", M, kAuthorsAll, "false", "attention.outputGate (without using_groupnorm its norm is "
+       "o_norm, eps rms_norm_eps)",
+       [](R& r, const J& v) { r.config.attention.outputGate = detail::authorsBool(r, "use_output_gate", v); },
+       [](const C& c, V) { return J(c.attention.outputGate); }},
       {"use_qk_rmsnorm", M, kAuthorsAll, "true", "qkNorm",
        [](R& r, const J& v) { r.config.qkNorm = detail::authorsBool(r, "use_qk_rmsnorm", v); },
        [](const C& c, V) { return J(c.qkNorm); }},
-      {"use_k_shift", D, kAuthorsAll, "false", "key shift: not in ddl yet", nullptr, nullptr},
-      {"use_v_shift", D, kAuthorsAll, "false", "value shift: not in ddl yet", nullptr, nullptr},
-      {"q_activation", D, kAuthorsAll, "null", "q activation: not in ddl yet", nullptr, nullptr},
-      {"k_activation", D, kAuthorsAll, "null", "k activation: not in ddl yet", nullptr, nullptr},
-      {"v_activation", D, kAuthorsAll, "null", "v activation: not in ddl yet", nullptr, nullptr},
-      {"rope_ratio", D, kAuthorsAll, "1.0", "partial RoPE: not in ddl yet", nullptr, nullptr},
+      {"use_k_shift", M, kAuthorsAll, "false", "attention.kShift (their ShiftLinear c_k)",
+       [](R& r, const J& v) { r.config.attention.kShift = detail::authorsBool(r, "use_k_shift", v); },
+       [](const C& c, V) { return J(c.attention.kShift); }},
+      {"use_v_shift", M, kAuthorsAll, "false", "attention.vShift (their ShiftLinear c_v)",
+       [](R& r, const J& v) { r.config.attention.vShift = detail::authorsBool(r, "use_v_shift", v); },
+       [](const C& c, V) { return J(c.attention.vShift); }},
+      {"q_activation", M, kAuthorsAll, "null", "attention.qActivation (null: identity)",
+       [](R& r, const J& v) { r.config.attention.qActivation = detail::authorsActivation(r, "q_activation", v); },
+       [](const C& c, V) { return detail::authorsActivationJson(c.attention.qActivation); }},
+      {"k_activation", M, kAuthorsAll, "null", "attention.kActivation (null: identity)",
+       [](R& r, const J& v) { r.config.attention.kActivation = detail::authorsActivation(r, "k_activation", v); },
+       [](const C& c, V) { return detail::authorsActivationJson(c.attention.kActivation); }},
+      {"v_activation", M, kAuthorsAll, "null", "attention.vActivation (null: identity)",
+       [](R& r, const J& v) { r.config.attention.vActivation = detail::authorsActivation(r, "v_activation", v); },
+       [](const C& c, V) { return detail::authorsActivationJson(c.attention.vActivation); }},
+      {"rope_ratio", M, kAuthorsAll, "1.0", "attention.ropeRatio (RoPE on int(head_dim * rope_ratio) features, "
+       "rounded down to even)",
+       [](R& r, const J& v) {
+         const double x = detail::authorsNumber(r, "rope_ratio", v, 0, false);
+         if (x > 1) detail::authorsFieldError(r, "rope_ratio", v, "a number in [0, 1]");
+         r.config.attention.ropeRatio = x;
+       },
+       [](const C& c, V) { return J(c.attention.ropeRatio); }},
       {"embedding_init_std", D, kAuthorsAll, "0.02", "initialisation std: not in ddl's config yet", nullptr, nullptr},
       {"hidden_init_std_factor", D, kAuthorsAll, "0.5", "initialisation std: not in ddl's config yet", nullptr,
        nullptr},
@@ -220,7 +260,10 @@ inline const std::vector<AuthorsField>& authorsConfigFields() {
       {"rope_base", M, kAuthorsUndeclared, "10000.0", "ropeBase",
        [](R& r, const J& v) { r.config.ropeBase = detail::authorsNumber(r, "rope_base", v, 0, true); }, nullptr},
       {"kv_cache_slot_size", D, kAuthorsUndeclared, "128", "their decoding cache's block size", nullptr, nullptr},
-      {"rms_norm_eps", D, kAuthorsUndeclared, "1e-05", "RMSNorm eps (their DDL files fix 1e-5)", nullptr, nullptr},
+      {"rms_norm_eps", M, kAuthorsUndeclared, "1e-05",
+       "baseline: block.normEps and finalNormEps; with use_output_gate and not using_groupnorm: "
+       "attention.outputNormEps (their o_norm); read by nothing else (their DDL files fix 1e-5)",
+       [](R& r, const J& v) { r.rmsNormEps = detail::authorsNumber(r, "rms_norm_eps", v, 0, false); }, nullptr},
       {"mup", D, kAuthorsUndeclared, "false", "muP logit scale: not in ddl", nullptr, nullptr},
       {"hidden_size_base", D, kAuthorsUndeclared, "1024", "muP only", nullptr, nullptr},
       {"intermediate_size", D, kAuthorsUndeclared, "null", "baseline MLP width: floor(8/3 d) only", nullptr, nullptr},
@@ -273,9 +316,20 @@ inline DeltaLMConfig authorsConfigToDeltaLM(const nlohmann::json& j, AuthorsVari
                                declared ? "" : std::string("; not read by the ") + toString(variant) + " model",
                                ")"));
   }
-  require(c.heads >= 1 && c.d % c.heads == 0 && r.headDim == c.d / c.heads, fn, source, ": field 'head_dim' = ",
-          r.headDim, " is not supported: ddl's attention has head_dim = hidden_size / num_attention_heads = ", c.d,
-          " / ", c.heads);
+  // head_dim: ddl keeps 0 for d / heads (its default), as its own checkpoints read it.
+  c.attention.headDim = c.heads >= 1 && c.d % c.heads == 0 && r.headDim == c.d / c.heads ? 0 : r.headDim;
+  // The eps of their norms: q_rms, k_rms and subln fix 1e-5; o_norm (the output gate without using_groupnorm)
+  // takes rms_norm_eps, and so do the baseline's ln_1, ln_2, ln_f (gpt_base.py); the DDL files' fix 1e-5.
+  const bool baseline = variant == AuthorsVariant::Baseline, gateNorm = detail::authorsGateNorm(c.attention);
+  const double rmsEps = r.rmsNormEps.value_or(1e-5);
+  if (r.rmsNormEps && !baseline && !gateNorm && rmsEps != 1e-5)
+    throw ValueError(message(fn, source, ": field 'rms_norm_eps' = ", j["rms_norm_eps"].dump(),
+                             " is not supported (accepted: only its default 1e-05; the ", toString(variant),
+                             " model reads it only for the output gate's o_norm, use_output_gate without "
+                             "using_groupnorm, which this config.json does not have)"));
+  c.attention.qkNormEps = 1e-5;
+  c.attention.outputNormEps = gateNorm ? rmsEps : 1e-5;
+  if (baseline) c.block.normEps = c.finalNormEps = rmsEps;
   c.hidden = authorsMlpWidth(c.d);
   if (detail::isTc(variant)) {
     c.convKernel = r.stateKernel;
@@ -301,7 +355,20 @@ inline void requireAuthorsExpressible(const DeltaLMConfig& c, const char* fn) {
   const auto& res = c.block.residual;
   const auto no = [&](const char* what) { return std::string(what) + " has no counterpart in the authors' models"; };
   require(c.tiedHead, fn, no("an untied head"));
-  require(c.block.normEps == 1e-5 && c.finalNormEps == 1e-5, fn, no("an RMSNorm eps other than 1e-5"));
+  const AttentionOptions& a = c.attention;
+  if (v == AuthorsVariant::Baseline) {  // gpt_base.py: ln_1, ln_2, ln_f (and o_norm) take rms_norm_eps
+    require(c.block.normEps == c.finalNormEps, fn, no("a final RMSNorm eps other than the blocks' in the baseline"),
+            " (norm eps ", c.block.normEps, ", final ", c.finalNormEps, "; their rms_norm_eps is both)");
+    require(!detail::authorsGateNorm(a) || a.outputNormEps == c.block.normEps, fn,
+            no("an output-gate norm eps other than the blocks' in the baseline"), " (output_norm_eps ",
+            a.outputNormEps, ", norm eps ", c.block.normEps, "; their rms_norm_eps is both)");
+  } else {
+    require(c.block.normEps == 1e-5 && c.finalNormEps == 1e-5, fn, no("a block or final RMSNorm eps other than 1e-5"));
+  }
+  require(!c.qkNorm || a.qkNormEps == 1e-5, fn, no("a QK-norm eps other than 1e-5"), " (qk_norm_eps ", a.qkNormEps,
+          "; their q_rms, k_rms fix 1e-5)");
+  require(!a.groupNorm || a.outputNormEps == 1e-5, fn, no("a using_groupnorm eps other than 1e-5"),
+          " (output_norm_eps ", a.outputNormEps, "; their subln fixes 1e-5)");
   require(c.resolvedHidden() == authorsMlpWidth(c.d), fn, no("a SwiGLU width other than floor(8/3 d)"), " (hidden ",
           c.resolvedHidden(), ", theirs ", authorsMlpWidth(c.d), ")");
   require(res.direction == DirectionSource::BranchOutput && res.norm == DirectionNorm::SqrtEps, fn,
@@ -330,6 +397,10 @@ inline nlohmann::json authorsConfigJson(const DeltaLMConfig& c, const std::strin
     j[f.name] = f.use == AuthorsFieldUse::Mapped ? f.write(c, v) : nlohmann::json::parse(f.defaultJson);
   }
   if (c.ropeBase != 10000.0) j["rope_base"] = c.ropeBase;  // undeclared: written only when it matters
+  const double rmsEps = v == AuthorsVariant::Baseline ? c.block.normEps
+                        : detail::authorsGateNorm(c.attention) ? c.attention.outputNormEps
+                                                               : 1e-5;
+  if (rmsEps != 1e-5) j["rms_norm_eps"] = rmsEps;  // undeclared too
   if (v == AuthorsVariant::Baseline) j["is_decoder"] = true;  // GPTBase sets it; HF writes what differs
   return j;
 }

@@ -60,12 +60,22 @@ inline std::string authorsTensorName(const std::string& name, const DeltaLMConfi
       {"mlp_delta.gate.weight", "ddl_mlp.beta.weight"},   {"mlp_delta.gate.bias", "ddl_mlp.beta.bias"},
       {"mlp_delta.value.weight", "ddl_mlp.v_proj.weight"}, {"mlp_delta.value.bias", "ddl_mlp.v_proj.bias"},
   };
+  // The attention options' parameters: with a shift, c_k / c_v are their ShiftLinear (linear + shift_proj).
+  static const std::map<std::string, std::string> attentionOptions = {
+      {"attn.k_shift.weight", "attn.c_k.shift_proj.weight"}, {"attn.v_shift.weight", "attn.c_v.shift_proj.weight"},
+      {"attn.g.weight", "attn.g_proj.weight"},               {"attn.subln.weight", "attn.subln.weight"},
+      {"attn.o_norm.weight", "attn.o_norm.weight"},
+  };
   if (name.rfind("blocks.", 0) == 0) {
     const std::size_t dot = name.find('.', 7);
     if (dot != std::string::npos) {
       const std::string layer = name.substr(7, dot - 7), rest = name.substr(dot + 1);
       const std::string prefix = "transformer.h." + layer + ".";
       if (rest == "compress.conv.weight") return prefix + (tc ? "compress.shortconv.weight" : "compress.weight");
+      if (rest == "attn.k.weight" && c.attention.kShift) return prefix + "attn.c_k.linear.weight";
+      if (rest == "attn.v.weight" && c.attention.vShift) return prefix + "attn.c_v.linear.weight";
+      const auto opt = attentionOptions.find(rest);
+      if (opt != attentionOptions.end()) return prefix + opt->second;
       const auto it = inBlock.find(rest);
       if (it != inBlock.end()) return prefix + it->second;
     }
@@ -240,13 +250,15 @@ inline void requireAuthorsTensor(const AuthorsWeights& w, const std::string& dir
                              ", expected ", shapeString(shape), " (config.json: ", toString(v), ")"));
 }
 
-// Every size of c that allocation scales with (vocab, d, depth, the MLP width, dv, the kernels), confirmed by
-// the file's tensors before the model is built: a config.json cannot make ddl allocate what the file lacks.
+// Every size of c that allocation scales with (vocab, d, depth, heads · head_dim, the MLP width, dv, the
+// kernels), confirmed by the file's tensors before the model is built: a config.json cannot make ddl allocate
+// what the file lacks.
 inline void checkAuthorsSizes(const DeltaLMConfig& c, AuthorsVariant v, const AuthorsWeights& w, const std::string& dir) {
   requireAuthorsTensor(w, dir, "transformer.wte.weight", {c.vocab, c.d}, v, "embed.weight");
   for (Index l = 0; l < c.depth; ++l) {
     const std::string b = "transformer.h." + std::to_string(l) + ".";
-    requireAuthorsTensor(w, dir, b + "attn.c_q.weight", {c.d, c.d}, v, "blocks." + std::to_string(l) + ".attn.q.weight");
+    requireAuthorsTensor(w, dir, b + "attn.c_q.weight", {c.heads * c.headDim(), c.d}, v,
+                         "blocks." + std::to_string(l) + ".attn.q.weight");
     requireAuthorsTensor(w, dir, b + "mlp.c_fc1.weight", {c.resolvedHidden(), c.d}, v,
                          "blocks." + std::to_string(l) + ".mlp.fc1.weight");
   }
