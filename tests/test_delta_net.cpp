@@ -29,7 +29,7 @@ std::vector<ddl::DeltaResidualOptions> allResidualOptions() {
       for (auto norm : {ddl::DirectionNorm::SqrtEps, ddl::DirectionNorm::AddEps})
         for (auto gate : {ddl::GateKind::Linear, ddl::GateKind::TwoLayerTanh})
           for (auto value : {ddl::ValueKind::SigmoidScaled, ddl::ValueKind::LinearOnC, ddl::ValueKind::FromBranch,
-                             ddl::ValueKind::Constant}) {
+                             ddl::ValueKind::Constant, ddl::ValueKind::LinearOnInput}) {
             if (dir == ddl::DirectionSource::BranchOutput && value == ddl::ValueKind::FromBranch) continue;
             ddl::DeltaResidualOptions o;
             o.residual = kind;
@@ -62,8 +62,8 @@ void checkParams(Module& m, Loss&& loss) {
 
 TEST_CASE("DeltaResidual backward matches central differences under every option", "[nn][delta_residual][grad]") {
   const auto options = allResidualOptions();
-  REQUIRE(options.size() == 57);
-  const auto which = GENERATE(range(0, 57));
+  REQUIRE(options.size() == 73);
+  const auto which = GENERATE(range(0, 73));
   ddl::DeltaResidualOptions opt = options[static_cast<std::size_t>(which)];
   std::mt19937 rng(1000u + static_cast<unsigned>(which));
   std::srand(static_cast<unsigned>(which) + 1u);
