@@ -29,7 +29,7 @@ std::vector<ddl::DeltaResidualOptions> allResidualOptions() {
       for (auto norm : {ddl::DirectionNorm::SqrtEps, ddl::DirectionNorm::AddEps})
         for (auto gate : {ddl::GateKind::Linear, ddl::GateKind::TwoLayerTanh})
           for (auto value : {ddl::ValueKind::SigmoidScaled, ddl::ValueKind::LinearOnC, ddl::ValueKind::FromBranch,
-                             ddl::ValueKind::Constant, ddl::ValueKind::LinearOnInput}) {
+                             ddl::ValueKind::Constant}) {
             if (dir == ddl::DirectionSource::BranchOutput && value == ddl::ValueKind::FromBranch) continue;
             ddl::DeltaResidualOptions o;
             o.residual = kind;
@@ -41,6 +41,21 @@ std::vector<ddl::DeltaResidualOptions> allResidualOptions() {
             o.auxHidden = 2;
             all.push_back(o);
           }
+  // The authors' linear value on the raw input, last: the cases above keep their indices and so their shapes.
+  for (auto kind : {ddl::ResidualKind::Delta, ddl::ResidualKind::WriteOnly})
+    for (auto dir : {ddl::DirectionSource::BranchOutput, ddl::DirectionSource::AuxiliaryMlp})
+      for (auto norm : {ddl::DirectionNorm::SqrtEps, ddl::DirectionNorm::AddEps})
+        for (auto gate : {ddl::GateKind::Linear, ddl::GateKind::TwoLayerTanh}) {
+          ddl::DeltaResidualOptions o;
+          o.residual = kind;
+          o.direction = dir;
+          o.norm = norm;
+          o.gate = gate;
+          o.gateHidden = 3;
+          o.value = ddl::ValueKind::LinearOnInput;
+          o.auxHidden = 2;
+          all.push_back(o);
+        }
   return all;
 }
 
