@@ -6,6 +6,7 @@
 // forward, the key-values with and without the new keys, and the refusals.
 #include "eigen_guard.hpp"  // first: live allocation checks even with NDEBUG
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -363,6 +364,22 @@ TEST_CASE("DeltaLM's init: the factors scale the draws, authors redraws only the
       n += 4;
     }
   CHECK(std::abs(stddev(all) - 1 / 8.0 / std::sqrt(3.0)) < 0.025);
+  // the two-layer gate (ddl_beta_single_linear = False) starts its output bias at their logit(clamp(beta0)/2)
+  for (const double beta0 : {0.0, 0.6, 2.0}) {
+    ddl::DeltaLMConfig g = ddl_test::smallLMConfig(ddl_test::LmCase{"cc"});
+    g.block.residual.gate = ddl::GateKind::TwoLayerTanh;
+    g.block.residual.gateHidden = 5;
+    g.block.residual.beta0 = beta0;
+    g.init = ddl::LmInit::Authors;
+    ddl::DeltaLM<double> lg(g, 2);
+    const double pr = std::min(std::max(beta0 / 2, 1e-6), 1 - 1e-6);
+    for (const auto& [name, value] : paramsOf(lg))
+      if (contains(name, "gate.fc2.bias")) {
+        CAPTURE(name, beta0);
+        CHECK(value(0, 0) == Approx(std::log(pr / (1 - pr))).epsilon(1e-12));
+      }
+    CHECK(shapeOf(lg, "blocks.1.mlp_delta.gate.fc1.weight") == std::vector<Index>{5, 12});
+  }
   // same seed, same model; init(seed) restores it
   ddl::DeltaLM<double> other(a, 6);
   other.init(5);
