@@ -22,7 +22,8 @@
 // value.weight (dv, d), value.bias (dv, 1), [AuxiliaryMlp: direction.fc1.*, direction.fc2.*].
 // Initialisation (seeded): gate and value weights as torch.nn.Linear (U(+-1/sqrt(fan_in))), value bias 0,
 // gate bias = logit(beta0/2) (docs/spec.md §2), so every token starts near beta0; aux MLP as torch.nn.Linear.
-// initValueBiasAsLinear(rng) redraws the value bias as torch.nn.Linear's (the authors' start, DeltaLM's init "authors").
+// initValueBiasAsLinear(rng) redraws the value bias as torch.nn.Linear's (the authors' start; DeltaLM's
+// init "authors").
 #include <cmath>
 #include <string>
 #include <type_traits>

@@ -11,8 +11,8 @@
 // hiddenInitStdFactor (0.5) and s = embeddingInitStd (0.02); one-dimensional parameters keep their
 // module's start (gate bias logit(beta0/2), value bias 0, read vectors 1/dv or compressorReadInit, gains
 // 1) and EC starts as the copy of the current token. init = authors then redraws the value biases as
-// nn.Linear's U(+-1/sqrt(d)) from a stream of their own, so every other parameter keeps its bits. Draws in visitParams order; the
-// rule reads each parameter's declared role (core/param.hpp ParamRole), not its name.
+// nn.Linear's U(+-1/sqrt(d)) from a stream of their own, so every other parameter keeps its bits. Draws
+// in visitParams order; the rule reads each parameter's declared role (core/param.hpp ParamRole), not its name.
 //
 // Tied head: the head's matrix is refreshed from E before every forward and its gradient is folded into
 // E's after backward (a V x d copy per step), so the head is one Linear for both choices. Decoding
