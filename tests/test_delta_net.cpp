@@ -41,6 +41,21 @@ std::vector<ddl::DeltaResidualOptions> allResidualOptions() {
             o.auxHidden = 2;
             all.push_back(o);
           }
+  // The authors' linear value on the raw input, last: the cases above keep their indices and so their shapes.
+  for (auto kind : {ddl::ResidualKind::Delta, ddl::ResidualKind::WriteOnly})
+    for (auto dir : {ddl::DirectionSource::BranchOutput, ddl::DirectionSource::AuxiliaryMlp})
+      for (auto norm : {ddl::DirectionNorm::SqrtEps, ddl::DirectionNorm::AddEps})
+        for (auto gate : {ddl::GateKind::Linear, ddl::GateKind::TwoLayerTanh}) {
+          ddl::DeltaResidualOptions o;
+          o.residual = kind;
+          o.direction = dir;
+          o.norm = norm;
+          o.gate = gate;
+          o.gateHidden = 3;
+          o.value = ddl::ValueKind::LinearOnInput;
+          o.auxHidden = 2;
+          all.push_back(o);
+        }
   return all;
 }
 
@@ -62,8 +77,8 @@ void checkParams(Module& m, Loss&& loss) {
 
 TEST_CASE("DeltaResidual backward matches central differences under every option", "[nn][delta_residual][grad]") {
   const auto options = allResidualOptions();
-  REQUIRE(options.size() == 57);
-  const auto which = GENERATE(range(0, 57));
+  REQUIRE(options.size() == 73);
+  const auto which = GENERATE(range(0, 73));
   ddl::DeltaResidualOptions opt = options[static_cast<std::size_t>(which)];
   std::mt19937 rng(1000u + static_cast<unsigned>(which));
   std::srand(static_cast<unsigned>(which) + 1u);

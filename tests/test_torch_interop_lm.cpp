@@ -1,13 +1,14 @@
 // PyTorch interop of the language model: tools/ddl_torch.py rebuilds a DeltaLM from a ddl checkpoint
-// (model_config "model": "delta_lm" + tensors by their dotted names) and must reproduce ddl's logits
-// on a batch of token ids and every parameter's gradient of sum(logits .* dLogits), for the variants
-// dv1, cc, cc-ec, tc, tc-ec with delta residuals, additive and write_only at dv1 and cc-ec, the code
-// preset (paper for some), tied and untied heads, with and without QK-norm; in double (logits 1e-10,
-// gradients 1e-10 relative) and float (logits 1e-5, gradients 1e-4 relative: on these small, strongly
-// perturbed models PyTorch's own float32 gradients lie up to 4.6e-5 from the float64 ones, ddl's up to
-// 5.1e-5, e.g. the QK-norm gains and W_k behind the softmax; the accuracy case below compares both
-// sides with the float64 truth on a model of 1024 tokens). And the other way: a state_dict PyTorch writes
-// (`ddl_torch.py export`) loads into ddl::DeltaLM, whose logits then match PyTorch's.
+// (model_config "model": "delta_lm" + tensors by their dotted names) and must reproduce ddl's logits on a
+// batch of token ids and every parameter's gradient of sum(logits .* dLogits), for the variants dv1, cc,
+// cc-ec, tc, tc-ec with delta residuals, additive and write_only at dv1 and cc-ec, the code preset (paper for
+// some), tied and untied heads, with and without QK-norm, and the authors' Delta options (the linear value on
+// the raw input, the two-layer gate, the constant value, EC's own kernel); in double (logits 1e-10, gradients
+// 1e-10 relative) and float (logits 1e-5, gradients 1e-4 relative: on these small, strongly perturbed models
+// PyTorch's own float32 gradients lie up to 4.6e-5 from the float64 ones, ddl's up to 5.1e-5, e.g. the
+// QK-norm gains and W_k behind the softmax; the accuracy case below compares both sides with the float64
+// truth on a model of 1024 tokens). And the other way: a state_dict PyTorch writes (`ddl_torch.py export`)
+// loads into ddl::DeltaLM, whose logits then match PyTorch's.
 // The script's own model is checked against hand-written formulas by `ddl_torch.py selftest`, run here
 // too. Needs Debian's python3-torch under /usr/bin/python3; without it each test is reported skipped.
 #include <cmath>
@@ -45,11 +46,13 @@ struct Case {
   bool tied = true;
   bool qkNorm = true;
   int attention = 0;  // 0: the default attention; 1, 2: two sets of the authors' attention options (attentionOptions)
+  std::string authors = "";  // a set of the authors' Delta options (makeConfig), "" for none
 };
 
 std::string nameOf(const Case& c) {
   return "lm_" + c.variant + "_" + ddl::toString(c.residual) + "_" + c.preset + (c.tied ? "" : "_untied") +
-         (c.qkNorm ? "" : "_noqk") + (c.attention ? "_attn" + std::to_string(c.attention) : "");
+         (c.qkNorm ? "" : "_noqk") + (c.attention ? "_attn" + std::to_string(c.attention) : "") +
+         (c.authors.empty() ? "" : "_" + c.authors);
 }
 
 // Every authors' attention option, in two sets: 1 head_dim 6 (not d / heads), rope_ratio 0.5, the gate with
@@ -103,6 +106,23 @@ ddl::DeltaLMConfig makeConfig(const Case& k, const Shape& s = kTiny) {
   ddl::applyPreset(c, k.preset);
   ddl::applyVariant(c, k.variant);
   c.attention = attentionOptions(k.attention);
+  // The authors' Delta options (nn/models/delta_lm_config.hpp):
+  //   linv:  the linear value on the raw compressor output (ddl_v_sigmoid = False), EC's kernel 2 beside
+  //          TC's 3, the read vectors from 0.4, beta0 0.7, eps_k 1e-3, init authors
+  //   gate2: the two-layer tanh gate (ddl_beta_single_linear = False, hidden 5), the constant value 1.5
+  if (k.authors == "linv") {
+    c.block.residual.value = ddl::ValueKind::LinearOnInput;
+    c.inputEmbedKernel = 2;
+    c.block.compressorReadInit = 0.4;
+    c.block.residual.beta0 = 0.7;
+    c.block.residual.epsK = 1e-3;
+    c.init = ddl::LmInit::Authors;
+  } else if (k.authors == "gate2") {
+    c.block.residual.gate = ddl::GateKind::TwoLayerTanh;
+    c.block.residual.gateHidden = 5;
+    c.block.residual.value = ddl::ValueKind::Constant;
+    c.block.residual.valueConstant = 1.5;
+  }
   return c;
 }
 
@@ -120,6 +140,14 @@ std::vector<Case> ecTcCases() {
   return {{"cc-ec", R::Delta},          {"cc-ec", R::Additive}, {"cc-ec", R::WriteOnly}, {"tc", R::Delta},
           {"tc-ec", R::Delta},          {"cc-ec", R::Delta, "paper"}, {"tc-ec", R::Delta, "paper", false},
           {"tc", R::Additive, "code", true, false}};
+}
+
+// The authors' Delta options on every variant.
+std::vector<Case> authorsCases() {
+  using R = ddl::ResidualKind;
+  return {{"dv1", R::Delta, "code", true, true, 0, "linv"},   {"cc-ec", R::Delta, "code", true, true, 0, "linv"},
+          {"tc-ec", R::Delta, "code", false, true, 0, "linv"}, {"dv1", R::Delta, "code", true, true, 0, "gate2"},
+          {"cc", R::Delta, "code", true, true, 0, "gate2"},    {"tc-ec", R::WriteOnly, "code", true, true, 0, "gate2"}};
 }
 
 ddl::TokenBatch randomBatch(Index B, Index T, Index vocab, std::uint64_t seed) {
@@ -231,6 +259,13 @@ TEST_CASE("PyTorch reproduces DeltaLM with the authors' attention options, logit
   using R = ddl::ResidualKind;
   checkAll<float>({{"dv1", R::Delta, "code", true, true, 1}, {"cc-ec", R::Delta, "code", true, true, 2}}, "f32", 1e-5,
                   1e-4);
+}
+
+TEST_CASE("PyTorch reproduces DeltaLM with the authors' Delta options in double (1e-10) and float (1e-5, 1e-4 rel)",
+          "[io][torch][delta_lm]") {
+  DDL_REQUIRE_TORCH();
+  checkAll<double>(authorsCases(), "f64", 1e-10, 1e-10);
+  checkAll<float>(authorsCases(), "f32", 1e-5, 1e-4);
 }
 
 // The precision goal: where the parameter gradients sum over many tokens (here 8 x 128 = 1024),

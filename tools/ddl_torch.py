@@ -46,7 +46,8 @@ Usage (Debian's python3-torch with /usr/bin/python3; the safetensors package is 
       TC's channel order, TC with identity kernels = the free CC compressor, the structured CC = the
       authors' ResidualShortConvCompressor (their unfold construction for K = dv), causality, and the
       authors' attention options (head_dim, rope_ratio, qk_norm_eps, use_output_gate, using_groupnorm,
-      output_norm_eps, use_k_shift, use_v_shift, q/k/v_activation) against their computation per position.
+      output_norm_eps, use_k_shift, use_v_shift, q/k/v_activation) against their computation per position, and the
+      authors' Delta options (the linear value on x_in, EC's own kernel, the refused causal flag).
   ddl_torch.py logits --checkpoint CK --idx DIR [--part t10k] [--limit N] [--scale 255 --mean 0 --std 1]
       Runs the net on the IDX images of DIR (found as ddl::findIdxFiles does, raw or .gz), prints the
       accuracy and the first logits. Inputs are pixels / scale (ddl's IDX reader: / 255), then
@@ -284,7 +285,8 @@ class DeltaResidual(nn.Module):
     """ddl::DeltaResidual, the rewrite step (docs/spec.md §2). Per token, with the state X (dv x d here):
         k~ = h (kmap) | MLP_k(mean_j X_j) (aux_mlp);   k = normalize(k~)
         beta = 2 sigmoid(z) with z from the gate head on c
-        v = s sigmoid(W_v x_in + b_v) | W_v c + b_v | W_v h + b_v | constant    (dv entries)
+        v = s sigmoid(W_v x_in + b_v) | W_v x_in + b_v | W_v c + b_v | W_v h + b_v | constant    (dv entries)
+            (sigmoid_scaled | linear_on_input, the authors' ddl_v_sigmoid = False | linear_on_c | from_branch | constant)
         X'_j = X_j + beta k (v_j - k.X_j) (delta) | X_j + beta v_j k (write_only) | X_j + h (additive)
     X: (N, dv, d), x_in, c, h: (N, d) -> X': (N, dv, d).
     """
@@ -318,7 +320,7 @@ class DeltaResidual(nn.Module):
             self.gate = TwoLayerTanhGate(d, int(cfg["gate_hidden"]))
         else:
             raise ValueError(f"unknown gate '{self.gate_kind}', expected linear or two_layer_tanh")
-        if self.value_kind in ("sigmoid_scaled", "linear_on_c", "from_branch"):
+        if self.value_kind in ("sigmoid_scaled", "linear_on_input", "linear_on_c", "from_branch"):
             self.value = Linear(d, dv)
         elif self.value_kind != "constant":
             raise ValueError(f"unknown value '{self.value_kind}'")
@@ -335,6 +337,8 @@ class DeltaResidual(nn.Module):
         beta = 2 * torch.sigmoid(self.gate(c))                          # (N,)
         if self.value_kind == "sigmoid_scaled":
             v = self.value_scale * torch.sigmoid(self.value(x_in))
+        elif self.value_kind == "linear_on_input":
+            v = self.value(x_in)
         elif self.value_kind == "linear_on_c":
             v = self.value(c)
         elif self.value_kind == "from_branch":
@@ -742,6 +746,24 @@ def _flag(text):
     return int(float(text)) != 0
 
 
+def ec_kernel(cfg):
+    """EC's K: the authors' input_embed_shortconv_kernel_size; checkpoints before that key used conv_kernel."""
+    return int(cfg.get("input_embed_shortconv_kernel_size", cfg["conv_kernel"]))
+
+
+def check_authors_options(cfg):
+    """The authors' Delta options of DeltaLMConfig (all optional keys). The init keys (embedding_init_std,
+    hidden_init_std_factor, init) shape only a new model's start, which a loaded checkpoint replaces; the
+    structured compressor's read start (compressor_read_init) likewise. Refuses what ddl refuses."""
+    if _flag(cfg.get("ddl_state_dv_shortconv_causal", "0")):
+        raise ValueError("ddl_state_dv_shortconv_causal = true is not supported (the authors' reference forward "
+                         "never reads it; ddl refuses it too)")
+    if cfg.get("init", "ddl") not in ("ddl", "authors"):
+        raise ValueError(f"unknown init '{cfg['init']}', expected one of ddl, authors")
+    if ec_kernel(cfg) < 1:
+        raise ValueError(f"input_embed_shortconv_kernel_size must be >= 1, got {ec_kernel(cfg)}")
+
+
 class DeltaLM(nn.Module):
     """ddl::DeltaLM: ids (B, T) -> x = E[ids] -> X0 = x (dv = 1) | repeat (dv > 1) | EC(x) (learned
     expansion: causal depthwise Conv1d(d, d*dv, K, groups=d), output channel i*dv + j is X_j[i],
@@ -758,9 +780,10 @@ class DeltaLM(nn.Module):
         if cfg["direction"] != "kmap":
             raise ValueError(f"a DeltaLM takes its directions from the sublayers (kmap), got '{cfg['direction']}'")
         self.embed = nn.Embedding(V, d)
+        check_authors_options(cfg)
         self.ec = dv > 1 and _flag(cfg["learned_expansion"])
         if self.ec:
-            K = int(cfg["conv_kernel"])
+            K = ec_kernel(cfg)
             self.expand = nn.Conv1d(d, d * dv, K, groups=d, padding=K - 1, bias=False)
             with torch.no_grad():  # starts as the copy of the current token, as ddl's EC
                 self.expand.weight.zero_()
@@ -1037,7 +1060,9 @@ def lm_config(variant="dv1", residual="delta", preset="code", **over):
            "compressor": "structured" if preset == "code" else "free", "compressor_kernel": 3, "residual": residual,
            "direction": "kmap", "direction_norm": "sqrt_eps", "eps_k": 1e-5, "gate": "linear", "gate_hidden": 128,
            "beta0": 1, "value": "sigmoid_scaled" if preset == "code" else "linear_on_c", "value_scale": 4,
-           "value_constant": 2, "aux_hidden": 0, "aux_activation": "gelu"}
+           "value_constant": 2, "aux_hidden": 0, "aux_activation": "gelu",
+           "input_embed_shortconv_kernel_size": 3, "ddl_state_dv_shortconv_causal": 0, "embedding_init_std": 0.02,
+           "hidden_init_std_factor": 0.5, "init": "ddl"}
     cfg.update(over)
     return {k: str(v) for k, v in cfg.items()}
 
@@ -1362,6 +1387,35 @@ def selftest_command(args):
         with torch.no_grad():
             report(f"attention options {sorted(opts)} = their computation per position",
                    _max_abs(attn(c, B, T), _hand_attention(attn, c, B, T, cfg)), 1e-12)
+
+    # 10. the authors' Delta options: the linear value on the raw compressor output (their ddl_v_sigmoid =
+    # False) is W_v x_in + b_v, not a function of c; EC's kernel is its own key (absent: conv_kernel);
+    # ddl_state_dv_shortconv_causal = true and an unknown init are refused
+    N, d = 5, 6
+    for dv in (1, 3):
+        res = DeltaResidual(d, dv, lm_config("cc", value="linear_on_input")).to(dt)
+        _randomize(res, 1.0)
+        X, x_in, c, h = (torch.randn(N, dv, d, dtype=dt), torch.randn(N, d, dtype=dt), torch.randn(N, d, dtype=dt),
+                         torch.randn(N, d, dtype=dt))
+        W, b = res.value.weight, res.value.bias
+        k = h / torch.sqrt((h * h).sum(1, keepdim=True) + 1e-10)
+        beta = 2 * torch.sigmoid(c @ res.gate.weight[0] + res.gate.bias[0])
+        v = x_in @ W.t() + b
+        want = X + (beta[:, None] * (v - torch.einsum("njd,nd->nj", X, k)))[:, :, None] * k[:, None, :]
+        with torch.no_grad():
+            report(f"linear_on_input dv {dv}: X + beta k (W_v x_in + b_v - k.X)", _max_abs(res(X, x_in, c, h), want), 1e-13)
+    ec = DeltaLM(lm_config("tc-ec", input_embed_shortconv_kernel_size=2))
+    old = lm_config("tc-ec")
+    del old["input_embed_shortconv_kernel_size"]
+    shapes = (list(ec.expand.weight.shape), list(ec.readout.conv.weight.shape), list(DeltaLM(old).expand.weight.shape))
+    report("EC kernel 2 beside TC kernel 3; without the key EC takes conv_kernel",
+           0.0 if shapes == ([32, 1, 2], [32, 1, 3], [32, 1, 3]) else 1.0, 0.0)
+    for key, value in (("ddl_state_dv_shortconv_causal", "1"), ("init", "torch")):
+        try:
+            DeltaLM(lm_config("cc", **{key: value}))
+            report(f"{key} = {value} refused", 1.0, 0.0)
+        except ValueError as e:
+            report(f"{key} = {value} refused ({e})", 0.0, 0.0)
     print(f"{'all checks passed' if not failures else 'FAILED: ' + ', '.join(failures)}")
     return 0 if not failures else 1
 

@@ -35,7 +35,7 @@ struct DeltaBlockOptions {
   double normEps = 1e-5;
   CompressorKind compressor = CompressorKind::Structured;  // dv > 1 only
   Index compressorKernel = 4;                   // Structured: taps per feature (the authors' default)
-  std::optional<double> compressorReadInit;     // Structured: the read vector's start; unset: 1/dv
+  std::optional<double> compressorReadInit;     // Structured CC and TC: the read vector's start; unset: 1/dv
   DeltaResidualOptions residual;
 
   DeltaBlockBranchOptions branch() const { return DeltaBlockBranchOptions{hidden, activation}; }

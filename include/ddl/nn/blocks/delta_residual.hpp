@@ -9,6 +9,7 @@
 //   k    = normalize(k~)              (DirectionNorm::SqrtEps default, eps_k = 1e-5 | AddEps)
 //   beta = 2 sigma(w c + b)           (GateKind::Linear default | TwoLayerTanh: 2 sigma(w2 tanh(W1 c) + b2))
 //   v    = s sigma(W_v x_in + b_v)    (ValueKind::SigmoidScaled, s = 4; x_in is the raw state for dv = 1)
+//        | W_v x_in + b_v             (LinearOnInput: the authors' ddl_v_sigmoid = False, on the same raw input)
 //        | W_v c + b_v                (LinearOnC, latest paper)
 //        | W_v h + b_v                (FromBranch, v1's "value from the branch")
 //        | constant (2)               (Constant)
@@ -21,6 +22,9 @@
 // value.weight (dv, d), value.bias (dv, 1), [AuxiliaryMlp: direction.fc1.*, direction.fc2.*].
 // Initialisation (seeded): gate and value weights as torch.nn.Linear (U(+-1/sqrt(fan_in))), value bias 0,
 // gate bias = logit(beta0/2) (docs/spec.md §2), so every token starts near beta0; aux MLP as torch.nn.Linear.
+// initValueBiasAsLinear(rng) redraws the value bias as torch.nn.Linear's (the authors' start; DeltaLM's
+// init "authors").
+#include <cmath>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -34,6 +38,7 @@
 #include "ddl/core/types.hpp"
 #include "ddl/core/view.hpp"
 #include "ddl/nn/layers/activation.hpp"
+#include "ddl/nn/layers/init.hpp"
 #include "ddl/nn/layers/linear.hpp"
 #include "ddl/ops/delta_write.hpp"
 #include "ddl/ops/direction.hpp"
@@ -44,7 +49,7 @@ namespace ddl {
 enum class ResidualKind { Delta, WriteOnly, Additive };
 enum class DirectionSource { BranchOutput, AuxiliaryMlp };
 enum class GateKind { Linear, TwoLayerTanh };
-enum class ValueKind { SigmoidScaled, LinearOnC, FromBranch, Constant };
+enum class ValueKind { SigmoidScaled, LinearOnC, FromBranch, Constant, LinearOnInput };
 
 inline const char* toString(ResidualKind k) {
   return k == ResidualKind::Delta ? "delta" : k == ResidualKind::WriteOnly ? "write_only" : "additive";
@@ -57,6 +62,7 @@ inline const char* toString(ValueKind k) {
     case ValueKind::LinearOnC: return "linear_on_c";
     case ValueKind::FromBranch: return "from_branch";
     case ValueKind::Constant: return "constant";
+    case ValueKind::LinearOnInput: return "linear_on_input";
   }
   return "?";
 }
@@ -86,7 +92,8 @@ inline GateKind parseGateKind(const std::string& s) {
   return detail::parseEnum("ddl::parseGateKind", s, all);
 }
 inline ValueKind parseValueKind(const std::string& s) {
-  const ValueKind all[] = {ValueKind::SigmoidScaled, ValueKind::LinearOnC, ValueKind::FromBranch, ValueKind::Constant};
+  const ValueKind all[] = {ValueKind::SigmoidScaled, ValueKind::LinearOnC, ValueKind::FromBranch, ValueKind::Constant,
+                          ValueKind::LinearOnInput};
   return detail::parseEnum("ddl::parseValueKind", s, all);
 }
 
@@ -141,6 +148,14 @@ class DeltaResidual {
 
   // Seeded initialisation; draw order: aux MLP (fc1, fc2), gate (fc1, weight), value.
   void init(Rng& rng);
+
+  // The value bias as torch.nn.Linear starts it, U(+-1/sqrt(d)) (fan_in = d), instead of 0; no-op when the
+  // residual has no value parameters (additive, constant value).
+  void initValueBiasAsLinear(Rng& rng) {
+    if (!hasValueParams()) return;
+    const double bound = 1.0 / std::sqrt(static_cast<double>(m_d));
+    fillUniform(m_value.bias().value, rng, -bound, bound);
+  }
 
   // X: (d, dv*N) state, channel j = X.middleCols(j*N, N); Xin: (d, N) the branch input (X for dv = 1);
   // C: (d, N) = RMSNorm(Xin); H: (d, N) branch output -> Y: (d, dv*N). Y must not alias X.
@@ -319,6 +334,7 @@ void DeltaResidual<S>::backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX
       m_value.backward(m_dV, dXin);
       break;
     }
+    case ValueKind::LinearOnInput: m_value.backward(m_dV, dXin); break;  // v = W_v x_in + b_v
     case ValueKind::LinearOnC:
       m_value.backward(m_dV, m_dTmp);
       dC += m_dTmp;
@@ -388,6 +404,7 @@ void DeltaResidual<S>::run(Self& self, const char* fn, const Eigen::Ref<const Ma
         for (Index j = 0; j < dv; ++j) V(j, n) = s * stableSigmoid(V(j, n));
       break;
     }
+    case ValueKind::LinearOnInput: apply(self.m_value, ws.value, Xin, t.V); break;
     case ValueKind::LinearOnC: apply(self.m_value, ws.value, C, t.V); break;
     case ValueKind::FromBranch: apply(self.m_value, ws.value, H, t.V); break;
     case ValueKind::Constant: t.V.setConstant(self.m_dv, N, static_cast<S>(opt.valueConstant)); break;

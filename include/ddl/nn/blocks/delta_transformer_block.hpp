@@ -56,7 +56,7 @@ struct DeltaTransformerBlockConfig {
   double ropeBase = 10000;
   bool qkNorm = true;
   StateCompressorKind compressor = StateCompressorKind::PerToken;
-  Index convKernel = 4;  // TC
+  Index convKernel = 4;  // TC (the authors' ddl_state_shortconv_kernel_size of their TC files)
   DeltaBlockOptions block;  // residual options, norm eps, CC form
 
   // ---- the authors' attention options (nn/blocks/attention_options.hpp) ----
@@ -71,7 +71,7 @@ class DeltaTransformerBlock {
         m_attn(cfg.d, cfg.dv, cfg.block, CausalSelfAttention<S>(attentionConfig(cfg))),
         m_mlp(cfg.d, cfg.dv, cfg.block, SwiGluBranch<S>(cfg.d, DeltaBlockBranchOptions{cfg.hidden, Activation::SiLU})) {
     if (m_overTokens)
-      m_tc.emplace(cfg.d, cfg.dv, cfg.convKernel);
+      m_tc.emplace(cfg.d, cfg.dv, cfg.convKernel, cfg.block.compressorReadInit);
     else if (cfg.dv > 1)
       m_compress.emplace(cfg.d, cfg.dv, cfg.block.compressor, cfg.block.compressorKernel, cfg.block.compressorReadInit);
   }
@@ -80,6 +80,13 @@ class DeltaTransformerBlock {
   // then redraws the matrices as docs/spec.md §8 prescribes. Draw order: attention, its residual, SwiGLU,
   // its residual.
   void init(Rng& rng);
+
+  // The value heads' biases as torch.nn.Linear starts them, U(+-1/sqrt(d)) (DeltaLM's init "authors"):
+  // the attention's residual, then SwiGLU's.
+  void initValueBiasesAsLinear(Rng& rng) {
+    m_attn.delta.initValueBiasAsLinear(rng);
+    m_mlp.delta.initValueBiasAsLinear(rng);
+  }
 
   // What backward reads of one sublayer in the last forward, N = layout.tokens().
   struct SublayerActivations {

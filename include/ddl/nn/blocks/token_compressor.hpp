@@ -14,16 +14,20 @@
 // Layout: sequence(B, T), N = B*T, column b*T + t; X: (d, dv*N), channel j = X.middleCols(j*N, N);
 // channel (i, j) is PyTorch's channel o = i*dv + j. Parameters "conv.weight" [d*dv, 1, K] (held as
 // (d*dv, K), row o) and "read.weight" [dv] (held as (dv, 1)), both with decay as compressor.hpp's. The
-// conv starts as the identity and r as 1/dv, so TC starts as the mean over channels at the current
-// token, exactly like CC (nn/blocks/compressor.hpp); conv().init(rng) re-draws the conv.
+// conv starts as the identity and r as 1/dv (or readInit, the authors' ddl_state_read_init, which their
+// TC reads as their CC does), so TC starts as the mean over channels at the current token, exactly like
+// CC (nn/blocks/compressor.hpp); conv().init(rng) re-draws the conv.
 // Decoding (one sequence, one token per call): StepCache keeps the last K states of the sequence; a
 // block whose two sublayers share one TC keeps one StepCache per sublayer (they read different states).
 // The conv's weight, the argument checks, the decoding ring, the effective weights' gather and the sums
 // G_j are its StateConv's (StateKernel, nn/layers/state_kernel.hpp).
+#include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "ddl/core/config.hpp"
+#include "ddl/core/error.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/reduce.hpp"
 #include "ddl/core/token_layout.hpp"
@@ -48,12 +52,14 @@ class TokenCompressor {
     MatX<S> weff;  // (d, dv*K), as forward's
   };
 
-  // d, dv, kernel >= 1.
-  TokenCompressor(Index d, Index dv, Index kernel = 4)
+  // d, dv, kernel >= 1. readInit: the read vector's start (finite), 1/dv when unset.
+  TokenCompressor(Index d, Index dv, Index kernel = 4, std::optional<double> readInit = std::nullopt)
       : m_d(StateKernel<S>::checkDims("ddl::TokenCompressor", d, dv, kernel)), m_dv(dv), m_K(kernel),
         m_conv(d, dv, kernel) {
+    require(!readInit || std::isfinite(*readInit), "ddl::TokenCompressor", "readInit must be finite, got ",
+            readInit.value_or(0.0), " (d = ", d, ", dv = ", dv, ")");
     m_read = Param<S>(std::vector<Index>{dv});
-    m_read.value.setConstant(S(1) / static_cast<S>(dv));
+    m_read.value.setConstant(readInit ? static_cast<S>(*readInit) : S(1) / static_cast<S>(dv));
   }
 
   // X: (d, dv*N) under layout sequence(B, T) -> Xin: (d, N). Keeps a view of X for backward: X must stay

@@ -6,11 +6,13 @@
 // separate head.weight [V, d]. Configuration and variants: nn/models/delta_lm_config.hpp.
 //
 // Initialisation (the authors' code, docs/spec.md §8), from one seed: every parameter with two or more
-// dimensions ~ N(0, (0.5/sqrt(d))²) (the structured CC kernel [d, K] too), the two output projections of
-// each block (attn.o, mlp.fc2) ~ N(0, (0.5/sqrt(d)/sqrt(L))²), the embedding ~ N(0, 0.02²); one-dimensional
-// parameters keep their module's start (gate bias logit(beta0/2), value bias 0, read vectors 1/dv or
-// compressorReadInit, gains 1) and EC starts as the copy of the current token. Draws in visitParams order; the
-// rule reads each parameter's declared role (core/param.hpp ParamRole), not its name.
+// dimensions ~ N(0, (f/sqrt(d))²) (the structured CC kernel [d, K] too), the two output projections of
+// each block (attn.o, mlp.fc2) ~ N(0, (f/sqrt(d)/sqrt(L))²), the embedding ~ N(0, s²), with f =
+// hiddenInitStdFactor (0.5) and s = embeddingInitStd (0.02); one-dimensional parameters keep their
+// module's start (gate bias logit(beta0/2), value bias 0, read vectors 1/dv or compressorReadInit, gains
+// 1) and EC starts as the copy of the current token. init = authors then redraws the value biases as
+// nn.Linear's U(+-1/sqrt(d)) from a stream of their own, so every other parameter keeps its bits. Draws
+// in visitParams order; the rule reads each parameter's declared role (core/param.hpp ParamRole), not its name.
 //
 // Tied head: the head's matrix is refreshed from E before every forward and its gradient is folded into
 // E's after backward (a V x d copy per step), so the head is one Linear for both choices. Decoding
@@ -194,11 +196,11 @@ class DeltaLM {
     Rng moduleRng(seed ^ 0x9e3779b97f4a7c15ULL);  // the modules' own starts; the matrices are redrawn below
     for (auto& b : m_blocks) b.init(moduleRng);
     Rng rng(seed);
-    const double std2d = 0.5 / std::sqrt(static_cast<double>(m_cfg.d));
+    const double std2d = m_cfg.hiddenInitStdFactor / std::sqrt(static_cast<double>(m_cfg.d));
     const double stdOut = m_cfg.depth > 0 ? std2d / std::sqrt(static_cast<double>(m_cfg.depth)) : std2d;
     visitParams("", [&](const std::string&, Param<S>& p) {
       switch (p.role) {
-        case ParamRole::Embedding: fillNormal(p.value, rng, 0.0, 0.02); break;
+        case ParamRole::Embedding: fillNormal(p.value, rng, 0.0, m_cfg.embeddingInitStd); break;
         case ParamRole::KeepsStart: break;  // EC keeps its copy of the current token
         case ParamRole::ResidualOutput: fillNormal(p.value, rng, 0.0, stdOut); break;
         case ParamRole::Default:
@@ -206,6 +208,10 @@ class DeltaLM {
           break;
       }
     });
+    if (m_cfg.init == LmInit::Authors) {  // a stream of its own: every other parameter keeps ddl's bits
+      Rng biasRng(seed ^ 0x5851f42d4c957f2dULL);
+      for (auto& b : m_blocks) b.initValueBiasesAsLinear(biasRng);
+    }
     refreshTiedHead();
   }
 
@@ -233,9 +239,9 @@ DeltaLM<S>::DeltaLM(const DeltaLMConfig& config, std::uint64_t seed)
       m_overTokens(config.dv > 1 && config.stateCompressor == StateCompressorKind::OverTokens),
       m_embed(config.vocab, config.d, m_initRng), m_expand(config.d, config.dv, false),
       m_norm(config.d, config.finalNormEps), m_head(config.d, config.vocab, /*bias=*/false) {
-  if (m_ec) m_convExpand.emplace(config.d, config.dv, config.convKernel);
+  if (m_ec) m_convExpand.emplace(config.d, config.dv, config.ecKernel());
   if (m_overTokens)
-    m_tcReadout.emplace(config.d, config.dv, config.convKernel);
+    m_tcReadout.emplace(config.d, config.dv, config.convKernel, config.block.compressorReadInit);
   else if (config.dv > 1)
     m_readout.emplace(config.d, config.dv, config.block.compressor, config.block.compressorKernel,
                       config.block.compressorReadInit);

@@ -14,11 +14,30 @@
 //
 // Key-values (model_config of a checkpoint, read by tools/ddl_torch.py): model = "delta_lm", vocab, d,
 // depth, heads, context, hidden (SwiGLU width, resolved), variant, state_compressor (cc | tc),
-// conv_kernel (TC and EC), tied_head, rope_base, qk_norm, and the options every Delta net shares
-// (dv, learned_expansion, preset, norm_eps, compressor (the CC form), residual, gate, value, ...), and
-// the authors' attention options under their GPTConfig names (head_dim, rope_ratio, qk_norm_eps,
-// use_output_gate, using_groupnorm, output_norm_eps, use_k_shift, use_v_shift, q/k/v_activation;
-// nn/blocks/attention_options.hpp), which older checkpoints lack and then read as their defaults.
+// conv_kernel (TC, and EC unless input_embed_shortconv_kernel_size is set), tied_head, rope_base, qk_norm,
+// the options every Delta net shares (dv, learned_expansion, preset, norm_eps, compressor (the CC form),
+// residual, gate, value, ...), the authors' attention options under their GPTConfig names (head_dim,
+// rope_ratio, qk_norm_eps, use_output_gate, using_groupnorm, output_norm_eps, use_k_shift, use_v_shift,
+// q/k/v_activation; nn/blocks/attention_options.hpp) and the authors' Delta options below (keys named
+// as their GPTConfig's). Older checkpoints lack these keys and read their defaults: the models they describe.
+//
+// The authors' GPTConfig options of the Delta write and the initialisation, and where ddl holds them:
+//   ddl_v_sigmoid (True)                 block.residual.value: sigmoid_scaled (True) | linear_on_input (False)
+//   ddl_v_sigmoid_scale (4.0)            block.residual.valueScale
+//   ddl_v_constant, _value (False, 2.0)  block.residual.value = constant, block.residual.valueConstant
+//                                        (their dv = 1 file names them ddl_v_dim1_constant, _value)
+//   ddl_beta_single_linear (True)        block.residual.gate: linear (True) | two_layer_tanh (False)
+//   ddl_beta_hidden_size (128)           block.residual.gateHidden
+//   ddl_beta_init (1.0)                  block.residual.beta0; they clamp it to [0, 2] before the logit, so
+//                                        a value b outside is the model of clamp(b, 0, 2), which validate() asks for
+//   ddl_k_eps (1e-5)                     block.residual.epsK with direction_norm sqrt_eps (the same k)
+//   ddl_state_read_init (None = 1/dv)    block.compressorReadInit (structured CC and TC)
+//   ddl_state_shortconv_kernel_size (4)  block.compressorKernel (CC) or convKernel (TC); their CC files set it
+//                                        to ddl_value_channels when only that is given (a rule of their
+//                                        constructor's arguments: a saved config.json holds both)
+//   input_embed_shortconv_kernel_size    inputEmbedKernel (EC)
+//   ddl_state_dv_shortconv_causal        stateDvShortconvCausal (False only, see validate())
+//   embedding_init_std, hidden_init_std_factor, and their 1-D biases' nn.Linear start: the fields below.
 #include <cmath>
 #include <string>
 
@@ -32,6 +51,16 @@
 #include "ddl/nn/models/delta_net_config.hpp"
 
 namespace ddl {
+
+// How DeltaLM starts its parameters (docs/spec.md §8): ddl's rule, or the authors' init_gpt_weights, which
+// differs only in the value heads' biases (nn.Linear's U(+-1/sqrt(d)) instead of 0).
+enum class LmInit { Ddl, Authors };
+inline const char* toString(LmInit k) { return k == LmInit::Ddl ? "ddl" : "authors"; }
+inline LmInit parseLmInit(const std::string& s) {
+  if (s == "ddl") return LmInit::Ddl;
+  if (s == "authors") return LmInit::Authors;
+  throw ValueError(message("ddl::parseLmInit", "unknown init '", s, "', expected one of ddl, authors"));
+}
 
 struct DeltaLMConfig {
   static constexpr Index kMaxSize = Index(1) << 24;  // upper bound of every size read from text
@@ -55,6 +84,15 @@ struct DeltaLMConfig {
 
   // ---- the authors' attention options (nn/blocks/attention_options.hpp) ----
   AttentionOptions attention;  // head_dim, rope_ratio, QK-norm eps, output gate and norm, k/v shift, q/k/v activations
+
+  // ---- the authors' Delta options (their GPTConfig names; docs/spec.md §8) ----
+  Index inputEmbedKernel = 0;  // input_embed_shortconv_kernel_size: EC's K; 0 means convKernel (as before the key)
+  bool stateDvShortconvCausal = false;  // ddl_state_dv_shortconv_causal: only false (validate() says why)
+  double embeddingInitStd = 0.02;       // embedding_init_std: the embedding (= tied head) ~ N(0, std²)
+  double hiddenInitStdFactor = 0.5;     // hidden_init_std_factor: >= 2-D params ~ N(0, (factor/sqrt(d))²),
+                                        // the output projections with a further 1/sqrt(L)
+  LmInit init = LmInit::Ddl;            // init: ddl (value biases 0) | authors (value biases as nn.Linear's)
+  // ---- end of the authors' Delta options ----
 
   static DeltaBlockOptions defaultBlock() {
     DeltaBlockOptions b;
@@ -81,6 +119,8 @@ struct DeltaLMConfig {
     return b;
   }
   Index headDim() const { return attention.resolvedHeadDim(d, heads); }
+  // The kernel of EC (the authors' input_embed_shortconv_kernel_size).
+  Index ecKernel() const { return inputEmbedKernel > 0 ? inputEmbedKernel : convKernel; }
 
   // The paper's name of this configuration (dv1 | cc | cc-ec | tc | tc-ec), read from dv, the state
   // compressor and the expansion, so that the label can never contradict the model it names.
@@ -113,6 +153,39 @@ struct DeltaLMConfig {
             "a DeltaLM takes its directions from the sublayers (k-Map); direction '", toString(block.residual.direction),
             "' (preset v1) is for DeltaNet");
     block.residual.validate(fn);
+    validateAuthorsDeltaOptions(fn);
+  }
+
+  // The authors' Delta options: throws ValueError naming the option (their name) and its value.
+  void validateAuthorsDeltaOptions(const char* fn) const {
+    require(inputEmbedKernel >= 0, fn, "input_embed_shortconv_kernel_size must be >= 1 (or 0: conv_kernel), got ",
+            inputEmbedKernel);
+    require(!stateDvShortconvCausal, fn,
+            "ddl_state_dv_shortconv_causal = true is not supported: the authors' ResidualShortConvCompressor.forward "
+            "never reads it (its causal padding is commented out), so their models train with the centred padding "
+            "(K - 1) / 2 whatever it says; only their Triton file reads it, as the left padding K - 1");
+    require(std::isfinite(embeddingInitStd) && embeddingInitStd >= 0, fn,
+            "embedding_init_std must be finite and >= 0, got ", embeddingInitStd);
+    require(std::isfinite(hiddenInitStdFactor) && hiddenInitStdFactor >= 0, fn,
+            "hidden_init_std_factor must be finite and >= 0, got ", hiddenInitStdFactor);
+    require(init == LmInit::Ddl || init == LmInit::Authors, fn, "init must be ddl or authors, got ",
+            static_cast<int>(init));
+  }
+
+  // Their keys; written always, read when present (older checkpoints: the defaults).
+  void putAuthorsDeltaOptions(KeyValueWriter& w) const {
+    w.put("input_embed_shortconv_kernel_size", ecKernel());  // resolved
+    w.put("ddl_state_dv_shortconv_causal", stateDvShortconvCausal);
+    w.put("embedding_init_std", embeddingInitStd);
+    w.put("hidden_init_std_factor", hiddenInitStdFactor);
+    w.put("init", std::string(toString(init)));
+  }
+  void readAuthorsDeltaOptions(const KeyValueReader& in) {
+    if (in.has("input_embed_shortconv_kernel_size")) inputEmbedKernel = in.size("input_embed_shortconv_kernel_size", 1);
+    if (in.has("ddl_state_dv_shortconv_causal")) stateDvShortconvCausal = in.flag("ddl_state_dv_shortconv_causal");
+    if (in.has("embedding_init_std")) embeddingInitStd = in.number("embedding_init_std");
+    if (in.has("hidden_init_std_factor")) hiddenInitStdFactor = in.number("hidden_init_std_factor");
+    if (in.has("init")) init = parseLmInit(in.text("init"));
   }
 
   KeyValues toKeyValues() const {
@@ -133,6 +206,8 @@ struct DeltaLMConfig {
     w.put("qk_norm", qkNorm);
     putSharedOptions(w, *this);
     putAttentionOptions(w, attention, d, heads);
+
+    putAuthorsDeltaOptions(w);
     return kv;
   }
 
@@ -156,6 +231,8 @@ struct DeltaLMConfig {
     c.qkNorm = in.flag("qk_norm");
     readSharedOptions(in, c);
     c.attention = readAttentionOptions(in, c.d, c.heads, c.block.normEps);
+
+    c.readAuthorsDeltaOptions(in);
     c.validate();
     if (variant != c.variant())
       throw ValueError(message("ddl::DeltaLMConfig::fromKeyValues", "variant '", variant, "' contradicts dv ", c.dv,
