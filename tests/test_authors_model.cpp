@@ -34,11 +34,13 @@ namespace {
 // The six variants at their defaults and option cases, all written by tools/authors_reference.py: +options
 // (Mapped fields off their defaults: dv 3, kernels, eps_k, the value scale, rope_base, no QK-norm, the read
 // init) and +attn (their attention options: head_dim other than hidden / heads, rope_ratio, output gate with
-// o_norm and rms_norm_eps or with subln, using_groupnorm, k / v shift, q / k / v activations).
+// o_norm and rms_norm_eps or with subln, using_groupnorm, k / v shift, q / k / v activations) and +delta
+// (their Delta-write and init options: value without sigmoid, constant value under both names, two-layer
+// gate, beta init, init stds, TC and EC kernels that differ, TC read init).
 const std::vector<std::string> kVariants = {"baseline",         "dv1",         "cc",           "cc-ec",
                                             "tc",               "tc-ec",       "baseline+options", "dv1+options",
                                             "cc-ec+options",    "tc-ec+options", "baseline+attn", "dv1+attn",
-                                            "cc-ec+attn"};
+                                            "cc-ec+attn",       "cc-ec+delta", "tc-ec+delta", "dv1+delta"};
 // "cc-ec+options" -> "cc-ec"
 std::string variantOf(const std::string& fixtureName) { return fixtureName.substr(0, fixtureName.find('+')); }
 
@@ -317,6 +319,69 @@ TEST_CASE("authors' attention options: read from config.json, the eps of each no
   }
 }
 
+TEST_CASE("authors' Delta and init options: read from config.json as their code reads them") {
+  const ddl::DeltaLMConfig c = ddl::loadAuthorsModel<double>(fixture("cc-ec+delta")).config();
+  CHECK(c.block.residual.value == ddl::ValueKind::LinearOnInput);  // ddl_v_sigmoid false
+  CHECK(c.block.residual.gate == ddl::GateKind::TwoLayerTanh);     // ddl_beta_single_linear false
+  CHECK(c.block.residual.gateHidden == 5);
+  CHECK(c.block.residual.beta0 == 0.5);
+  CHECK(c.embeddingInitStd == 0.05);
+  CHECK(c.hiddenInitStdFactor == 0.7);
+  const ddl::DeltaLMConfig t = ddl::loadAuthorsModel<double>(fixture("tc-ec+delta")).config();
+  CHECK(t.variant() == "tc-ec");
+  CHECK(t.block.residual.value == ddl::ValueKind::Constant);
+  CHECK(t.block.residual.valueConstant == 1.5);
+  CHECK(t.block.residual.gate == ddl::GateKind::Linear);
+  CHECK(t.block.residual.beta0 == 1.5);
+  CHECK(t.convKernel == 3);
+  CHECK(t.ecKernel() == 2);
+  CHECK(t.block.compressorReadInit.value_or(0) == 0.3);
+  const ddl::DeltaLMConfig v = ddl::loadAuthorsModel<double>(fixture("dv1+delta")).config();
+  CHECK(v.block.residual.value == ddl::ValueKind::Constant);  // their dv = 1 name: ddl_v_dim1_constant
+  CHECK(v.block.residual.valueConstant == 1.5);
+  CHECK(v.block.residual.gate == ddl::GateKind::TwoLayerTanh);
+  CHECK(v.block.residual.gateHidden == 3);
+  // ddl_beta_init is clamped to [0, 2] as their code clamps it.
+  CHECK(ddl::loadAuthorsModel<double>(editedCopy("beta_high", "dv1", [](nlohmann::json& j) { j["ddl_beta_init"] = 5.0; },
+                                                 nullptr)).config().block.residual.beta0 == 2.0);
+  CHECK(ddl::loadAuthorsModel<double>(editedCopy("beta_low", "dv1", [](nlohmann::json& j) { j["ddl_beta_init"] = -1; },
+                                                 nullptr)).config().block.residual.beta0 == 0.0);
+  // Each value-changing option matters: at its default the same weights give other numbers.
+  const auto off = [](const char* name, const char* variant, const std::function<void(nlohmann::json&)>& edit) {
+    std::string what;
+    return worstError<double>(variant, what, editedCopy(std::string("delta_off_") + name, variant, edit, nullptr));
+  };
+  CHECK(off("sigmoid", "cc-ec+delta", [](nlohmann::json& j) { j["ddl_v_sigmoid"] = true; }) > 1e-8);
+  CHECK(off("constant", "tc-ec+delta", [](nlohmann::json& j) { j["ddl_v_constant_value"] = 2.0; }) > 1e-8);
+  CHECK(off("dim1_constant", "dv1+delta", [](nlohmann::json& j) { j["ddl_v_dim1_constant_value"] = 2.0; }) > 1e-8);
+  // Refusals name the field.
+  std::string m = loadError<double>(editedCopy("beta_hidden", "cc-ec+delta", [](nlohmann::json& j) {
+    j["ddl_beta_hidden_size"] = 0;
+  }, nullptr));
+  CHECK(contains(m, "field 'ddl_beta_hidden_size' = 0: expected an integer in [1, "));
+  m = loadError<double>(editedCopy("beta_init_type", "dv1", [](nlohmann::json& j) { j["ddl_beta_init"] = "1"; }, nullptr));
+  CHECK(contains(m, "field 'ddl_beta_init' = \"1\": expected a finite number"));
+  m = loadError<double>(editedCopy("v_constant_type", "cc-ec", [](nlohmann::json& j) { j["ddl_v_constant"] = 1; }, nullptr));
+  CHECK(contains(m, "field 'ddl_v_constant' = 1: expected true or false"));
+  m = loadError<double>(editedCopy("init_std", "cc-ec", [](nlohmann::json& j) { j["embedding_init_std"] = -0.1; }, nullptr));
+  CHECK(contains(m, "field 'embedding_init_std' = -0.1: expected a finite number >= 0"));
+  m = loadError<double>(editedCopy("dim1_in_cc", "cc-ec", [](nlohmann::json& j) { j["ddl_v_dim1_constant"] = true; }, nullptr));
+  CHECK(contains(m, "field 'ddl_v_dim1_constant' = true is not supported"));
+  CHECK(contains(m, "not read by the cc-ec model"));
+  m = loadError<double>(editedCopy("two_layer", "cc-ec", [](nlohmann::json& j) { j["ddl_beta_single_linear"] = false; }, nullptr));
+  CHECK(contains(m, "missing tensor \"transformer.h.0.ddl_attn.beta_in.weight\" (ddl's blocks.0.attn_delta.gate.fc1.weight)"));
+  m = loadError<double>(editedCopy("v_proj", "tc-ec+delta", nullptr, [](std::vector<RawTensor>& ts) {
+    ts.erase(std::remove_if(ts.begin(), ts.end(), [](const RawTensor& r) {
+      return r.name == "transformer.h.0.ddl_mlp.v_proj.bias";
+    }), ts.end());
+  }));
+  CHECK(contains(m, "missing tensor \"transformer.h.0.ddl_mlp.v_proj.bias\""));
+  m = loadError<double>(editedCopy("ec_kernel", "tc-ec+delta", [](nlohmann::json& j) {
+    j["input_embed_shortconv_kernel_size"] = 3;
+  }, nullptr));
+  CHECK(contains(m, "tensor \"input_embed.conv.weight\" has shape [48, 1, 2], expected [48, 1, 3]"));
+}
+
 TEST_CASE("authors' folders: write then read is bit-exact, in the model's scalar and in F32") {
   for (const auto& v : kVariants) {
     INFO(v);
@@ -394,8 +459,6 @@ TEST_CASE("authors' config.json: unknown fields, unsupported values and wrong ty
   CHECK(contains(m, "field 'ddl_state_read_init' = \"x\": expected null or a finite number"));
   m = cfg("cc_kernel", [](nlohmann::json& j) { j["ddl_state_shortconv_kernel_size"] = 5; });
   CHECK(contains(m, "ddl_state_shortconv_kernel_size' = 5 must equal ddl_value_channels = 4"));
-  m = loadError<double>(editedCopy("tc_kernels", "tc-ec", [](nlohmann::json& j) { j["input_embed_shortconv_kernel_size"] = 3; }, nullptr));
-  CHECK(contains(m, "ddl_state_shortconv_kernel_size = 4 and input_embed_shortconv_kernel_size = 3 differ"));
   m = loadError<double>(editedCopy("dv1_field", "dv1", [](nlohmann::json& j) { j["ddl_value_channels"] = 8; }, nullptr));
   CHECK(contains(m, "field 'ddl_value_channels' = 8 is not supported"));
   CHECK(contains(m, "not read by the dv1 model"));
@@ -634,6 +697,45 @@ TEST_CASE("authors' folders: a configuration their code has no model for is refu
     expect.attention.qkNormEps = 1e-5;
     CHECK(backAt.config().toKeyValues() == expect.toKeyValues());
     CHECK(ddl_test::bitIdentical(paramsOf(lmAt), paramsOf(backAt)));
+  }
+  // With the Delta and init options: their fields, and zeros for the v_proj a constant value never reads.
+  for (const bool constant : {false, true}) {
+    INFO("constant " << constant);
+    ddl::DeltaLMConfig dl = c;
+    ddl::applyVariant(dl, "tc-ec");
+    dl.convKernel = 3;
+    dl.inputEmbedKernel = 2;
+    dl.block.residual.gate = ddl::GateKind::TwoLayerTanh;
+    dl.block.residual.gateHidden = 4;
+    dl.block.residual.beta0 = 0.25;
+    dl.block.residual.value = constant ? ddl::ValueKind::Constant : ddl::ValueKind::LinearOnInput;
+    dl.block.residual.valueConstant = 1.25;
+    dl.embeddingInitStd = 0.03;
+    dl.hiddenInitStdFactor = 0.6;
+    dl.block.compressorReadInit = 0.2;
+    ddl::DeltaLM<double> lmDl(dl, 9);
+    const std::string dirDl = ddl_test::freshTestDir(std::string("authors_fresh_delta") + (constant ? "_c" : ""));
+    ddl::saveAuthorsModel(dirDl, lmDl, false);
+    const nlohmann::json j = readJson(dirDl + "/config.json");
+    CHECK(j["ddl_beta_single_linear"] == false);
+    CHECK(j["ddl_beta_hidden_size"] == 4);
+    CHECK(j["ddl_beta_init"] == 0.25);
+    CHECK(j["ddl_v_sigmoid"] == constant);
+    CHECK(j["ddl_v_constant"] == constant);
+    CHECK(j["ddl_v_constant_value"] == 1.25);
+    CHECK(j["embedding_init_std"] == 0.03);
+    CHECK(j["hidden_init_std_factor"] == 0.6);
+    CHECK(j["ddl_state_shortconv_kernel_size"] == 3);
+    CHECK(j["input_embed_shortconv_kernel_size"] == 2);
+    CHECK(j["ddl_state_read_init"] == 0.2);
+    bool vProj = false;
+    for (const auto& t : readRaw(dirDl + "/model.safetensors")) vProj = vProj || t.name == "transformer.h.0.ddl_attn.v_proj.weight";
+    CHECK(vProj);  // their model holds it either way
+    auto backDl = ddl::loadAuthorsModel<double>(dirDl);
+    ddl::DeltaLMConfig expect = dl;
+    if (constant) expect.block.residual.value = ddl::ValueKind::Constant;
+    CHECK(backDl.config().toKeyValues() == expect.toKeyValues());
+    CHECK(ddl_test::bitIdentical(paramsOf(lmDl), paramsOf(backDl)));
   }
   ddl::DeltaLMConfig ok = c;
   ddl::applyVariant(ok, "tc-ec");

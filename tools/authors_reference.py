@@ -48,6 +48,16 @@ and the attention option cases (*+attn):
       --set using_groupnorm=true --set use_output_gate=true --set use_v_shift=true --set v_activation='"silu"'
   --variants baseline --tag attn --set num_hidden_layers=1 --set head_dim=8 --set rope_ratio=0.0 \
       --set using_groupnorm=true --set rms_norm_eps=0.0001 --set use_k_shift=true --set k_activation='"relu"'
+and the Delta-write and init option cases (*+delta):
+  --variants cc-ec --tag delta --set vocab_size=16 --set num_hidden_layers=1 --set ddl_v_sigmoid=false \
+      --set ddl_beta_single_linear=false --set ddl_beta_hidden_size=5 --set ddl_beta_init=0.5 \
+      --set embedding_init_std=0.05 --set hidden_init_std_factor=0.7
+  --variants tc-ec --tag delta --set vocab_size=16 --set num_hidden_layers=1 --set ddl_v_constant=true \
+      --set ddl_v_constant_value=1.5 --set ddl_state_shortconv_kernel_size=3 \
+      --set input_embed_shortconv_kernel_size=2 --set ddl_state_read_init=0.3 --set ddl_beta_init=1.5
+  --variants dv1 --tag delta --set vocab_size=16 --set num_hidden_layers=1 --set ddl_v_dim1_constant=true \
+      --set ddl_v_dim1_constant_value=1.5 --set ddl_beta_single_linear=false --set ddl_beta_hidden_size=3
+A parameter their forward never reads (v_proj with a constant value) has no gradient and none is written.
 Their CC compressor computes only with ddl_state_shortconv_kernel_size = ddl_value_channels (their GPTConfig
 sets it so when only the channels are given); any other kernel fails in their einsum.
 """
@@ -350,7 +360,8 @@ def generate(variant, modules, gpt_base, args, overrides):
         f.write("\n")
     ref = {"ids": ids, "targets": targets, "logits": logits.detach(), "loss": loss.detach()}
     for name, p in model.named_parameters():
-        ref["grad." + name] = p.grad
+        if p.grad is not None:  # None: a parameter their forward never reads (v_proj with a constant value)
+            ref["grad." + name] = p.grad
     write_safetensors(os.path.join(folder, "reference.safetensors"), ref)
     print(f"{variant}: {len(weights)} tensors, loss {loss.item():.12f}")
 

@@ -9,7 +9,8 @@
 // Hugging Face's bookkeeping keys. Each entry is
 //   Mapped       read into (and written from) a DeltaLMConfig field;
 //   DefaultOnly  accepted only at their default: a field their model never reads (bias, dropout,
-//                scale_attn_by_inverse_layer_idx) or an option ddl does not implement yet;
+//                scale_attn_by_inverse_layer_idx, ddl_state_dv_shortconv_causal) or one ddl does not have
+//                (mup, a baseline MLP width other than floor(8/3 d));
 //   Bookkeeping  Hugging Face's own keys (architectures, model_type, torch_dtype, ...): ignored.
 // Any other value of a DefaultOnly field, a value of the wrong JSON type and a key outside the table are
 // refused with a ValueError naming the field and the value.
@@ -77,6 +78,7 @@ struct AuthorsConfigRead {
   Index stateKernel = 4, embedKernel = 4;   // ddl_state_shortconv_kernel_size, input_embed_shortconv_kernel_size
   bool stateKernelGiven = false, channelsGiven = false;
   std::optional<double> rmsNormEps = std::nullopt;  // rms_norm_eps when given (who reads it: authorsConfigToDeltaLM)
+  bool vSigmoid = true, vConstant = false;  // ddl_v_sigmoid; ddl_v_constant (ddl_v_dim1_constant in dv1 files)
 };
 
 [[noreturn]] inline void authorsFieldError(const AuthorsConfigRead& r, const char* field, const nlohmann::json& v,
@@ -102,6 +104,10 @@ inline double authorsNumber(const AuthorsConfigRead& r, const char* field, const
 inline bool authorsBool(const AuthorsConfigRead& r, const char* field, const nlohmann::json& v) {
   if (!v.is_boolean()) authorsFieldError(r, field, v, "true or false");
   return v.get<bool>();
+}
+inline double authorsFinite(const AuthorsConfigRead& r, const char* field, const nlohmann::json& v) {
+  if (!v.is_number() || !std::isfinite(v.get<double>())) authorsFieldError(r, field, v, "a finite number");
+  return v.get<double>();
 }
 // q_activation, k_activation, v_activation: null or one of the names of their ActivationName Literal (their
 // pydantic validation refuses anything else, "elu" included).
@@ -209,25 +215,51 @@ inline const std::vector<AuthorsField>& authorsConfigFields() {
          r.config.attention.ropeRatio = x;
        },
        [](const C& c, V) { return J(c.attention.ropeRatio); }},
-      {"embedding_init_std", D, kAuthorsAll, "0.02", "initialisation std: not in ddl's config yet", nullptr, nullptr},
-      {"hidden_init_std_factor", D, kAuthorsAll, "0.5", "initialisation std: not in ddl's config yet", nullptr,
-       nullptr},
+      {"embedding_init_std", M, kAuthorsAll, "0.02", "embeddingInitStd (initialisation only)",
+       [](R& r, const J& v) { r.config.embeddingInitStd = detail::authorsNumber(r, "embedding_init_std", v, 0, false); },
+       [](const C& c, V) { return J(c.embeddingInitStd); }},
+      {"hidden_init_std_factor", M, kAuthorsAll, "0.5", "hiddenInitStdFactor (initialisation only)",
+       [](R& r, const J& v) {
+         r.config.hiddenInitStdFactor = detail::authorsNumber(r, "hidden_init_std_factor", v, 0, false);
+       },
+       [](const C& c, V) { return J(c.hiddenInitStdFactor); }},
       {"ddl_k_eps", M, kAuthorsAll, "1e-05", "block.residual.epsK",
        [](R& r, const J& v) { r.config.block.residual.epsK = detail::authorsNumber(r, "ddl_k_eps", v, 0, false); },
        [](const C& c, V) { return J(c.block.residual.epsK); }},
-      {"ddl_beta_hidden_size", D, kAuthorsAll, "128", "two-layer gate: not in this mapping yet", nullptr, nullptr},
-      {"ddl_beta_single_linear", D, kAuthorsAll, "true", "two-layer gate: not in this mapping yet", nullptr, nullptr},
-      {"ddl_v_sigmoid", D, kAuthorsAll, "true", "value without sigmoid: not in ddl yet", nullptr, nullptr},
+      {"ddl_beta_hidden_size", M, kAuthorsAll, "128", "block.residual.gateHidden (the two-layer gate's width)",
+       [](R& r, const J& v) { r.config.block.residual.gateHidden = detail::authorsInt(r, "ddl_beta_hidden_size", v, 1); },
+       [](const C& c, V) { return J(c.block.residual.gateHidden); }},
+      {"ddl_beta_single_linear", M, kAuthorsAll, "true",
+       "block.residual.gate: linear (true) | two_layer_tanh (false: their beta_in, beta_out)",
+       [](R& r, const J& v) {
+         r.config.block.residual.gate =
+             detail::authorsBool(r, "ddl_beta_single_linear", v) ? GateKind::Linear : GateKind::TwoLayerTanh;
+       },
+       [](const C& c, V) { return J(c.block.residual.gate == GateKind::Linear); }},
+      {"ddl_v_sigmoid", M, kAuthorsAll, "true",
+       "block.residual.value: sigmoid_scaled (true) | linear_on_input (false); constant when ddl_v_constant",
+       [](R& r, const J& v) { r.vSigmoid = detail::authorsBool(r, "ddl_v_sigmoid", v); },
+       [](const C& c, V) { return J(c.block.residual.value != ValueKind::LinearOnInput); }},
       {"ddl_v_sigmoid_scale", M, kAuthorsAll, "4.0", "block.residual.valueScale",
        [](R& r, const J& v) {
          r.config.block.residual.valueScale = detail::authorsNumber(r, "ddl_v_sigmoid_scale", v, 0, true);
        },
        [](const C& c, V) { return J(c.block.residual.valueScale); }},
-      {"ddl_beta_init", D, kAuthorsAll, "1.0", "gate start: not in this mapping yet", nullptr, nullptr},
-      {"ddl_v_dim1_constant", D, kAuthorsDv1Files, "false", "constant value: not in this mapping yet", nullptr,
-       nullptr},
-      {"ddl_v_dim1_constant_value", D, kAuthorsDv1Files, "2.0", "constant value: not in this mapping yet", nullptr,
-       nullptr},
+      {"ddl_beta_init", M, kAuthorsAll, "1.0",
+       "block.residual.beta0 (initialisation only), clamped to [0, 2] as their code clamps it",
+       [](R& r, const J& v) {
+         const double b = detail::authorsFinite(r, "ddl_beta_init", v);
+         r.config.block.residual.beta0 = b < 0 ? 0.0 : (b > 2 ? 2.0 : b);
+       },
+       [](const C& c, V) { return J(c.block.residual.beta0); }},
+      {"ddl_v_dim1_constant", M, kAuthorsDv1Files, "false", "block.residual.value = constant (their dv = 1 name)",
+       [](R& r, const J& v) { r.vConstant = detail::authorsBool(r, "ddl_v_dim1_constant", v); },
+       [](const C& c, V) { return J(c.block.residual.value == ValueKind::Constant); }},
+      {"ddl_v_dim1_constant_value", M, kAuthorsDv1Files, "2.0", "block.residual.valueConstant (their dv = 1 name)",
+       [](R& r, const J& v) {
+         r.config.block.residual.valueConstant = detail::authorsFinite(r, "ddl_v_dim1_constant_value", v);
+       },
+       [](const C& c, V) { return J(c.block.residual.valueConstant); }},
       {"ddl_value_channels", M, kAuthorsExpanded, "4", "dv",
        [](R& r, const J& v) {
          r.config.dv = detail::authorsInt(r, "ddl_value_channels", v, 2);
@@ -250,12 +282,18 @@ inline const std::vector<AuthorsField>& authorsConfigFields() {
        [](const C& c, V) { return c.block.compressorReadInit ? J(*c.block.compressorReadInit) : J(nullptr); }},
       {"ddl_state_dv_shortconv_causal", D, kAuthorsCc, "false", "never read by their model (commented out)", nullptr,
        nullptr},
-      {"input_embed_shortconv_kernel_size", M, kAuthorsEc, "4", "convKernel (EC; equal to the TC kernel in tc-ec)",
+      {"input_embed_shortconv_kernel_size", M, kAuthorsEc, "4",
+       "EC's kernel: cc-ec convKernel; tc-ec inputEmbedKernel (0 when it is the TC kernel)",
        [](R& r, const J& v) { r.embedKernel = detail::authorsInt(r, "input_embed_shortconv_kernel_size", v, 1); },
-       [](const C& c, V) { return J(c.convKernel); }},
-      {"ddl_v_constant", D, kAuthorsExpanded, "false", "constant value: not in this mapping yet", nullptr, nullptr},
-      {"ddl_v_constant_value", D, kAuthorsExpanded, "2.0", "constant value: not in this mapping yet", nullptr,
-       nullptr},
+       [](const C& c, V) { return J(c.ecKernel()); }},
+      {"ddl_v_constant", M, kAuthorsExpanded, "false", "block.residual.value = constant",
+       [](R& r, const J& v) { r.vConstant = detail::authorsBool(r, "ddl_v_constant", v); },
+       [](const C& c, V) { return J(c.block.residual.value == ValueKind::Constant); }},
+      {"ddl_v_constant_value", M, kAuthorsExpanded, "2.0", "block.residual.valueConstant",
+       [](R& r, const J& v) {
+         r.config.block.residual.valueConstant = detail::authorsFinite(r, "ddl_v_constant_value", v);
+       },
+       [](const C& c, V) { return J(c.block.residual.valueConstant); }},
       // Read by their modules with getattr, declared by no GPTConfig.
       {"rope_base", M, kAuthorsUndeclared, "10000.0", "ropeBase",
        [](R& r, const J& v) { r.config.ropeBase = detail::authorsNumber(r, "rope_base", v, 0, true); }, nullptr},
@@ -330,12 +368,15 @@ inline DeltaLMConfig authorsConfigToDeltaLM(const nlohmann::json& j, AuthorsVari
   c.attention.qkNormEps = 1e-5;
   c.attention.outputNormEps = gateNorm ? rmsEps : 1e-5;
   if (baseline) c.block.normEps = c.finalNormEps = rmsEps;
+  // Their value: the constant when ddl_v_constant (their dv = 1 files: ddl_v_dim1_constant), else
+  // sigmoid-scaled or, with ddl_v_sigmoid false, linear on the same input.
+  c.block.residual.value = r.vConstant ? ValueKind::Constant
+                           : r.vSigmoid ? ValueKind::SigmoidScaled
+                                        : ValueKind::LinearOnInput;
   c.hidden = authorsMlpWidth(c.d);
   if (detail::isTc(variant)) {
     c.convKernel = r.stateKernel;
-    require(variant != AuthorsVariant::TcEc || r.stateKernel == r.embedKernel, fn, source,
-            ": ddl_state_shortconv_kernel_size = ", r.stateKernel, " and input_embed_shortconv_kernel_size = ",
-            r.embedKernel, " differ; ddl's tc-ec has one kernel size (convKernel) for both");
+    if (variant == AuthorsVariant::TcEc) c.inputEmbedKernel = r.embedKernel == r.stateKernel ? 0 : r.embedKernel;
   } else if (detail::isExpanded(variant)) {
     // cc-ec's GPTConfig takes the kernel from the channels when only they are given.
     if (variant == AuthorsVariant::CcEc && r.channelsGiven && !r.stateKernelGiven) r.stateKernel = c.dv;
@@ -374,8 +415,11 @@ inline void requireAuthorsExpressible(const DeltaLMConfig& c, const char* fn) {
   require(res.direction == DirectionSource::BranchOutput && res.norm == DirectionNorm::SqrtEps, fn,
           no("a direction other than kmap / sqrt_eps"));
   if (v == AuthorsVariant::Baseline) return;
-  require(res.gate == GateKind::Linear, fn, no("a gate other than linear"));
-  require(res.value == ValueKind::SigmoidScaled, fn, no("a value other than sigmoid_scaled"));
+  require(res.gate == GateKind::Linear || res.gate == GateKind::TwoLayerTanh, fn,
+          no("a gate other than linear or two_layer_tanh"));
+  require(res.value == ValueKind::SigmoidScaled || res.value == ValueKind::LinearOnInput ||
+              res.value == ValueKind::Constant,
+          fn, no("a value other than sigmoid_scaled, linear_on_input or constant"));
   if (detail::isExpanded(v) && !detail::isTc(v)) {
     require(c.block.compressor == CompressorKind::Structured, fn, no("the free CC compressor"));
     require(c.block.compressorKernel == c.dv, fn, no("a CC kernel size other than dv"), " (kernel ",

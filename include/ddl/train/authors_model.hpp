@@ -58,6 +58,9 @@ inline std::string authorsTensorName(const std::string& name, const DeltaLMConfi
       {"attn_delta.gate.weight", "ddl_attn.beta.weight"}, {"attn_delta.gate.bias", "ddl_attn.beta.bias"},
       {"attn_delta.value.weight", "ddl_attn.v_proj.weight"}, {"attn_delta.value.bias", "ddl_attn.v_proj.bias"},
       {"mlp_delta.gate.weight", "ddl_mlp.beta.weight"},   {"mlp_delta.gate.bias", "ddl_mlp.beta.bias"},
+      {"attn_delta.gate.fc1.weight", "ddl_attn.beta_in.weight"}, {"attn_delta.gate.fc2.weight", "ddl_attn.beta_out.weight"},
+      {"attn_delta.gate.fc2.bias", "ddl_attn.beta_out.bias"},    {"mlp_delta.gate.fc1.weight", "ddl_mlp.beta_in.weight"},
+      {"mlp_delta.gate.fc2.weight", "ddl_mlp.beta_out.weight"},  {"mlp_delta.gate.fc2.bias", "ddl_mlp.beta_out.bias"},
       {"mlp_delta.value.weight", "ddl_mlp.v_proj.weight"}, {"mlp_delta.value.bias", "ddl_mlp.v_proj.bias"},
   };
   // The attention options' parameters: with a shift, c_k / c_v are their ShiftLinear (linear + shift_proj).
@@ -269,7 +272,7 @@ inline void checkAuthorsSizes(const DeltaLMConfig& c, AuthorsVariant v, const Au
   else
     requireAuthorsTensor(w, dir, "readout.weight", {c.d, c.block.compressorKernel}, v, "readout.conv.weight");
   if (c.learnedExpansion)
-    requireAuthorsTensor(w, dir, "input_embed.conv.weight", {c.d * c.dv, 1, c.convKernel}, v, "expand.weight");
+    requireAuthorsTensor(w, dir, "input_embed.conv.weight", {c.d * c.dv, 1, c.ecKernel()}, v, "expand.weight");
 }
 
 // The variant of a folder, from its tensor names.
@@ -283,6 +286,20 @@ inline AuthorsVariant authorsVariantFromTensors(const AuthorsWeights& w) {
   if (w.has("readout.shortconv.weight")) return ec ? AuthorsVariant::TcEc : AuthorsVariant::Tc;
   if (w.has("readout.weight")) return ec ? AuthorsVariant::CcEc : AuthorsVariant::Cc;
   return blocks && !delta ? AuthorsVariant::Baseline : AuthorsVariant::Dv1;
+}
+
+// Their value heads' tensors that ddl has no parameter for: with a constant value (ddl_v_constant) their
+// DDL modules still hold v_proj (weight [dv, d], bias [dv]), which their forward never reads.
+inline std::vector<std::pair<std::string, std::vector<std::int64_t>>> authorsUnreadTensors(const DeltaLMConfig& c) {
+  std::vector<std::pair<std::string, std::vector<std::int64_t>>> out;
+  if (authorsVariantOf(c) == AuthorsVariant::Baseline || c.block.residual.value != ValueKind::Constant) return out;
+  for (Index l = 0; l < c.depth; ++l)
+    for (const char* sub : {"ddl_attn", "ddl_mlp"}) {
+      const std::string b = "transformer.h." + std::to_string(l) + "." + sub + ".v_proj.";
+      out.push_back({b + "weight", {c.dv, c.d}});
+      out.push_back({b + "bias", {c.dv}});
+    }
+  return out;
 }
 
 }  // namespace detail
@@ -314,6 +331,10 @@ DeltaLM<S> loadAuthorsModel(const std::string& dir) {
     p.value = weights.read<S>(theirs);
     used.insert(theirs);
   });
+  for (const auto& t : detail::authorsUnreadTensors(config)) {  // held by their model, read by nothing
+    detail::requireAuthorsTensor(weights, dir, t.first, t.second, variant, "value 'constant', which reads none");
+    used.insert(t.first);
+  }
   if (weights.has("lm_head.weight")) {  // tied: must be the embedding itself
     const TensorInfo& t = weights.info("lm_head.weight");
     const std::vector<std::int64_t> want{config.vocab, config.d};
@@ -350,6 +371,17 @@ void saveAuthorsModel(const std::string& dir, DeltaLM<S>& model, bool float32 = 
     const std::string theirs = authorsTensorName(name, model.config());
     entries.push_back({theirs, authorsTensorShape(theirs, p.shape), &p.value});
   });
+  // The tensors their model holds and never reads (a constant value's v_proj), as zeros, so that their
+  // load_state_dict(strict=True) takes the folder.
+  const auto unread = detail::authorsUnreadTensors(model.config());
+  std::vector<MatX<S>> zeros;
+  zeros.reserve(unread.size());  // no reallocation: entries point into it
+  for (const auto& t : unread) {
+    Index r = 0, cols = 0;
+    matrixDimsOf(t.second, r, cols);
+    zeros.push_back(MatX<S>::Zero(r, cols));
+    entries.push_back({t.first, t.second, &zeros.back()});
+  }
   const std::string weightsPath = (std::filesystem::path(dir) / "model.safetensors").string();
   prepareOutputFolder(dir, weightsPath, fn);
   SafetensorsWriter w;
