@@ -115,7 +115,8 @@ inline QkvActivation authorsActivation(const AuthorsConfigRead& r, const char* f
   if (v.is_null()) return QkvActivation::Identity;
   if (v.is_string()) {
     const std::string name = v.get<std::string>();
-    if (name == "identity" || name == "silu" || name == "relu" || name == "elu+1") return parseQkvActivation(name, field);
+    if (name == "identity" || name == "silu" || name == "relu" || name == "elu+1")
+      return parseQkvActivation(name, field);
   }
   authorsFieldError(r, field, v, "null, \"identity\", \"silu\", \"relu\" or \"elu+1\"");
 }
@@ -216,7 +217,9 @@ inline const std::vector<AuthorsField>& authorsConfigFields() {
        },
        [](const C& c, V) { return J(c.attention.ropeRatio); }},
       {"embedding_init_std", M, kAuthorsAll, "0.02", "embeddingInitStd (initialisation only)",
-       [](R& r, const J& v) { r.config.embeddingInitStd = detail::authorsNumber(r, "embedding_init_std", v, 0, false); },
+       [](R& r, const J& v) {
+         r.config.embeddingInitStd = detail::authorsNumber(r, "embedding_init_std", v, 0, false);
+       },
        [](const C& c, V) { return J(c.embeddingInitStd); }},
       {"hidden_init_std_factor", M, kAuthorsAll, "0.5", "hiddenInitStdFactor (initialisation only)",
        [](R& r, const J& v) {
@@ -227,7 +230,9 @@ inline const std::vector<AuthorsField>& authorsConfigFields() {
        [](R& r, const J& v) { r.config.block.residual.epsK = detail::authorsNumber(r, "ddl_k_eps", v, 0, false); },
        [](const C& c, V) { return J(c.block.residual.epsK); }},
       {"ddl_beta_hidden_size", M, kAuthorsAll, "128", "block.residual.gateHidden (the two-layer gate's width)",
-       [](R& r, const J& v) { r.config.block.residual.gateHidden = detail::authorsInt(r, "ddl_beta_hidden_size", v, 1); },
+       [](R& r, const J& v) {
+         r.config.block.residual.gateHidden = detail::authorsInt(r, "ddl_beta_hidden_size", v, 1);
+       },
        [](const C& c, V) { return J(c.block.residual.gateHidden); }},
       {"ddl_beta_single_linear", M, kAuthorsAll, "true",
        "block.residual.gate: linear (true) | two_layer_tanh (false: their beta_in, beta_out)",

@@ -9,8 +9,9 @@
 // The variant (baseline, dv1, cc, cc-ec, tc, tc-ec) is read from the tensor names (their modules' names
 // differ: compress.weight for CC, compress.shortconv.weight for TC, input_embed.conv.weight for EC,
 // ddl_attn.* for the Delta residual); config.json maps onto DeltaLMConfig by the table of
-// train/authors_config.hpp; each ddl parameter has one tensor of theirs (authorsTensorName). Their head
-// is tied: lm_head.weight is written once as transformer.wte.weight and, when a file holds it too, must
+// train/authors_config.hpp; each ddl parameter has one tensor of theirs (authorsTensorName), and the v_proj
+// their modules keep with a constant value (never read; ddl has no parameter for it) is checked for its
+// shape on reading and written as zeros. Their head is tied: lm_head.weight is written once as transformer.wte.weight and, when a file holds it too, must
 // equal it. Tensors convert from F64, F32, BF16 and F16. A missing, unexpected, misshapen or unconvertible
 // tensor throws (IoError, ShapeError) naming it and its file; the model is built fresh and returned only
 // when everything has loaded. Format, table and refusals: docs/authors_models.md.
@@ -58,9 +59,12 @@ inline std::string authorsTensorName(const std::string& name, const DeltaLMConfi
       {"attn_delta.gate.weight", "ddl_attn.beta.weight"}, {"attn_delta.gate.bias", "ddl_attn.beta.bias"},
       {"attn_delta.value.weight", "ddl_attn.v_proj.weight"}, {"attn_delta.value.bias", "ddl_attn.v_proj.bias"},
       {"mlp_delta.gate.weight", "ddl_mlp.beta.weight"},   {"mlp_delta.gate.bias", "ddl_mlp.beta.bias"},
-      {"attn_delta.gate.fc1.weight", "ddl_attn.beta_in.weight"}, {"attn_delta.gate.fc2.weight", "ddl_attn.beta_out.weight"},
-      {"attn_delta.gate.fc2.bias", "ddl_attn.beta_out.bias"},    {"mlp_delta.gate.fc1.weight", "ddl_mlp.beta_in.weight"},
-      {"mlp_delta.gate.fc2.weight", "ddl_mlp.beta_out.weight"},  {"mlp_delta.gate.fc2.bias", "ddl_mlp.beta_out.bias"},
+      {"attn_delta.gate.fc1.weight", "ddl_attn.beta_in.weight"},
+      {"attn_delta.gate.fc2.weight", "ddl_attn.beta_out.weight"},
+      {"attn_delta.gate.fc2.bias", "ddl_attn.beta_out.bias"},
+      {"mlp_delta.gate.fc1.weight", "ddl_mlp.beta_in.weight"},
+      {"mlp_delta.gate.fc2.weight", "ddl_mlp.beta_out.weight"},
+      {"mlp_delta.gate.fc2.bias", "ddl_mlp.beta_out.bias"},
       {"mlp_delta.value.weight", "ddl_mlp.v_proj.weight"}, {"mlp_delta.value.bias", "ddl_mlp.v_proj.bias"},
   };
   // The attention options' parameters: with a shift, c_k / c_v are their ShiftLinear (linear + shift_proj).
