@@ -86,8 +86,9 @@ void BM_ScaleStep(benchmark::State& state) {
   std::vector<int> next(static_cast<std::size_t>(kT));
   ddl::Rng rng(11);
   batch.ids.resize(static_cast<std::size_t>(kT));
-  for (Index t = 0; t < kT; ++t) batch.ids[static_cast<std::size_t>(t)] = static_cast<int>(rng.below(static_cast<std::uint64_t>(kVocab)));
-  for (Index t = 0; t < kT; ++t) next[static_cast<std::size_t>(t)] = static_cast<int>(rng.below(static_cast<std::uint64_t>(kVocab)));
+  const auto draw = [&rng] { return static_cast<int>(rng.below(static_cast<std::uint64_t>(kVocab))); };
+  for (Index t = 0; t < kT; ++t) batch.ids[static_cast<std::size_t>(t)] = draw();
+  for (Index t = 0; t < kT; ++t) next[static_cast<std::size_t>(t)] = draw();
   ddl::MatX<S> logits, dLogits;
   // The first step, phase by phase: what each allocates and keeps (every later step reuses it all).
   ddl::zeroGrad(params);
@@ -144,10 +145,11 @@ void BM_ScaleGenerate(benchmark::State& state) {
   for (auto _ : state) {
     decoder.start(kT);
     Stopwatch p;
-    for (Index t = 0; t < kPrompt; ++t) decoder.step(static_cast<int>(rng.below(static_cast<std::uint64_t>(kVocab))), logits);
+    const auto draw = [&rng] { return static_cast<int>(rng.below(static_cast<std::uint64_t>(kVocab))); };
+    for (Index t = 0; t < kPrompt; ++t) decoder.step(draw(), logits);
     prefill.push_back(static_cast<double>(kPrompt) / p.seconds());
     Stopwatch g;
-    for (Index t = kPrompt; t < kT; ++t) decoder.step(static_cast<int>(rng.below(static_cast<std::uint64_t>(kVocab))), logits);
+    for (Index t = kPrompt; t < kT; ++t) decoder.step(draw(), logits);
     decode.push_back(static_cast<double>(kT - kPrompt) / g.seconds());
     benchmark::DoNotOptimize(logits.data());
   }

@@ -11,8 +11,8 @@
 // ddl_attn.* for the Delta residual); config.json maps onto DeltaLMConfig by the table of
 // train/authors_config.hpp; each ddl parameter has one tensor of theirs (authorsTensorName), and the v_proj
 // their modules keep with a constant value (never read; ddl has no parameter for it) is checked for its
-// shape on reading and written as zeros. Their head is tied: lm_head.weight is written once as transformer.wte.weight and, when a file holds it too, must
-// equal it. Tensors convert from F64, F32, BF16 and F16. A missing, unexpected, misshapen or unconvertible
+// shape on reading and written as zeros. Their head is tied: lm_head.weight is written once as
+// transformer.wte.weight and, when a file holds it too, must equal it. Tensors convert from F64, F32, BF16 and F16. A missing, unexpected, misshapen or unconvertible
 // tensor throws (IoError, ShapeError) naming it and its file; the model is built fresh and returned only
 // when everything has loaded. Format, table and refusals: docs/authors_models.md.
 #include <cmath>
