@@ -43,6 +43,8 @@ inline constexpr Index kLinearParallelMin = Index(1) << 20;
 // A one-column product (in * out multiply-adds) reads all of W once: memory-bound, so worth two threads
 // from a smaller size than a GEMM of the same work.
 inline constexpr Index kGemvParallelMin = Index(1) << 16;
+// Its row ranges: a fixed number, so that each output's arithmetic is the same on any thread count.
+inline constexpr int kGemvRowRanges = 4;
 
 // Calls f(task, tasks) for task = 0 .. tasks-1, spread over the OpenMP threads when work
 // (multiply-adds) is large enough; tasksPerThread(threads) chooses how many tasks there are.
@@ -268,11 +270,10 @@ void Linear<S>::apply(const MatX<S>& W, const MatX<S>* b, const Eigen::Ref<const
   }
   if (B == 1) {  // one token (decoding): row ranges of a matrix-vector product, W never packed
     // Eigen threads no matrix-vector product, and the packed GEMM kernel would copy all of W for one
-    // column. A fixed number of row ranges keeps each output's arithmetic the same on any thread count.
-    constexpr int kRowRanges = 4;
+    // column.
     const auto x = X.col(0);
     detail::runProductTasks(in * out >= detail::kGemvParallelMin ? detail::kLinearParallelMin : 0,
-                            [](int) { return kRowRanges; }, [&](int t, int parts) {
+                            [](int) { return detail::kGemvRowRanges; }, [&](int t, int parts) {
       const Index r0 = detail::partBegin(out, t, parts), rn = detail::partBegin(out, t + 1, parts) - r0;
       if (rn == 0) return;
       auto y = Y.col(0).segment(r0, rn);
