@@ -1,12 +1,15 @@
 #pragma once
 // Shared test fixtures: small net configurations by their sizes, Gaussian-blob data sets with a seed,
-// a net's parameter values and a bit-for-bit comparison of them, fresh paths under DDL_TEST_TMPDIR,
-// writing and reading a file's bytes.
+// random token batches, a net's parameter values and a bit-for-bit comparison of them, a module's
+// parameters perturbed off their trivial starts, the gradient of a random readout of a model's logits,
+// fresh paths under DDL_TEST_TMPDIR, writing and reading a file's bytes.
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
+#include <map>
 #include <random>
 #include <string>
 #include <tuple>
@@ -16,6 +19,8 @@
 #include "catch_compat.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/rng.hpp"
+#include "ddl/core/token_batch.hpp"
+#include "ddl/core/token_layout.hpp"
 #include "ddl/core/types.hpp"
 #include "ddl/data/dataset.hpp"
 #include "ddl/nn/models/conv_delta_net_config.hpp"
@@ -36,6 +41,67 @@ inline std::vector<int> randomIds(std::mt19937& gen, int vocab, int n) {
 
 // The hidden width that leaves a DeltaNet block its default (4 d).
 constexpr ddl::Index kDefaultHidden = 0;
+
+// A batch of B sequences of T token ids drawn uniformly from [0, vocab), seeded.
+inline ddl::TokenBatch randomTokenBatch(ddl::Index B, ddl::Index T, ddl::Index vocab, std::uint64_t seed) {
+  std::mt19937 gen(static_cast<unsigned>(seed));
+  ddl::TokenBatch b;
+  b.layout = ddl::TokenLayout::sequence(B, T);
+  b.ids.resize(static_cast<std::size_t>(B * T));
+  for (int& id : b.ids) id = std::uniform_int_distribution<int>(0, static_cast<int>(vocab) - 1)(gen);
+  return b;
+}
+
+// Gains, biases, kernels and read vectors (every 1-D parameter) of a double module off their trivial
+// starts by U(-0.3, 0.3), so no gradient term hides behind a 1 or a 0.
+template <class Module>
+void perturbSmallParams(Module& m, std::uint64_t seed) {
+  ddl::Rng rng(seed);
+  m.visitParams("", [&](const std::string&, ddl::Param<double>& p) {
+    if (p.shape.size() == 1)
+      for (ddl::Index i = 0; i < p.value.size(); ++i) p.value.data()[i] += rng.uniform(-0.3, 0.3);
+  });
+}
+
+// A double module's parameters by their dotted names.
+template <class Module>
+std::map<std::string, ddl::Param<double>*> namedParams(Module& m) {
+  std::map<std::string, ddl::Param<double>*> out;
+  m.visitParams("", [&](const std::string& name, ddl::Param<double>& p) { out[name] = &p; });
+  return out;
+}
+
+// A double attention module with seeded weights and its norm gains (RMSNorm, QK-norm, the output
+// norm or subln) moved off 1, so that their gradients and their use are both visible.
+template <class Attention>
+void initRandomAttention(Attention& a, unsigned seed) {
+  ddl::Rng rng(seed);
+  a.init(rng);
+  std::srand(seed);
+  for (auto& [name, p] : namedParams(a))
+    if (contains(name, "norm") || contains(name, "subln"))
+      p->value.array() += 0.4 * ddl::MatX<double>::Random(p->value.rows(), 1).array();
+}
+
+// For a double language model (DeltaLM<double>): runs the training forward on the batch, draws a
+// random W of the logits' shape (Eigen's Random) and backpropagates L = sum(W .* logits) into freshly
+// zeroed gradients. Returns L as a function of the current parameters (the inference forward), for
+// finite differences against those gradients; the training forward's logits go to *logitsOut if given.
+template <class LM>
+std::function<double()> backwardOfRandomReadout(LM& lm, const ddl::TokenBatch& batch,
+                                                ddl::MatX<double>* logitsOut = nullptr) {
+  ddl::MatX<double> logits;
+  lm.forward(batch, logits);
+  if (logitsOut) *logitsOut = logits;
+  const ddl::MatX<double> W = ddl::MatX<double>::Random(logits.rows(), logits.cols());
+  ddl::zeroGrad(lm);
+  lm.backward(W);
+  return [&lm, batch, W] {
+    ddl::MatX<double> l;
+    lm.forwardInference(batch, l);
+    return (W.array() * l.array()).sum();
+  };
+}
 
 // A DeltaNet configuration with these sizes; every other field (preset, residual, gate) is the default.
 inline ddl::DeltaNetConfig deltaNetConfig(ddl::Index inputDim, ddl::Index classes, ddl::Index d, ddl::Index depth,

@@ -25,6 +25,8 @@ using ddl::Index;
 using ddl::MatX;
 using ddl_test::contains;
 using ddl_test::thrownMessage;
+using ddl_test::initRandomAttention;
+using ddl_test::namedParams;
 using Attention = ddl::CausalSelfAttention<double>;
 
 namespace {
@@ -41,26 +43,11 @@ ddl::CausalSelfAttentionConfig configOf(const Shape& s, bool qkNorm) {
   return cfg;
 }
 
-std::map<std::string, ddl::Param<double>*> paramsOf(Attention& a) {
-  std::map<std::string, ddl::Param<double>*> m;
-  a.visitParams("", [&](const std::string& name, ddl::Param<double>& p) { m[name] = &p; });
-  return m;
-}
-
-// Seeded weights; gains moved away from 1 so that their gradients and their use are both visible.
-void initRandom(Attention& a, unsigned seed) {
-  ddl::Rng rng(seed);
-  a.init(rng);
-  std::srand(seed);
-  for (auto& [name, p] : paramsOf(a))
-    if (contains(name, "norm")) p->value.array() += 0.4 * MatX<double>::Random(p->value.rows(), 1).array();
-}
-
 // The definition in loops, in double, with its own cos/sin: what forward must compute.
 MatX<double> referenceForward(Attention& a, const MatX<double>& c, Index B, Index T) {
   const auto cfg = a.config();
   const Index d = cfg.d, H = cfg.heads, dh = d / H, half = dh / 2, N = B * T;
-  auto p = paramsOf(a);
+  auto p = namedParams(a);
   MatX<double> Q = p["q.weight"]->value * c, K = p["k.weight"]->value * c;
   const MatX<double> V = p["v.weight"]->value * c;
   for (MatX<double>* X : {&Q, &K}) {
@@ -232,7 +219,7 @@ TEST_CASE("CausalSelfAttention forward equals the definition, forwardInference g
     for (bool qkNorm : {true, false}) {
       CAPTURE(s.B, s.T, s.H, s.dh, qkNorm);
       Attention a(configOf(s, qkNorm));
-      initRandom(a, 11);
+      initRandomAttention(a, 11);
       const MatX<double> c = 2 * MatX<double>::Random(s.H * s.dh, s.B * s.T);
       MatX<double> out, outInf;
       a.forward(c, ddl::TokenLayout::sequence(s.B, s.T), out);
@@ -245,7 +232,7 @@ TEST_CASE("CausalSelfAttention forward equals the definition, forwardInference g
 TEST_CASE("CausalSelfAttention is causal: later tokens and other sequences never reach an output", "[attention]") {
   const Shape s{3, 6, 2, 4};
   Attention a(configOf(s, true));
-  initRandom(a, 7);
+  initRandomAttention(a, 7);
   const auto layout = ddl::TokenLayout::sequence(s.B, s.T);
   const MatX<double> c = MatX<double>::Random(s.H * s.dh, s.B * s.T);
   MatX<double> out0, out;
@@ -277,7 +264,7 @@ TEST_CASE("CausalSelfAttention backward matches central differences", "[grad][at
     for (bool qkNorm : {true, false}) {
       CAPTURE(seed, s.B, s.T, s.H, s.dh, qkNorm);
       Attention a(configOf(s, qkNorm));
-      initRandom(a, seed);
+      initRandomAttention(a, seed);
       const std::vector<std::string> names = checkGradientsAgainstFD(a, s, false);
       CHECK(names.size() == (qkNorm ? 6u : 4u));
     }
@@ -292,7 +279,7 @@ TEST_CASE("CausalSelfAttention backward over several causal blocks (T > 64) matc
     for (bool qkNorm : {true, false}) {
       CAPTURE(s.B, s.T, s.H, s.dh, qkNorm);
       Attention a(configOf(s, qkNorm));
-      initRandom(a, 17);
+      initRandomAttention(a, 17);
       checkGradientsAgainstFD(a, s, true);
     }
 }
@@ -319,7 +306,7 @@ TEST_CASE("CausalSelfAttention gives the same bits on one and two threads", "[at
   // 4 (b, h) pairs of T = 128, d_h = 16: above the threshold where the pairs are split over threads.
   const Shape s{2, 128, 2, 16};
   Attention a(configOf(s, true));
-  initRandom(a, 21);
+  initRandomAttention(a, 21);
   const auto layout = ddl::TokenLayout::sequence(s.B, s.T);
   const MatX<double> c = MatX<double>::Random(s.H * s.dh, s.B * s.T);
   const MatX<double> dOut = MatX<double>::Random(s.H * s.dh, s.B * s.T);
@@ -352,7 +339,7 @@ TEST_CASE("CausalSelfAttention: an inference call between forward and backward c
           "state allocates nothing", "[attention][malloc]") {
   const Shape s{2, 5, 2, 4};
   Attention a(configOf(s, true));
-  initRandom(a, 5);
+  initRandomAttention(a, 5);
   const auto layout = ddl::TokenLayout::sequence(s.B, s.T);
   const MatX<double> c = MatX<double>::Random(8, 10), other = MatX<double>::Random(8, 21);
   const MatX<double> dOut = MatX<double>::Random(8, 10);

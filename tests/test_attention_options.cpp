@@ -29,6 +29,8 @@ using ddl::MatX;
 using ddl::QkvActivation;
 using ddl_test::contains;
 using ddl_test::thrownMessage;
+using ddl_test::initRandomAttention;
+using ddl_test::namedParams;
 using Attention = ddl::CausalSelfAttention<double>;
 
 namespace {
@@ -47,22 +49,6 @@ ddl::CausalSelfAttentionConfig configOf(const Case& k) {
   cfg.options = k.opt;
   cfg.options.headDim = k.dh;
   return cfg;
-}
-
-std::map<std::string, ddl::Param<double>*> paramsOf(Attention& a) {
-  std::map<std::string, ddl::Param<double>*> m;
-  a.visitParams("", [&](const std::string& name, ddl::Param<double>& p) { m[name] = &p; });
-  return m;
-}
-
-// Seeded weights; gains moved away from 1 so that their gradients and their use are both visible.
-void initRandom(Attention& a, unsigned seed) {
-  ddl::Rng rng(seed);
-  a.init(rng);
-  std::srand(seed);
-  for (auto& [name, p] : paramsOf(a))
-    if (contains(name, "norm") || contains(name, "subln"))
-      p->value.array() += 0.4 * MatX<double>::Random(p->value.rows(), 1).array();
 }
 
 double act(QkvActivation kind, double x) {
@@ -88,7 +74,7 @@ MatX<double> referenceForward(Attention& a, const MatX<double>& c, Index B, Inde
   const auto cfg = a.config();
   const ddl::AttentionOptions& o = cfg.options;
   const Index H = cfg.heads, dh = a.headDim(), D = H * dh, N = B * T;
-  auto p = paramsOf(a);
+  auto p = namedParams(a);
   MatX<double> Q = p["q.weight"]->value * c, K = p["k.weight"]->value * c, V = p["v.weight"]->value * c;
   // ShiftLinear: the previous token's projection mixed in per head (zero before the first).
   auto shift = [&](MatX<double>& X, const std::string& name) {
@@ -156,7 +142,7 @@ MatX<double> referenceForward(Attention& a, const MatX<double>& c, Index B, Inde
 // from h = 1e-4, where the truncation error is still below 1e-7).
 double checkCase(const Case& k, unsigned seed, double h = 1e-6) {
   Attention a(configOf(k));
-  initRandom(a, seed);
+  initRandomAttention(a, seed);
   const auto layout = ddl::TokenLayout::sequence(k.B, k.T);
   MatX<double> c = MatX<double>::Random(k.d, k.B * k.T);
   const MatX<double> W = MatX<double>::Random(k.d, k.B * k.T);
@@ -300,8 +286,8 @@ TEST_CASE("the options' parameters: names, shapes and the output projection's wi
   CHECK(shapes["attn.subln.weight"] == std::pair<Index, Index>{5, 1});
   cfg.options.groupNorm = false;
   Attention b(cfg);
-  CHECK(paramsOf(b).count("o_norm.weight") == 1);
-  CHECK(paramsOf(b).count("subln.weight") == 0);
+  CHECK(namedParams(b).count("o_norm.weight") == 1);
+  CHECK(namedParams(b).count("subln.weight") == 0);
   // Their rope_ratio rounding: int(d_h * ratio), then down to even.
   CHECK(ddl::AttentionOptions::ropeDim(128, 0.5) == 64);
   CHECK(ddl::AttentionOptions::ropeDim(6, 0.5) == 2);

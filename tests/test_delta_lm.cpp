@@ -26,6 +26,9 @@ using ddl::MatX;
 using ddl::TokenLayout;
 using ddl_test::contains;
 using ddl_test::thrownMessage;
+using ddl_test::randomTokenBatch;
+using ddl_test::perturbSmallParams;
+using ddl_test::backwardOfRandomReadout;
 
 namespace {
 
@@ -35,26 +38,6 @@ using ddl_test::smallLMConfig;
 std::string nameOf(const Case& c) {
   return c.variant + "/" + ddl::toString(c.residual) + "/" + c.preset + "/dv" + std::to_string(c.dv) + "/h" +
          std::to_string(c.heads) + (c.tied ? "/tied" : "/untied");
-}
-
-
-// Gains, biases and kernels off their trivial starts, so no gradient term hides behind a 1 or a 0.
-template <class Module>
-void perturbSmallParams(Module& m, std::uint64_t seed) {
-  ddl::Rng rng(seed);
-  m.visitParams("", [&](const std::string&, ddl::Param<double>& p) {
-    if (p.shape.size() == 1)
-      for (Index i = 0; i < p.value.size(); ++i) p.value.data()[i] += rng.uniform(-0.3, 0.3);
-  });
-}
-
-ddl::TokenBatch randomBatch(Index B, Index T, Index vocab, std::uint64_t seed) {
-  std::mt19937 gen(static_cast<unsigned>(seed));
-  ddl::TokenBatch b;
-  b.layout = TokenLayout::sequence(B, T);
-  b.ids.resize(static_cast<std::size_t>(B * T));
-  for (int& id : b.ids) id = std::uniform_int_distribution<int>(0, static_cast<int>(vocab) - 1)(gen);
-  return b;
 }
 
 // (Additive with dv > 1 and repeated channels keeps the channels equal, so a structured readout's
@@ -175,19 +158,11 @@ TEST_CASE("DeltaLM backward matches central differences for every parameter", "[
       lm.visitParams("", [](const std::string& name, ddl::Param<double>& p) {
         if (name == "embed.weight") p.value *= 50.0;
       });
-      const ddl::TokenBatch batch = randomBatch(B, T, 11, 13 + static_cast<std::uint64_t>(B));
+      const ddl::TokenBatch batch = randomTokenBatch(B, T, 11, 13 + static_cast<std::uint64_t>(B));
       MatX<double> logits;
-      lm.forward(batch, logits);
+      const auto loss = backwardOfRandomReadout(lm, batch, &logits);
       REQUIRE(logits.rows() == 11);
       REQUIRE(logits.cols() == B * T);
-      const MatX<double> W = MatX<double>::Random(logits.rows(), logits.cols());
-      auto loss = [&] {
-        MatX<double> l;
-        lm.forwardInference(batch, l);
-        return (W.array() * l.array()).sum();
-      };
-      ddl::zeroGrad(lm);
-      lm.backward(W);
       lm.visitParams("", [&](const std::string& name, ddl::Param<double>& p) {
         CAPTURE(name);
         FD_CHECK(p.grad, ddl::testing::numericGrad(p.value, loss));
@@ -200,7 +175,7 @@ TEST_CASE("DeltaLM forwardInference gives the training forward's logits bit for 
   for (const Case& k : lmCases()) {
     CAPTURE(nameOf(k));
     ddl::DeltaLM<float> lm(smallLMConfig(k), 3);
-    const ddl::TokenBatch batch = randomBatch(3, 6, 11, 4);
+    const ddl::TokenBatch batch = randomTokenBatch(3, 6, 11, 4);
     MatX<float> a, b;
     lm.forward(batch, a);
     lm.forwardInference(batch, b);
@@ -212,7 +187,7 @@ TEST_CASE("DeltaLM is causal: a token changes no earlier logit and no other sequ
   for (const Case& k : lmCases()) {
     CAPTURE(nameOf(k));
     ddl::DeltaLM<double> lm(smallLMConfig(k), 21);
-    ddl::TokenBatch batch = randomBatch(2, 6, 11, 22);
+    ddl::TokenBatch batch = randomTokenBatch(2, 6, 11, 22);
     MatX<double> before, after;
     lm.forwardInference(batch, before);
     const Index t = 3;
@@ -254,7 +229,7 @@ TEST_CASE("DeltaLM initialises as docs/spec.md section 8 says", "[delta_lm]") {
   // Same seed, same model; init(seed) restores it.
   ddl::DeltaLM<double> twin(cfg, 1);
   MatX<double> a, b;
-  const ddl::TokenBatch batch = randomBatch(1, 8, 256, 2);
+  const ddl::TokenBatch batch = randomTokenBatch(1, 8, 256, 2);
   lm.forwardInference(batch, a);
   twin.forwardInference(batch, b);
   CHECK(a == b);
@@ -333,17 +308,17 @@ TEST_CASE("DeltaLM refuses bad input with clear errors and keeps its state", "[d
   ddl::DeltaLM<double> lm(smallLMConfig(Case{"cc", ddl::ResidualKind::Delta, "code", 2, 2, true}), 1);
   MatX<double> logits;
   CHECK(contains(thrownMessage<ddl::Error>([&] { lm.backward(MatX<double>::Zero(11, 4)); }), "before forward"));
-  ddl::TokenBatch bad = randomBatch(2, 3, 11, 1);
+  ddl::TokenBatch bad = randomTokenBatch(2, 3, 11, 1);
   bad.ids[4] = 11;
   const std::string msg = thrownMessage<ddl::ValueError>([&] { lm.forward(bad, logits); });
   CHECK(contains(msg, "id 11 at position 4"));
   CHECK(contains(msg, "[0, 11)"));
-  CHECK(contains(thrownMessage<ddl::ValueError>([&] { lm.forward(randomBatch(1, 7, 11, 1), logits); }),
+  CHECK(contains(thrownMessage<ddl::ValueError>([&] { lm.forward(randomTokenBatch(1, 7, 11, 1), logits); }),
                  "sequence length T = 7 exceeds the context 6"));
-  ddl::TokenBatch shortIds = randomBatch(2, 3, 11, 1);
+  ddl::TokenBatch shortIds = randomTokenBatch(2, 3, 11, 1);
   shortIds.ids.pop_back();
   CHECK(contains(thrownMessage<ddl::ShapeError>([&] { lm.forward(shortIds, logits); }), "5 ids"));
-  lm.forward(randomBatch(2, 3, 11, 1), logits);
+  lm.forward(randomTokenBatch(2, 3, 11, 1), logits);
   CHECK(contains(thrownMessage<ddl::ShapeError>([&] { lm.backward(MatX<double>::Zero(11, 5)); }), "dLogits"));
 }
 
@@ -352,7 +327,7 @@ TEST_CASE("DeltaLM cached decoding gives the logits of a full forward at every p
     CAPTURE(nameOf(k));
     ddl::DeltaLM<double> lm(smallLMConfig(k), 31);
     perturbSmallParams(lm, 32);
-    const ddl::TokenBatch batch = randomBatch(1, 6, 11, 33);  // the whole context
+    const ddl::TokenBatch batch = randomTokenBatch(1, 6, 11, 33);  // the whole context
     ddl::LmDecoder<double> decoder(lm);
     checkStepsMatchFull(lm, decoder, batch, 1e-12);
     MatX<double> step;
@@ -442,17 +417,7 @@ TEST_CASE("DeltaLM with the authors' attention options: every gradient against c
       lm.visitParams("", [](const std::string& name, ddl::Param<double>& p) {
         if (name == "embed.weight") p.value *= 50.0;  // as the test above: the first norm's curvature
       });
-      const ddl::TokenBatch batch = randomBatch(2, 3, 11, 63);
-      MatX<double> logits;
-      lm.forward(batch, logits);
-      const MatX<double> W = MatX<double>::Random(logits.rows(), logits.cols());
-      auto loss = [&] {
-        MatX<double> l;
-        lm.forwardInference(batch, l);
-        return (W.array() * l.array()).sum();
-      };
-      ddl::zeroGrad(lm);
-      lm.backward(W);
+      const auto loss = backwardOfRandomReadout(lm, randomTokenBatch(2, 3, 11, 63));
       Index shifts = 0;
       lm.visitParams("", [&](const std::string& name, ddl::Param<double>& p) {
         CAPTURE(name);
@@ -461,6 +426,6 @@ TEST_CASE("DeltaLM with the authors' attention options: every gradient against c
       });
       CHECK(shifts == 2 * cfg.depth);  // the options' parameters were there and checked
       ddl::LmDecoder<double> decoder(lm);
-      checkStepsMatchFull(lm, decoder, randomBatch(1, 6, 11, 64), 1e-12);
+      checkStepsMatchFull(lm, decoder, randomTokenBatch(1, 6, 11, 64), 1e-12);
     }
 }

@@ -31,6 +31,9 @@ using ddl::MatX;
 using ddl::TokenLayout;
 using ddl_test::contains;
 using ddl_test::thrownMessage;
+using ddl_test::randomTokenBatch;
+using ddl_test::perturbSmallParams;
+using ddl_test::backwardOfRandomReadout;
 
 namespace {
 
@@ -105,25 +108,6 @@ std::vector<Built> authorsCases() {
   return out;
 }
 
-// Gains, biases and read vectors off their trivial starts, so no gradient term hides behind a 1 or a 0.
-template <class Module>
-void perturbSmallParams(Module& m, std::uint64_t seed) {
-  ddl::Rng rng(seed);
-  m.visitParams("", [&](const std::string&, ddl::Param<double>& p) {
-    if (p.shape.size() == 1)
-      for (Index i = 0; i < p.value.size(); ++i) p.value.data()[i] += rng.uniform(-0.3, 0.3);
-  });
-}
-
-ddl::TokenBatch randomBatch(Index B, Index T, Index vocab, std::uint64_t seed) {
-  std::mt19937 gen(static_cast<unsigned>(seed));
-  ddl::TokenBatch b;
-  b.layout = TokenLayout::sequence(B, T);
-  b.ids.resize(static_cast<std::size_t>(B * T));
-  for (int& id : b.ids) id = std::uniform_int_distribution<int>(0, static_cast<int>(vocab) - 1)(gen);
-  return b;
-}
-
 // The five-point central difference (f(-2h) - 8 f(-h) + 8 f(h) - f(2h)) / 12h, h = 1e-4: truncation O(h^4)
 // and rounding (~1e-15 of the logits' sum / h) near 1e-11. The three-point one of ddl::testing::numericGrad
 // (h = 1e-6) leaves ~1e-6 of rounding on the small gradients of the two-layer gates (~1e-2 against
@@ -178,17 +162,7 @@ TEST_CASE("DeltaLM with the authors' Delta options: backward matches central dif
         if (name == "embed.weight") p.value *= 50.0;
         if (name == "expand.weight") p.value.array() += 0.3 * MatX<double>::Random(p.value.rows(), p.value.cols()).array();
       });
-      const ddl::TokenBatch batch = randomBatch(B, T, 11, 13 + static_cast<std::uint64_t>(B * T));
-      MatX<double> logits;
-      lm.forward(batch, logits);
-      const MatX<double> W = MatX<double>::Random(logits.rows(), logits.cols());
-      auto loss = [&] {
-        MatX<double> l;
-        lm.forwardInference(batch, l);
-        return (W.array() * l.array()).sum();
-      };
-      ddl::zeroGrad(lm);
-      lm.backward(W);
+      const auto loss = backwardOfRandomReadout(lm, randomTokenBatch(B, T, 11, 13 + static_cast<std::uint64_t>(B * T)));
       lm.visitParams("", [&](const std::string& name, ddl::Param<double>& p) {
         CAPTURE(name);
         const MatX<double> num = numericGrad4(p.value, loss);
@@ -209,7 +183,7 @@ TEST_CASE("DeltaLM with the authors' Delta options: backward matches central dif
 TEST_CASE("DeltaLM with the authors' Delta options: cached decoding gives the full forward's logits", "[delta_lm][decode][authors]") {
   for (const Built& k : authorsCases()) {
     CAPTURE(k.name);
-    const ddl::TokenBatch batch = randomBatch(1, 6, 11, 33);
+    const ddl::TokenBatch batch = randomTokenBatch(1, 6, 11, 33);
     const auto check = [&](auto& lm, auto tol) {
       using S = decltype(tol);
       MatX<S> full, step;
@@ -229,7 +203,7 @@ TEST_CASE("DeltaLM with the authors' Delta options: cached decoding gives the fu
     check(lf, 1e-5f);
     // and the inference forward is the training forward, bit for bit
     MatX<float> a, b;
-    const ddl::TokenBatch many = randomBatch(3, 5, 11, 4);
+    const ddl::TokenBatch many = randomTokenBatch(3, 5, 11, 4);
     lf.forward(many, a);
     lf.forwardInference(many, b);
     CHECK(a == b);

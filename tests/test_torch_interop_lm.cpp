@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "catch_compat.hpp"
+#include "fixtures.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/rng.hpp"
 #include "ddl/core/token_batch.hpp"
@@ -34,6 +35,7 @@
 
 using ddl::Index;
 using ddl::MatX;
+using ddl_test::randomTokenBatch;
 
 using namespace torch_runner;
 
@@ -150,15 +152,6 @@ std::vector<Case> authorsCases() {
           {"cc", R::Delta, "code", true, true, 0, "gate2"},    {"tc-ec", R::WriteOnly, "code", true, true, 0, "gate2"}};
 }
 
-ddl::TokenBatch randomBatch(Index B, Index T, Index vocab, std::uint64_t seed) {
-  std::mt19937 gen(static_cast<unsigned>(seed));
-  ddl::TokenBatch b;
-  b.layout = ddl::TokenLayout::sequence(B, T);
-  b.ids.resize(static_cast<std::size_t>(B * T));
-  for (int& id : b.ids) id = std::uniform_int_distribution<int>(0, static_cast<int>(vocab) - 1)(gen);
-  return b;
-}
-
 // ids (B, T) as a matrix of S: row b, column t holds id b*T + t (exact: the ids are small integers).
 template <class S>
 MatX<S> idsMatrix(const ddl::TokenBatch& batch) {
@@ -185,7 +178,7 @@ std::pair<std::string, std::string> writeCase(const Case& k, const std::string& 
     for (Index j = 0; j < p.value.cols(); ++j)
       for (Index i = 0; i < p.value.rows(); ++i) p.value(i, j) += static_cast<S>(s.perturb * rng.normal());
   });
-  const ddl::TokenBatch batch = randomBatch(s.B, s.T, cfg.vocab, seed);
+  const ddl::TokenBatch batch = randomTokenBatch(s.B, s.T, cfg.vocab, seed);
   MatX<S> logits;
   lm.forward(batch, logits);
   REQUIRE(logits.rows() == cfg.vocab);
