@@ -9,7 +9,8 @@
 //   Counters: step_ms, tokens_per_s, params, and what the first step allocates, phase by phase, read
 //   from glibc's heap (mallinfo2, bytes in use; later steps reuse it all): weights_MiB, grads_MiB (after
 //   zeroGrad), forward_MiB (what the forward keeps for backward, with its workspaces; forward_dN the
-//   same in units of one (d, T) float matrix), loss_MiB (softmax and the logits' gradient), backward_MiB
+//   same in units of one (d, T) float matrix), loss_MiB (the softmax; the logits' gradient takes the
+//   logits' place, as in the training step), backward_MiB
 //   (backward's own scratch), adamw_MiB (its two moments) and total_MiB.
 // BM_ScaleGenerate/variant: LmDecoder (the cache of keys, values and EC's last embeddings) fed a
 //   960-token prompt one token at a time (prefill_tokens_per_s), then 64 more tokens up to the context
@@ -89,16 +90,16 @@ void BM_ScaleStep(benchmark::State& state) {
   const auto draw = [&rng] { return static_cast<int>(rng.below(static_cast<std::uint64_t>(kVocab))); };
   for (Index t = 0; t < kT; ++t) batch.ids[static_cast<std::size_t>(t)] = draw();
   for (Index t = 0; t < kT; ++t) next[static_cast<std::size_t>(t)] = draw();
-  ddl::MatX<S> logits, dLogits;
+  ddl::MatX<S> logits;
   // The first step, phase by phase: what each allocates and keeps (every later step reuses it all).
   ddl::zeroGrad(params);
   const double h0 = heapInUse();
   model.forward(batch, logits);
   const double h1 = heapInUse();
   ce.forward(logits, next);
-  ce.backward(dLogits);
+  ce.backward(logits);  // the gradient takes the logits' place, as in the training step (train/task_step.hpp)
   const double h2 = heapInUse();
-  model.backward(dLogits);
+  model.backward(logits);
   const double h3 = heapInUse();
   opt.step(params);
   const double h4 = heapInUse();
@@ -106,8 +107,8 @@ void BM_ScaleStep(benchmark::State& state) {
     ddl::zeroGrad(params);
     model.forward(batch, logits);
     const S loss = ce.forward(logits, next);
-    ce.backward(dLogits);
-    model.backward(dLogits);
+    ce.backward(logits);
+    model.backward(logits);
     opt.step(params);
     return loss;
   };

@@ -4,7 +4,7 @@
 //   ddl::DeltaNet<float> net(cfg, seed);
 //   ddl::SoftmaxCrossEntropy<float> loss;
 //   ddl::AdamW<float> opt;
-//   ddl::StepBuffers<float> buf;                      // logits and dLogits, reused every step
+//   ddl::StepBuffers<float> buf;                      // logits (then their gradient), reused every step
 //   while (batches.next(X, y)) {
 //     opt.setLr(schedule.lrAt(opt.stepCount()));
 //     ddl::StepStats s = ddl::trainStep(net, loss, opt, X, y, buf, {/*clipNorm=*/1.0});
@@ -45,7 +45,8 @@ struct NonDeduced {
 };
 
 // The classification loss of a step: mean softmax cross-entropy of logits against labels, the count
-// of correct samples, and the gradient of the mean loss into dLogits (checks the label range).
+// of correct samples, and the gradient of the mean loss into dLogits (checks the label range). dLogits
+// may be logits: it is written after the last read of them.
 template <class S>
 StepStats classificationLoss(SoftmaxCrossEntropy<S>& loss, const MatX<S>& logits, const std::vector<int>& labels,
                              MatX<S>& dLogits) {
