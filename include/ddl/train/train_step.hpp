@@ -46,14 +46,15 @@ struct NonDeduced {
 
 // The classification loss of a step: mean softmax cross-entropy of logits against labels, the count
 // of correct samples, and the gradient of the mean loss into dLogits (checks the label range). dLogits
-// may be logits: it is written after the last read of them.
+// may be logits: the loss then computes its softmax in their place (forwardInPlace) after counting.
 template <class S>
 StepStats classificationLoss(SoftmaxCrossEntropy<S>& loss, const MatX<S>& logits, const std::vector<int>& labels,
                              MatX<S>& dLogits) {
   StepStats s;
-  s.loss = static_cast<double>(loss.forward(logits, labels));
   s.correct = countCorrect(logits, labels);
   s.count = logits.cols();
+  // One buffer (the training step's): the softmax, then the gradient, take the logits' place.
+  s.loss = static_cast<double>(&dLogits == &logits ? loss.forwardInPlace(dLogits, labels) : loss.forward(logits, labels));
   loss.backward(dLogits);
   return s;
 }
