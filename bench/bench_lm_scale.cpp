@@ -9,7 +9,8 @@
 //   Counters: step_ms, tokens_per_s, params, and what the first step allocates, phase by phase, read
 //   from glibc's heap (mallinfo2, bytes in use; later steps reuse it all): weights_MiB, grads_MiB (after
 //   zeroGrad), forward_MiB (what the forward keeps for backward, with its workspaces; forward_dN the
-//   same in units of one (d, T) float matrix), loss_MiB (softmax and the logits' gradient), backward_MiB
+//   same in units of one (d, T) float matrix), loss_MiB (what the loss adds: nothing, as the softmax and
+//   the logits' gradient take the logits' place, as in the training step), backward_MiB
 //   (backward's own scratch), adamw_MiB (its two moments) and total_MiB.
 // BM_ScaleGenerate/variant: LmDecoder (the cache of keys, values and EC's last embeddings) fed a
 //   960-token prompt one token at a time (prefill_tokens_per_s), then 64 more tokens up to the context
@@ -89,25 +90,25 @@ void BM_ScaleStep(benchmark::State& state) {
   const auto draw = [&rng] { return static_cast<int>(rng.below(static_cast<std::uint64_t>(kVocab))); };
   for (Index t = 0; t < kT; ++t) batch.ids[static_cast<std::size_t>(t)] = draw();
   for (Index t = 0; t < kT; ++t) next[static_cast<std::size_t>(t)] = draw();
-  ddl::MatX<S> logits, dLogits;
+  ddl::MatX<S> logits;
   // The first step, phase by phase: what each allocates and keeps (every later step reuses it all).
   ddl::zeroGrad(params);
   const double h0 = heapInUse();
   model.forward(batch, logits);
   const double h1 = heapInUse();
-  ce.forward(logits, next);
-  ce.backward(dLogits);
+  ce.forwardInPlace(logits, next);  // softmax, then gradient, in the logits' place, as the training step does
+  ce.backward(logits);
   const double h2 = heapInUse();
-  model.backward(dLogits);
+  model.backward(logits);
   const double h3 = heapInUse();
   opt.step(params);
   const double h4 = heapInUse();
   const auto step = [&] {
     ddl::zeroGrad(params);
     model.forward(batch, logits);
-    const S loss = ce.forward(logits, next);
-    ce.backward(dLogits);
-    model.backward(dLogits);
+    const S loss = ce.forwardInPlace(logits, next);
+    ce.backward(logits);
+    model.backward(logits);
     opt.step(params);
     return loss;
   };

@@ -115,8 +115,8 @@ StepAllocations steadyState(Net& net, const MatX<float>& X1, const MatX<float>& 
   a.zeroGrad = allocationsDuring([&] { ddl::zeroGrad(params); });
   net.forward(X1, buf.logits);
   loss.forward(buf.logits, y1);
-  loss.backward(buf.dLogits);
-  net.backward(buf.dLogits);
+  loss.backward(buf.logits);  // as the step does: the gradient in the logits' place
+  net.backward(buf.logits);
   a.guard = allocationsDuring([&] { guard.check(0.5, 1); });
   a.clip = allocationsDuring([&] { ddl::clipGradNorm(params, 1e-3); });
   a.adamw = allocationsDuring([&] { adamw.step(params); });

@@ -67,3 +67,40 @@ TEST_CASE("GemmWorkspace rejects shapes that do not chain", "[core][gemm][errors
   const std::string msg = ddl_test::thrownMessage<ddl::ShapeError>([&] { ws.product(A, false, B, false, C, 1.0, false); });
   CHECK(ddl_test::contains(msg, "ddl::GemmWorkspace::product: op(A) is (3, 4), op(B) is (5, 2) and C is (3, 2)"));
 }
+
+// The rows of A packed at once are cut for a tall product (core/gemm.hpp, packedRows); every bit must be
+// the one of Eigen's kernel with its own blocking, which packs all rows.
+template <class S>
+void checkTallProductBits(Index m, Index n, Index k, bool transA, bool transB) {
+  CAPTURE(m, n, k, transA, transB);
+  REQUIRE(ddl::GemmWorkspace<S>::packedRows(m, n, k) < m);
+  MatX<S> A = transA ? MatX<S>::Random(k, m) : MatX<S>::Random(m, k);
+  MatX<S> B = transB ? MatX<S>::Random(n, k) : MatX<S>::Random(k, n);
+  MatX<S> C(m, n), expected = MatX<S>::Zero(m, n);
+  Eigen::internal::gemm_blocking_space<Eigen::ColMajor, S, S, Eigen::Dynamic, Eigen::Dynamic, Eigen::Dynamic> all(
+      m, n, k, 1, true);
+  REQUIRE(all.mc() == m);
+  const auto run = [&](auto lhsOrder, auto rhsOrder) {
+    Eigen::internal::general_matrix_matrix_product<Index, S, decltype(lhsOrder)::value, false, S,
+                                                   decltype(rhsOrder)::value, false, Eigen::ColMajor, 1>::
+        run(m, n, k, A.data(), A.outerStride(), B.data(), B.outerStride(), expected.data(), 1, expected.outerStride(),
+            S(0.75), all, nullptr);
+  };
+  using Col = std::integral_constant<int, Eigen::ColMajor>;
+  using Row = std::integral_constant<int, Eigen::RowMajor>;
+  if (transA && transB) run(Row(), Row());
+  else if (transA) run(Row(), Col());
+  else if (transB) run(Col(), Row());
+  else run(Col(), Col());
+  ddl::GemmWorkspace<S> ws;
+  ws.product(A, transA, B, transB, C, S(0.75), false);
+  CHECK(C.cwiseEqual(expected).all());
+}
+
+TEST_CASE("GemmWorkspace cuts the packed rows of a tall product without changing a bit", "[core][gemm]") {
+  std::srand(5);
+  checkTallProductBits<float>(5003, 40, 1000, false, false);  // k > kc: two panels, as the LM head's 768
+  checkTallProductBits<float>(5016, 33, 1000, true, false);
+  checkTallProductBits<float>(4999, 41, 1000, false, true);
+  checkTallProductBits<double>(3001, 29, 600, true, true);
+}

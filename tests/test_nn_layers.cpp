@@ -547,6 +547,23 @@ TEST_CASE("SoftmaxCrossEntropy matches hand-computed losses and is stable for hu
   CHECK(ce.probabilities().allFinite());
 }
 
+TEST_CASE("SoftmaxCrossEntropy in place gives forward's loss, softmax and gradient bit for bit", "[cross_entropy]") {
+  const double smoothing = GENERATE(0.0, 0.1);
+  const Index C = GENERATE(Index(37), Index(64));
+  std::srand(17);
+  const MatX<float> Z = 8.0f * MatX<float>::Random(C, 5);
+  const std::vector<int> labels = {3, 0, 36, 7, 11};
+  ddl::SoftmaxCrossEntropy<float> copy(smoothing), inPlace(smoothing);
+  MatX<float> dZ, buffer = Z;
+  const float loss = copy.forward(Z, labels);
+  copy.backward(dZ);
+  CHECK(inPlace.forwardInPlace(buffer, labels) == loss);
+  CHECK(buffer.cwiseEqual(copy.probabilities()).all());
+  CHECK(&inPlace.probabilities() == &buffer);
+  inPlace.backward(buffer);
+  CHECK(buffer.cwiseEqual(dZ).all());
+}
+
 TEST_CASE("SoftmaxCrossEntropy in float keeps the tiny loss of a confident correct column", "[cross_entropy]") {
   // lse − z_y computed in float cancels to 0 here; the reference is log(1 + e^-20 + e^-16) in double.
   const double ref = std::log1p(std::exp(-20.0) + std::exp(-16.0));

@@ -58,11 +58,30 @@ class GemmWorkspace {
   // parallel region calls it before, so the region allocates nothing. m, n, k >= 1.
   void reserve(Index m, Index n, Index k) {
     if (m_blocking && m == m_m && n == m_n && k == m_k) return;
-    m_blocking = std::make_unique<Blocking>(m, n, k, 1, true);
+    m_blocking = std::make_unique<Blocking>(packedRows(m, n, k), n, k, 1, true);
     m_blocking->allocateAll();
     m_m = m;
     m_n = n;
     m_k = k;
+  }
+
+  // The packed block of A holds kc x mc scalars. Eigen takes mc = m whenever its L3 estimate (256 MiB on
+  // this machine kind) holds A, so a tall product (the language model's head: 50 304 rows) packed 75-100
+  // MiB per task. Rows beyond kMaxPackedLhsBytes are cut into blocks of a multiple of the kernel's mr
+  // rows, with kc and nc unchanged: every output element then sums the same kc panels in the same order
+  // and every row runs the same micro kernel as without the cut (the kernel's row peeling starts each
+  // block at a multiple of mr), so the bits do not change (tests/test_gemm.cpp checks it). Returns the
+  // rows to give Eigen's blocking: m, or the cut when it keeps kc and nc.
+  static Index packedRows(Index m, Index n, Index k) {
+    constexpr Index kMaxPackedLhsBytes = Index(4) << 20;
+    constexpr Index mr = Eigen::internal::gebp_traits<S, S>::mr;
+    Index kc = k, mc = m, nc = n;
+    Eigen::internal::computeProductBlockingSizes<S, S, 1>(kc, mc, nc, Index(1));
+    const Index cut = kMaxPackedLhsBytes / (kc * static_cast<Index>(sizeof(S))) / mr * mr;
+    if (cut < mr || mc <= cut) return m;
+    Index kcCut = k, mcCut = cut, ncCut = n;
+    Eigen::internal::computeProductBlockingSizes<S, S, 1>(kcCut, mcCut, ncCut, Index(1));
+    return kcCut == kc && ncCut == nc && mcCut == cut ? cut : m;
   }
 
  private:

@@ -4,7 +4,8 @@
 //
 // A model trained by the loop has
 //   forward(const Input& X, MatX<S>& out)          Input: what the batch source yields (a matrix here)
-//   backward(const MatX<S>& dOut)                  adds its parameters' gradients
+//   backward(const MatX<S>& dOut)                  adds its parameters' gradients; reads nothing of the
+//                                                  out forward wrote (the step puts dOut in its place)
 //   visitParams(prefix, f), f(const std::string&, Param<S>&)     the parameter walk
 //   config()  whose result has toKeyValues() -> std::map<std::string, std::string>
 //             and, optionally, a member `preset`: a std::string or an enum with toString

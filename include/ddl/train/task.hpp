@@ -8,6 +8,7 @@
 //       out: the model's output for the batch. Returns the mean loss over the batch's count
 //       positions, the number of them predicted correctly and count; writes the gradient of the
 //       mean loss into dOut (out's shape). Throws ddl::Error for a target that does not fit out.
+//       dOut may be out itself (the training step passes one buffer): read out before writing dOut.
 //   EvalResult evaluate(Model&, const EvalData&, Index batchSize, MatX<S>& scratch[, onBatch]);
 //       mean loss and accuracy over the data, without changing a parameter; with onBatch, the
 //       caching forward runs and onBatch() follows every batch (the gate audit reads the caches).

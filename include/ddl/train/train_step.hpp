@@ -4,7 +4,7 @@
 //   ddl::DeltaNet<float> net(cfg, seed);
 //   ddl::SoftmaxCrossEntropy<float> loss;
 //   ddl::AdamW<float> opt;
-//   ddl::StepBuffers<float> buf;                      // logits and dLogits, reused every step
+//   ddl::StepBuffers<float> buf;                      // logits (then their gradient), reused every step
 //   while (batches.next(X, y)) {
 //     opt.setLr(schedule.lrAt(opt.stepCount()));
 //     ddl::StepStats s = ddl::trainStep(net, loss, opt, X, y, buf, {/*clipNorm=*/1.0});
@@ -45,14 +45,16 @@ struct NonDeduced {
 };
 
 // The classification loss of a step: mean softmax cross-entropy of logits against labels, the count
-// of correct samples, and the gradient of the mean loss into dLogits (checks the label range).
+// of correct samples, and the gradient of the mean loss into dLogits (checks the label range). dLogits
+// may be logits: the loss then computes its softmax in their place (forwardInPlace) after counting.
 template <class S>
 StepStats classificationLoss(SoftmaxCrossEntropy<S>& loss, const MatX<S>& logits, const std::vector<int>& labels,
                              MatX<S>& dLogits) {
   StepStats s;
-  s.loss = static_cast<double>(loss.forward(logits, labels));
   s.correct = countCorrect(logits, labels);
   s.count = logits.cols();
+  // One buffer (the training step's): the softmax, then the gradient, take the logits' place.
+  s.loss = static_cast<double>(&dLogits == &logits ? loss.forwardInPlace(dLogits, labels) : loss.forward(logits, labels));
   loss.backward(dLogits);
   return s;
 }

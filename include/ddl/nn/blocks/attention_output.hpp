@@ -60,6 +60,17 @@ class AttentionOutput {
     dc += m_tmp;
   }
 
+  // Exchanges backward's scratch (dead once addInputGradient has run) and the layers' with other's, a
+  // module of the same shape (docs/decisions.md, "Scratch shared between blocks").
+  void swapScratch(AttentionOutput& other) noexcept {
+    m_dn.swap(other.m_dn);
+    m_du.swap(other.m_du);
+    m_dnHeads.swap(other.m_dnHeads);
+    m_tmp.swap(other.m_tmp);
+    m_norm.swapScratch(other.m_norm);
+    if (m_g && other.m_g) m_g->swapScratch(*other.m_g);
+  }
+
   // Decoding scratch: the normed heads, u and the gated heads of one step.
   struct Step {
     MatX<S> n, u, y;

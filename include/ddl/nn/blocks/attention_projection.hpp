@@ -52,6 +52,16 @@ class AttentionProjection {
   // when !accumulate, else dc += the input gradient. W's and W_s's gradients accumulate.
   void backward(Eigen::Ref<MatX<S>> dy, MatX<S>& dc, bool accumulate);
 
+  // Exchanges backward's scratch and the layers' with other's, a projection of the same shape
+  // (docs/decisions.md, "Scratch shared between blocks").
+  void swapScratch(AttentionProjection& other) noexcept {
+    m_dz.swap(other.m_dz);
+    m_dLogit.swap(other.m_dLogit);
+    m_tmp.swap(other.m_tmp);
+    m_W.swapScratch(other.m_W);
+    if (m_shift && other.m_shift) m_shift->swapScratch(*other.m_shift);
+  }
+
   // Decoding state of one sequence: z of the last position (the next one's shift reads it) and scratch.
   struct Step {
     VecX<S> prev;          // (H*d_h) z of position L−1, valid when L > 0

@@ -60,6 +60,10 @@ class CausalAttentionCore {
   void backward(const TokenLayout& layout, const TokenMap& Q, const TokenMap& K, const MatX<S>& V, const MatX<S>& dA,
                 const MatX<S>& colMax, const MatX<S>& colInv, TokenMapMut& dQ, TokenMapMut& dK, MatX<S>& dV);
 
+  // Exchanges the per-thread scratch (its contents are dead between calls) with other's, a core of the
+  // same head size (docs/decisions.md, "Scratch shared between blocks").
+  void swapScratch(CausalAttentionCore& other) noexcept { m_scratch.swap(other.m_scratch); }
+
  private:
   // Query (and key) blocks of the causal products; see the header comment.
   static constexpr Index kCausalBlock = 64;

@@ -146,6 +146,26 @@ class CausalSelfAttention {
   // accumulates (+=). dc must not alias dOut.
   void backward(const Eigen::Ref<const MatX<S>>& dOut, MatX<S>& dc);
 
+  // Exchanges the buffers whose contents are dead between calls (backward's scratch, the core's
+  // per-thread scratch, the layers' product workspaces) with other's, an attention of the same
+  // configuration: the blocks of a model then share one set (docs/decisions.md, "Scratch shared
+  // between blocks"). Parameters and Activations stay.
+  void swapScratch(CausalSelfAttention& other) noexcept {
+    m_dA.swap(other.m_dA);
+    m_dV.swap(other.m_dV);
+    m_dQ.swap(other.m_dQ);
+    m_dK.swap(other.m_dK);
+    m_dY.swap(other.m_dY);
+    m_q.swapScratch(other.m_q);
+    m_k.swapScratch(other.m_k);
+    m_v.swapScratch(other.m_v);
+    m_o.swapScratch(other.m_o);
+    m_qNorm.swapScratch(other.m_qNorm);
+    m_kNorm.swapScratch(other.m_kNorm);
+    m_out.swapScratch(other.m_out);
+    m_core.swapScratch(other.m_core);
+  }
+
   // Parameters in a fixed order: q, k, v weights [D, d], o [d, D], then q_norm, k_norm gains [d_h]
   // (qkNorm only), then k_shift, v_shift [H, d], g [D, d], subln or o_norm [d_h] (their options only).
   template <class F>
@@ -207,7 +227,7 @@ class CausalSelfAttention {
   bool m_hasForward = false;
   Activations m_acts;            // of the last forward
   Activations m_infer;           // of forwardInference
-  MatX<S> m_dA, m_dV, m_tmp;     // (D, N) backward scratch
+  MatX<S> m_dA, m_dV;            // (D, N) backward scratch
   MatX<S> m_dQ, m_dK;            // (d_h, H*N) backward scratch
   MatX<S> m_dY;                  // (D, N) the output stage's gradient (options)
   CausalAttentionCore<S> m_core;

@@ -229,6 +229,27 @@ class DeltaResidual {
     if (hasValueParams()) m_value.visitParams(joinName(prefix, "value"), f);
   }
 
+  // Whether backward reads the branch output H of forward (the value head on h, ValueKind::FromBranch);
+  // otherwise H is dead once forward returns (k-Map keeps the unit directions it needs).
+  bool readsBranchOutput() const { return hasValueParams() && m_opt.value == ValueKind::FromBranch; }
+
+  // Exchanges backward's scratch and the layers' product workspaces with other's, a residual of the same
+  // shape and options (docs/decisions.md, "Scratch shared between blocks"); what forward keeps stays.
+  void swapScratch(DeltaResidual& other) noexcept {
+    m_dK.swap(other.m_dK);
+    m_dKt.swap(other.m_dKt);
+    m_dV.swap(other.m_dV);
+    m_dTmp.swap(other.m_dTmp);
+    m_gateDPre.swap(other.m_gateDPre);
+    m_dAuxHid.swap(other.m_dAuxHid);
+    m_dPool.swap(other.m_dPool);
+    m_dBeta.swap(other.m_dBeta);
+    m_dZ.swap(other.m_dZ);
+    m_value.swapScratch(other.m_value);
+    m_auxFc1.swapScratch(other.m_auxFc1);
+    m_auxFc2.swapScratch(other.m_auxFc2);
+  }
+
   // Diagnostics of the last forward or forwardInference (empty for the additive baseline).
   const RowX<S>& beta() const { return last().beta; }     // (1, N)
   const MatX<S>& directions() const { return last().K; }  // (d, N)

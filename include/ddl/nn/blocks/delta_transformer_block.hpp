@@ -94,7 +94,7 @@ class DeltaTransformerBlock {
     typename TokenCompressor<S>::Cache tc;  // TC's
     MatX<S> xin;  // (d, N) the compressed state (dv > 1; for dv = 1 x_in is the state itself)
     MatX<S> c;    // (d, N) RMSNorm(x_in); the branch and the rewrite keep views of it
-    MatX<S> h;    // (d, N) the branch output
+    MatX<S> h;    // (d, N) the branch output, when the rewrite's backward reads it (else m_h holds it)
   };
   struct Activations {
     SublayerActivations attn, mlp;
@@ -146,6 +146,22 @@ class DeltaTransformerBlock {
     m_mlp.delta.visitParams(joinName(prefix, "mlp_delta"), f);
   }
 
+  // Exchanges every buffer whose contents are dead between calls (backward's scratch, the attention's
+  // per-thread scratch, the product workspaces) with other's, a block of the same configuration. The
+  // blocks of a model run one after another, so they share one set: the model moves it to the block
+  // about to run (docs/decisions.md, "Scratch shared between blocks"). Parameters and Activations stay.
+  void swapScratch(DeltaTransformerBlock& other) noexcept {
+    m_h.swap(other.m_h);
+    m_dMid.swap(other.m_dMid);
+    m_dXin.swap(other.m_dXin);
+    m_dC.swap(other.m_dC);
+    m_dH.swap(other.m_dH);
+    m_dTmp.swap(other.m_dTmp);
+    m_dXc.swap(other.m_dXc);
+    swapSublayerScratch(m_attn, other.m_attn);
+    swapSublayerScratch(m_mlp, other.m_mlp);
+  }
+
   const DeltaResidual<S>& attentionResidual() const { return m_attn.delta; }
   const DeltaResidual<S>& mlpResidual() const { return m_mlp.delta; }
   const CausalSelfAttention<S>& attention() const { return m_attn.branch; }
@@ -155,7 +171,7 @@ class DeltaTransformerBlock {
   Index valueChannels() const { return m_dv; }
 
  private:
-  // One Delta sublayer: its norm, branch and rewrite, and its backward scratch.
+  // One Delta sublayer: its norm, branch and rewrite.
   template <class Branch>
   struct Sublayer {
     Sublayer(Index d, Index dv, const DeltaBlockOptions& opt, Branch&& b)
@@ -163,8 +179,14 @@ class DeltaTransformerBlock {
     RmsNorm<S> norm;
     Branch branch;
     DeltaResidual<S> delta;
-    MatX<S> dXin, dC, dH, dTmp, dXc;
   };
+
+  template <class Branch>
+  static void swapSublayerScratch(Sublayer<Branch>& a, Sublayer<Branch>& b) noexcept {
+    a.norm.swapScratch(b.norm);
+    a.branch.swapScratch(b.branch);
+    a.delta.swapScratch(b.delta);
+  }
 
   // Train keeps what backward reads (the modules' forward); Inference keeps nothing.
   using Mode = ForwardMode;  // nn/layers/forward_mode.hpp
@@ -212,7 +234,11 @@ class DeltaTransformerBlock {
   Sublayer<SwiGluBranch<S>> m_mlp;
   Activations m_acts;   // of the last forward
   Activations m_infer;  // of forwardInference
+  MatX<S> m_h;          // (d, N) a branch output no backward reads, dead once its rewrite has run
   MatX<S> m_dMid;       // the gradient of the state after the attention sublayer
+  // One sublayer's backward scratch, used by the two in turn: (d, N) gradients of x_in, c and h, a
+  // term, and (dv > 1) the compressor's (d, dv*N) gradient of the state.
+  MatX<S> m_dXin, m_dC, m_dH, m_dTmp, m_dXc;
 };
 
 template <class S>
@@ -293,8 +319,9 @@ template <class Branch>
 void DeltaTransformerBlock<S>::runSublayer(Sublayer<Branch>& s, const Eigen::Ref<const MatX<S>>& X,
                                            const TokenLayout& layout, MatX<S>& Y, SublayerActivations& a, Mode mode) {
   const bool train = mode == Mode::Train;
+  MatX<S>& h = s.delta.readsBranchOutput() ? a.h : m_h;
   sublayer(
-      X, Y, a.xin, a.c, a.h,
+      X, Y, a.xin, a.c, h,
       [&](const Eigen::Ref<const MatX<S>>& x, MatX<S>& xin) {
         if (m_overTokens)
           train ? m_tc->forward(x, layout, xin, a.tc) : m_tc->forwardInference(x, layout, xin);
@@ -314,19 +341,19 @@ template <class S>
 template <class Branch>
 void DeltaTransformerBlock<S>::runBackward(Sublayer<Branch>& s, const SublayerActivations& a,
                                            const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) {
-  s.delta.backward(dY, dX, s.dXin, s.dC, s.dH);
-  s.branch.backward(s.dH, s.dTmp);
-  s.dC += s.dTmp;
-  s.norm.backward(s.dC, s.dTmp);
-  s.dXin += s.dTmp;
+  s.delta.backward(dY, dX, m_dXin, m_dC, m_dH);
+  s.branch.backward(m_dH, m_dTmp);
+  m_dC += m_dTmp;
+  s.norm.backward(m_dC, m_dTmp);
+  m_dXin += m_dTmp;
   if (m_dv == 1) {
-    dX += s.dXin;
+    dX += m_dXin;
   } else {
     if (m_overTokens)
-      m_tc->backward(s.dXin, s.dXc, a.tc);
+      m_tc->backward(m_dXin, m_dXc, a.tc);
     else
-      m_compress->backward(s.dXin, s.dXc, a.cc);
-    dX += s.dXc;
+      m_compress->backward(m_dXin, m_dXc, a.cc);
+    dX += m_dXc;
   }
 }
 

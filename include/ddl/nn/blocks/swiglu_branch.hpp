@@ -82,6 +82,17 @@ class SwiGluBranch {
     m_fc3.visitParams(joinName(prefix, "fc3"), f);
   }
 
+  // Exchanges backward's scratch and the layers' product workspaces with other's, a branch of the same
+  // shape (docs/decisions.md, "Scratch shared between blocks"); Activations stay.
+  void swapScratch(SwiGluBranch& other) noexcept {
+    m_dA.swap(other.m_dA);
+    m_dB.swap(other.m_dB);
+    m_dC3.swap(other.m_dC3);
+    m_fc1.swapScratch(other.m_fc1);
+    m_fc2.swapScratch(other.m_fc2);
+    m_fc3.swapScratch(other.m_fc3);
+  }
+
   Index hidden() const { return m_hidden; }
   Linear<S>& fc1() { return m_fc1; }
   Linear<S>& fc2() { return m_fc2; }

@@ -48,60 +48,77 @@ class SoftmaxCrossEntropy {
     return forwardImpl(logits, labels.data(), labels.size());
   }
 
+  // The same loss, with the softmax written over the logits instead of a (C, B) matrix of the layer's
+  // own (one a forward left is freed): logits hold P until backward, which may write the gradient there
+  // too, backward(logits). The training step does so (train/train_step.hpp): the 124M language model's
+  // loss then needs no buffer beyond its logits (docs/results.md). The same bits as forward.
+  S forwardInPlace(MatX<S>& logits, const std::vector<int>& labels) {
+    m_P.resize(0, 0);
+    return forwardImpl(logits, labels.data(), static_cast<Index>(labels.size()), &logits);
+  }
+
   // -> dLogits: (C, B) overwritten with dLoss · (P − Q)/B, the gradient of dLoss · loss.
   void backward(MatX<S>& dLogits, S dLoss = S(1)) const;
 
-  // (C, B) softmax of the last forward.
-  const MatX<S>& probabilities() const { return m_P; }
+  // (C, B) softmax of the last forward (after forwardInPlace: its logits, until they change).
+  const MatX<S>& probabilities() const { return m_inPlace ? *m_inPlace : m_P; }
   double labelSmoothing() const { return m_eps; }
 
  private:
-  S forwardImpl(const Eigen::Ref<const MatX<S>>& Z, const int* labels, Index count);
+  // The one forward: the softmax into *inPlace (Z's own storage) or, without it, into m_P.
+  S forwardImpl(const Eigen::Ref<const MatX<S>>& Z, const int* labels, Index count, MatX<S>* inPlace = nullptr);
 
   double m_eps;
   bool m_hasForward = false;
-  MatX<S> m_P;                // (C, B)
+  MatX<S> m_P;                // (C, B), unless the last forward was in place
+  const MatX<S>* m_inPlace = nullptr;  // the logits holding P after forwardInPlace
   Eigen::VectorXi m_labels;   // (B)
 };
 
 template <class S>
 void SoftmaxCrossEntropy<S>::backward(MatX<S>& dLogits, S dLoss) const {
   if (!m_hasForward) throw Error("ddl::SoftmaxCrossEntropy::backward: called before forward");
-  const Index C = m_P.rows(), B = m_P.cols();
+  const MatX<S>& P = probabilities();
+  const Index C = P.rows(), B = P.cols();
   const S scale = dLoss / static_cast<S>(B);
   const S off = static_cast<S>(m_eps / static_cast<double>(C));
   const S on = static_cast<S>(1.0 - m_eps);
   dLogits.resize(C, B);
   for (Index b = 0; b < B; ++b) {
-    dLogits.col(b).array() = (m_P.col(b).array() - off) * scale;
+    dLogits.col(b).array() = (P.col(b).array() - off) * scale;  // in place when dLogits holds P
     dLogits(m_labels(b), b) -= on * scale;
   }
 }
 
 template <class S>
-S SoftmaxCrossEntropy<S>::forwardImpl(const Eigen::Ref<const MatX<S>>& Z, const int* labels, Index count) {
+S SoftmaxCrossEntropy<S>::forwardImpl(const Eigen::Ref<const MatX<S>>& Z, const int* labels, Index count,
+                                        MatX<S>* inPlace) {
   const char* fn = "ddl::SoftmaxCrossEntropy::forward";
   const Index C = Z.rows(), B = Z.cols();
   if (C < 1 || B < 1) throw ShapeError(message(fn, "logits has shape ", shapeOf(Z), ", expected (C >= 1, B >= 1)"));
   detail::checkLabels(fn, labels, count, C, B);
-  m_P.resize(C, B);
+  m_hasForward = false;
+  m_inPlace = inPlace;
+  MatX<S>& P = inPlace ? *inPlace : m_P;
+  P.resize(C, B);  // a no-op in place
   m_labels.resize(B);
   double total = 0.0;  // summed in double: B terms of similar size
   for (Index b = 0; b < B; ++b) {
-    const auto z = Z.col(b).array();
+    const auto z = Z.col(b).array();  // in place, P's column: everything read of z is read before it is written
     Index j = 0;
     const S m = z.maxCoeff(&j);
-    m_P.col(b).array() = (z - m).exp();
-    double rest = 0.0;  // Σ_{i≠j} exp(z_i − m), each term in (0, 1]
-    for (Index i = 0; i < C; ++i)
-      if (i != j) rest += static_cast<double>(m_P(i, b));
-    const S sum = m_P.col(b).sum();
-    m_P.col(b) *= S(1) / sum;
     const int y = labels[b];
     m_labels(b) = y;
     const double zy = static_cast<double>(z(y));
+    const double zMean = m_eps > 0.0 ? static_cast<double>(z.template cast<double>().mean()) : 0.0;
+    P.col(b).array() = (z - m).exp();
+    double rest = 0.0;  // Σ_{i≠j} exp(z_i − m), each term in (0, 1]
+    for (Index i = 0; i < C; ++i)
+      if (i != j) rest += static_cast<double>(P(i, b));
+    const S sum = P.col(b).sum();
+    P.col(b) *= S(1) / sum;
     double lossB = (static_cast<double>(m) - zy) + std::log1p(rest);
-    if (m_eps > 0.0) lossB += m_eps * (zy - static_cast<double>(z.template cast<double>().mean()));
+    if (m_eps > 0.0) lossB += m_eps * (zy - zMean);
     total += lossB;
   }
   m_hasForward = true;

@@ -139,6 +139,16 @@ class Linear {
     if (m_hasBias) f(joinName(prefix, "bias"), m_b);
   }
 
+  // Exchanges the buffers whose contents are dead between calls (the product workspaces, the bias sums)
+  // with other, a layer of the same shape: layers that run one after another then share one set
+  // (docs/decisions.md, "Scratch shared between blocks"). Parameters and the cache stay.
+  void swapScratch(Linear& other) noexcept {
+    m_dbWide.swap(other.m_dbWide);
+    m_gemmForward.swap(other.m_gemmForward);
+    m_gemmWeight.swap(other.m_gemmWeight);
+    m_gemmInput.swap(other.m_gemmInput);
+  }
+
   Param<S>& weight() { return m_W; }
   const Param<S>& weight() const { return m_W; }
   Param<S>& bias();

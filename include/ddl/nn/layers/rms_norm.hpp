@@ -49,6 +49,10 @@ class RmsNorm {
     f(joinName(prefix, "weight"), m_g);
   }
 
+  // Exchanges backward's scratch with other's, a norm of the same size (docs/decisions.md, "Scratch
+  // shared between blocks"); the gain, the view of the input and r stay.
+  void swapScratch(RmsNorm& other) noexcept { m_dgWide.swap(other.m_dgWide); }
+
   Param<S>& weight() { return m_g; }
   const Param<S>& weight() const { return m_g; }
   Index dim() const { return m_d; }

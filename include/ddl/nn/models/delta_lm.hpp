@@ -187,6 +187,14 @@ class DeltaLM {
     norm(xin, z);
   }
 
+  // The blocks run one after another and share one set of scratch (docs/decisions.md, "Scratch shared
+  // between blocks"): it moves to block i before that block runs, in any order and mode.
+  void moveScratchTo(std::size_t i) {
+    if (i == m_scratchHolder) return;
+    m_blocks[m_scratchHolder].swapScratch(m_blocks[i]);
+    m_scratchHolder = i;
+  }
+
   void refreshTiedHead() {
     if (m_cfg.tiedHead) m_head.weight().value = m_embed.weight().value;  // same shape: no allocation
   }
@@ -222,6 +230,7 @@ class DeltaLM {
   Expansion<S> m_expand;          // repetition (no parameters)
   std::optional<ConvExpansion<S>> m_convExpand;  // EC; each variant's module exists only in that variant
   std::vector<DeltaTransformerBlock<S>> m_blocks;
+  std::size_t m_scratchHolder = 0;  // the block holding the blocks' shared scratch
   std::optional<Compressor<S>> m_readout;         // CC
   std::optional<TokenCompressor<S>> m_tcReadout;  // TC
   RmsNorm<S> m_norm;
@@ -292,6 +301,7 @@ void DeltaLM<S>::run(const char* fn, const TokenBatch& batch, MatX<S>& logits, A
         train ? m_convExpand->forward(x, layout, X0) : m_convExpand->forwardInference(x, layout, X0);
       });
   for (std::size_t i = 0; i < m_blocks.size(); ++i) {
+    moveScratchTo(i);
     if (train)
       m_blocks[i].forward(state(i), layout, state(i + 1));
     else
@@ -334,6 +344,7 @@ void DeltaLM<S>::backward(const MatX<S>& dLogits) {
       m_readout->backward(m_dz, m_dA);
   }
   for (std::size_t i = m_blocks.size(); i-- > 0;) {
+    moveScratchTo(i);
     m_blocks[i].backward(m_dA, m_dB);
     m_dA.swap(m_dB);
   }
