@@ -137,6 +137,11 @@ int main(int argc, char** argv) {
 
   Timing t;
   ddl::Index samples = 0;  // per step, over all ranks
+  std::size_t gradValues = 0;
+  // Counted while the model lives (buf.params points into it).
+  const auto countGradient = [&] {
+    for (const auto& e : buf.params) gradValues += static_cast<std::size_t>(e.param->grad.size());
+  };
   const char* unit = "samples";
   if (lm) {
     ddl::DeltaLM<float> net(ddl_bench::scaleConfig(variant == "cc-ec" ? ddl_bench::kScaleCcEc : ddl_bench::kScaleAdditive), 1);
@@ -152,6 +157,7 @@ int main(int argc, char** argv) {
     for (auto& id : next) id = draw();
     ddl::NextTokenTask<float> task;
     t = timeSteps(world, dp, warmup, rounds, steps, dataParallelStep(net, task, opt, batch, next, buf, dp));
+    countGradient();
     samples = T * P;
     unit = "tokens";
   } else {
@@ -173,10 +179,9 @@ int main(int argc, char** argv) {
     for (ddl::Index i = 0; i < local; ++i) y[static_cast<std::size_t>(i)] = static_cast<int>(i % 10);
     ddl::ClassificationTask<float> task;
     t = timeSteps(world, dp, warmup, rounds, steps, dataParallelStep(net, task, opt, X, y, buf, dp));
+    countGradient();
     samples = B;
   }
-  std::size_t gradValues = 0;
-  for (const auto& e : buf.params) gradValues += static_cast<std::size_t>(e.param->grad.size());
   if (world.rank() == 0) {
     const double med = median(t.stepMs), mn = *std::min_element(t.stepMs.begin(), t.stepMs.end());
     const double cm = median(t.commMs);
