@@ -2,7 +2,8 @@
 // ddl::DataParallel, AdamW) on one process or on the ranks of `mpirun`, timed in a loop (MPI programs do
 // not fit Google Benchmark's runner). Two models:
 //   --model cifar (default): ddl-cifar's default net (ConvDeltaNet, stem stride 2, widths 24,48,96, one
-//     block per stage, dv = 1), global batch 128 images split over the ranks;
+//     block per stage, dv = 1), global batch 128 images split over the ranks (it reports no final
+//     gradients during backward: its sums always follow backward);
 //   --model lm124: DeltaLM at the paper's size (bench/lm_scale_config.hpp; --variant cc-ec or additive),
 //     one sequence of 1024 tokens per rank per step (weak scaling: the global batch is P sequences);
 //     a rank takes about 6.3 GB (cc-ec).
@@ -68,14 +69,16 @@ Timing timeSteps(ddl::MpiCommunicator& world, ddl::DataParallel<float>& dp, int 
 
 // The step of `taskStep` with the data-parallel parts: with overlap, beginStep before backward (the
 // model's reports start buckets) and reduceStep after it; without, reduceStep after backward.
+// As TrainingLoop: overlap only for a model that reports its final gradients (reports = true).
 template <class Model, class Task, class Input>
 auto dataParallelStep(Model& model, Task& task, ddl::AdamW<float>& opt, const Input& X,
-                      const typename Task::Target& y, ddl::StepBuffers<float>& buf, ddl::DataParallel<float>& dp) {
-  return [&] {
+                      const typename Task::Target& y, ddl::StepBuffers<float>& buf, ddl::DataParallel<float>& dp,
+                      bool reports) {
+  return [&, reports] {
     ddl::taskStep(
         model, task, opt, X, y, buf, ddl::TrainStepOptions{},
         [&](ddl::StepStats& s) {
-          if (dp.size() > 1 && dp.overlaps()) dp.beginStep(s, buf.params);
+          if (dp.size() > 1 && dp.overlaps() && reports) dp.beginStep(s, buf.params);
         },
         [&](ddl::StepStats& s) {
           if (dp.size() > 1) dp.reduceStep(s, buf.params);
@@ -156,7 +159,7 @@ int main(int argc, char** argv) {
     for (auto& id : batch.ids) id = draw();
     for (auto& id : next) id = draw();
     ddl::NextTokenTask<float> task;
-    t = timeSteps(world, dp, warmup, rounds, steps, dataParallelStep(net, task, opt, batch, next, buf, dp));
+    t = timeSteps(world, dp, warmup, rounds, steps, dataParallelStep(net, task, opt, batch, next, buf, dp, true));
     countGradient();
     samples = T * P;
     unit = "tokens";
@@ -178,14 +181,15 @@ int main(int argc, char** argv) {
     std::vector<int> y(static_cast<std::size_t>(local));
     for (ddl::Index i = 0; i < local; ++i) y[static_cast<std::size_t>(i)] = static_cast<int>(i % 10);
     ddl::ClassificationTask<float> task;
-    t = timeSteps(world, dp, warmup, rounds, steps, dataParallelStep(net, task, opt, X, y, buf, dp));
+    t = timeSteps(world, dp, warmup, rounds, steps, dataParallelStep(net, task, opt, X, y, buf, dp, false));
     countGradient();
     samples = B;
   }
   if (world.rank() == 0) {
     const double med = median(t.stepMs), mn = *std::min_element(t.stepMs.begin(), t.stepMs.end());
     const double cm = median(t.commMs);
-    const std::string how = P > 1 ? world.describe() + (dp.overlaps() ? ", overlap" : ", no overlap") : "one process";
+    const std::string how =
+        P > 1 ? world.describe() + (lm && dp.overlaps() ? ", overlap" : ", no overlap") : "one process";
     std::printf("%s%s: ranks %d x threads %d, %s, bucket %zu B, gradient %zu floats (%.2f MB): step median %.2f ms, "
                 "min %.2f ms, %.0f %s/s (median), collective %.3f ms/step (%.1f %%)\n",
                 model.c_str(), lm ? (" " + variant).c_str() : "", P, threads, how.c_str(), bucket, gradValues,

@@ -22,8 +22,8 @@
 //   model.backward(dOut);                      // reports final gradients: dp.gradientsReady(first, end)
 //   dp.reduceStep(stats, params);              // after backward: the remaining buckets, then wait
 // beginStep sums the statistics (as reduceStep does), so the weight is known before backward; the
-// model's reports (core/gradients_ready.hpp; TrainingLoop installs them when the model has
-// setGradientsReady) start every bucket whose parameters are all final as a started sum
+// model's reports (core/gradients_ready.hpp; TrainingLoop installs them and calls beginStep when the
+// model has setGradientsReady, and keeps the sums after backward otherwise) start every bucket whose parameters are all final as a started sum
 // (Collective::startSum) in a buffer of its own; reduceStep starts the buckets no report started, waits
 // and writes the sums back. The buckets' boundaries, weights and sums are those of the path without
 // overlap: the gradients are the same bits (with the rank-order sums of MpiCommunicator). A rank whose

@@ -353,7 +353,7 @@ class TrainingLoop {
       return taskStep(
           m_model, m_task, m_optimizer, m_X, m_y, m_buf, TrainStepOptions{m_opt.clipNorm},
           [&](StepStats& st) {
-            if (!m_dp || !m_dp->overlaps()) return;
+            if (!m_reporting) return;  // a model without reports: the sums after backward, in reduceStep
             reduced = true;  // the statistics' message is this step's; a failure after it goes through failStep's
             m_dp->beginStep(st, m_buf.params);  // the model's reports start buckets
           },
@@ -378,8 +378,8 @@ class TrainingLoop {
     if (m_opt.checkFinite) m_guard.check(st.loss, stepNo);
   }
 
-  // Data-parallel overlap: the model's backward reports its final gradients to m_dp (a model
-  // without setGradientsReady has its buckets sent after backward, in reduceStep).
+  // Data-parallel overlap: the model's backward reports its final gradients to m_dp. A model without
+  // setGradientsReady has nothing to overlap: its step keeps the sums after backward (reduceStep alone).
   void reportGradientsTo(bool on) {
     if constexpr (detail::HasGradientsReady<Model>::value) {
       if (on) {
