@@ -1,6 +1,5 @@
-// bench_lm_scale: DeltaLM at the paper's size, the authors' default configuration (docs/spec.md §8):
-// GPT-2's vocabulary padded to 50 304, d 768, 12 blocks, 6 heads of 128, context 1024, tied head, preset
-// "code"; variants cc-ec (the paper's DDL, dv 4) and additive dv 1 (the pre-norm GPT baseline).
+// bench_lm_scale: DeltaLM at the paper's size, the authors' default configuration (lm_scale_config.hpp):
+// variants cc-ec (the paper's DDL, dv 4) and additive dv 1 (the pre-norm GPT baseline).
 //
 //   OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive ./ddl_bench_lm_scale
 //
@@ -40,6 +39,7 @@
 #include "ddl/train/adamw.hpp"
 
 #include "bench_util.hpp"
+#include "lm_scale_config.hpp"
 
 namespace {
 
@@ -47,24 +47,12 @@ using ddl_bench::Stopwatch;
 using S = float;
 using ddl::Index;
 
-constexpr Index kVocab = 50304, kD = 768, kDepth = 12, kHeads = 6, kT = 1024;
+constexpr Index kVocab = ddl_bench::kScaleVocab, kD = ddl_bench::kScaleD, kT = ddl_bench::kScaleT;
 constexpr Index kPrompt = 960;
 
-enum Variant { kCcEc = 0, kAdditive = 1 };
-const char* variantName(int v) { return v == kCcEc ? "cc-ec" : "additive"; }
-
-ddl::DeltaLMConfig scaleConfig(int variant) {
-  ddl::DeltaLMConfig c;
-  c.vocab = kVocab;
-  c.d = kD;
-  c.depth = kDepth;
-  c.heads = kHeads;
-  c.context = kT;
-  ddl::applyVariant(c, variant == kCcEc ? "cc-ec" : "dv1");
-  c.block.residual.residual = variant == kCcEc ? ddl::ResidualKind::Delta : ddl::ResidualKind::Additive;
-  ddl::applyPreset(c, "code");
-  return c;
-}
+constexpr int kCcEc = ddl_bench::kScaleCcEc, kAdditive = ddl_bench::kScaleAdditive;
+using ddl_bench::scaleConfig;
+const char* variantName(int v) { return ddl_bench::scaleVariantName(v); }
 
 // Bytes glibc's heap holds in use (small blocks and mmapped large ones).
 double heapInUse() {

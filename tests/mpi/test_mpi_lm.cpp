@@ -7,11 +7,14 @@
 // the sharding and the sums are exact. Float: the per-rank sums round differently (the step-1
 // gradient differs by up to 7e-7 as one vector) and 20 AdamW steps carry that along (up to 2.1e-6
 // as one vector on 3 ranks), hence 1e-6 for the gradient and 1e-5 for the parameters. A global batch
-// that does not divide over the ranks is refused by name.
+// that does not divide over the ranks is refused by name. The overlap of the sums with backward (the
+// model's reports start buckets, train/data_parallel.hpp) gives the bits of the sums after backward.
 #include "mpi/mpi_fixture.hpp"  // first: the world communicator and main
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -129,7 +132,70 @@ void compareWithOneProcess(const ddl::DeltaLMConfig& cfg) {
   CHECK((isFloat ? params.first : params.second) <= (isFloat ? 1e-5 : 1e-12));
 }
 
+// Trains cfg on the ranks with dpo; returns the step-1 gradient and the parameters after the run.
+template <class S>
+std::pair<std::vector<MatX<S>>, std::vector<MatX<S>>> trainOnRanks(const ddl::DeltaLMConfig& cfg,
+                                                                   const ddl::DataParallelOptions& dpo) {
+  const std::vector<std::uint8_t> train = corpus();
+  const ddl::TrainerOptions opt = options();
+  ddl::DeltaLM<S> model(cfg, 7);
+  model.init(opt.seed);
+  ddl::NextTokenTask<S> task;
+  ddl::TextWindows<S> windows(train, opt.batchSize, cfg.context, kSteps, opt.seed);
+  windows.shard(world().rank(), world().size());
+  ddl::AdamW<S> adam(opt.adam);
+  Loop<S> loop(model, task, windows, adam, opt);
+  loop.distribute(world(), dpo);
+  std::vector<MatX<S>> grad;
+  loop.addStepHook([&grad](ddl::StepContext<S>& c) {
+    if (c.step != 1) return;
+    for (const auto& e : c.params) grad.push_back(e.param->grad);
+  });
+  loop.run();
+  REQUIRE(loop.dataParallel() != nullptr);
+  CHECK(loop.dataParallel()->overlaps() == dpo.overlap);
+  return {grad, ddl_test::paramValues(model)};
+}
+
+template <class S>
+double maxAbsDiff(const std::vector<MatX<S>>& a, const std::vector<MatX<S>>& b) {
+  REQUIRE(a.size() == b.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    REQUIRE(a[i].rows() == b[i].rows());
+    REQUIRE(a[i].cols() == b[i].cols());
+    worst = std::max(worst, (a[i].template cast<double>() - b[i].template cast<double>()).cwiseAbs().maxCoeff());
+  }
+  return worst;
+}
+
+// Overlap on against off, the buckets of 4 MiB (all at once), 12 bytes (every parameter's values start
+// while backward runs) and 4 * 37 bytes (buckets across parameters and blocks).
+template <class S>
+void compareOverlap(const ddl::DeltaLMConfig& cfg) {
+  ddl::DataParallelOptions off;
+  off.overlap = false;
+  const auto reference = trainOnRanks<S>(cfg, off);
+  for (std::size_t bucket : {std::size_t(4) << 20, std::size_t(12), std::size_t(4 * 37)}) {
+    ddl::DataParallelOptions on;
+    on.bucketBytes = bucket;
+    on.overlap = true;
+    const auto overlapped = trainOnRanks<S>(cfg, on);
+    INFO("rank " << world().rank() << " of " << world().size() << ", bucket " << bucket << " bytes");
+    CHECK(maxAbsDiff(overlapped.first, reference.first) == 0.0);
+    CHECK(maxAbsDiff(overlapped.second, reference.second) == 0.0);
+  }
+}
+
 }  // namespace
+
+TEST_CASE("overlap of the gradient sums with backward gives the same bits as sums after it", "[mpi][lm][overlap]") {
+  for (const std::string variant : {"dv1", "cc-ec"}) {
+    INFO("variant " << variant);
+    compareOverlap<float>(config(variant, ddl::ResidualKind::Delta));
+    compareOverlap<double>(config(variant, ddl::ResidualKind::Delta));
+  }
+}
 
 TEST_CASE("P ranks train a DeltaLM as one process does: dv1, cc-ec and tc, delta and additive", "[mpi][lm]") {
   for (const std::string variant : {"dv1", "cc-ec", "tc"})

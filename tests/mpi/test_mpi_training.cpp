@@ -261,6 +261,80 @@ TEST_CASE("the deterministic sum adds the ranks in rank order, buckets of any si
   CHECK(maxRelDiff(results[2], results[0]) == 0.0);
 }
 
+TEST_CASE("started sums, reported in any order or not at all, give the bits of the sums after backward", "[mpi][overlap]") {
+  ddl::DeltaNet<float> net(mlpConfig(ddl::ResidualKind::Delta, 4), 7);
+  ddl::ParamList<float> params(net);
+  ddl::Rng rng(40 + static_cast<std::uint64_t>(world().rank()));
+  for (const auto& e : params)
+    for (Index i = 0; i < e.param->grad.size(); ++i) e.param->grad(i) = static_cast<float>(rng.normal());
+  const std::vector<MatX<float>> grads = ddl_test::paramGrads(net);
+  const auto restore = [&] {
+    for (std::size_t i = 0; i < params.size(); ++i) params[i].param->grad = grads[i];
+  };
+  const Index count = 3 + world().rank();  // parts of unequal size: the weights differ per rank
+  for (std::size_t bucket : {std::size_t(4) << 20, std::size_t(12), std::size_t(4 * 37), std::size_t(4096)}) {
+    ddl::DataParallelOptions off;
+    off.bucketBytes = bucket;
+    off.overlap = false;
+    ddl::DataParallel<float> sequential(world(), off);
+    restore();
+    ddl::StepStats s1{0.5, 1, count, 0.0};
+    sequential.reduceStep(s1, params);
+    const std::vector<MatX<float>> expect = ddl_test::paramGrads(net);
+    for (int order = 0; order < 3; ++order) {
+      ddl::DataParallelOptions on = off;
+      on.overlap = true;
+      ddl::DataParallel<float> dp(world(), on);
+      restore();
+      ddl::StepStats s2{0.5, 1, count, 0.0};
+      dp.beginStep(s2, params);
+      const std::size_t n = params.size();
+      if (order == 0)  // one parameter at a time, the last first, as a backward does
+        for (std::size_t i = n; i-- > 0;) dp.gradientsReady(i, i + 1);
+      else if (order == 1)  // the second half, then the first
+        dp.gradientsReady(n / 2, n), dp.gradientsReady(0, n / 2);
+      else  // only the last third: reduceStep starts the rest
+        dp.gradientsReady(2 * n / 3, n);
+      dp.reduceStep(s2, params);
+      INFO("rank " << world().rank() << ", bucket " << bucket << " bytes, order " << order);
+      CHECK(maxRelDiff(ddl_test::paramGrads(net), expect) == 0.0);
+      CHECK(s2.count == s1.count);
+      CHECK(s2.loss == s1.loss);
+    }
+  }
+}
+
+TEST_CASE("a rank whose backward fails after its sums started stops every rank, and the ranks still talk", "[mpi][overlap]") {
+  ddl::DeltaNet<float> net(mlpConfig(ddl::ResidualKind::Delta, 1), 7);
+  ddl::ParamList<float> params(net);
+  for (const auto& e : params) e.param->grad.setConstant(1.0f);
+  ddl::DataParallelOptions on;
+  on.bucketBytes = 64;
+  on.overlap = true;
+  ddl::DataParallel<float> dp(world(), on);
+  const int last = world().size() - 1;
+  ddl::StepStats s{1.0, 0, 4, 0.0};
+  dp.beginStep(s, params);
+  dp.gradientsReady(params.size() / 2, params.size());  // some buckets travel already
+  std::string what = "<no exception>";
+  if (world().rank() == last) {
+    dp.failStep();  // its backward threw here
+  } else {
+    what = thrownMessage<ddl::RankFailedError>([&] { dp.reduceStep(s, params); });
+    INFO("rank " << world().rank() << ": " << what);
+    CHECK(contains(what, "ddl::DataParallel: 1 of " + std::to_string(world().size()) +
+                             " ranks failed in this step's backward"));
+  }
+  // The next step of every rank goes through (nothing was left half-sent).
+  for (const auto& e : params) e.param->grad.setConstant(1.0f);
+  ddl::StepStats next{1.0, 0, 4, 0.0};
+  dp.beginStep(next, params);
+  dp.gradientsReady(0, params.size());
+  dp.reduceStep(next, params);
+  CHECK(next.count == 4 * world().size());
+  for (const auto& e : params) CHECK(e.param->grad.isApproxToConstant(1.0f, 1e-6f));
+}
+
 TEST_CASE("a stop on one rank stops every rank after the same step", "[mpi][stop]") {
   const ddl::Dataset<float> train = blobs<float>(10, 4, 100, 13);
   ddl::DeltaNet<float> net(mlpConfig(ddl::ResidualKind::Delta, 1), 7);

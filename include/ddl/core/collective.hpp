@@ -7,6 +7,9 @@
 // Every rank must make the same calls in the same order with the same sizes (as with MPI itself);
 // a failed call throws ddl::Error naming the call. Sums are in place: on return every rank holds the
 // sum over the ranks of its buffer. docs/decisions.md ("Data-parallel training") explains the design.
+// Started sums (startSum ... finishSums) let a caller go on computing while a sum travels: the result
+// is the same, bit for bit, as allreduceSum of the same buffer, and sums start in the same order on
+// every rank. An implementation without them (SingleProcess) sums at once in startSum.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -21,6 +24,13 @@ class Collective {
   // data[i] = sum over ranks of data[i], on every rank.
   virtual void allreduceSum(float* data, std::size_t n) = 0;
   virtual void allreduceSum(double* data, std::size_t n) = 0;
+  // Starts data[i] = sum over ranks of data[i]; data must stay untouched until finishSums() returns.
+  virtual void startSum(float* data, std::size_t n) { allreduceSum(data, n); }
+  virtual void startSum(double* data, std::size_t n) { allreduceSum(data, n); }
+  // Lets started sums advance (MPI moves nonblocking messages only inside its calls); never waits.
+  virtual void progressSums() {}
+  // Waits until every started sum is complete.
+  virtual void finishSums() {}
   // root's bytes to every rank.
   virtual void broadcast(void* data, std::size_t bytes, int root) = 0;
   // out[r] = rank r's value, on every rank (out holds size() values).

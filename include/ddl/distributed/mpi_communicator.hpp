@@ -18,6 +18,12 @@
 // or on the message sizes: the buffer is cut into P segments, rank j receives segment j of every rank
 // (MPI_Alltoallv), adds them in rank order and the sums are gathered back (MPI_Allgatherv). That sends
 // 2 (P - 1) / P of the buffer per rank, as a ring allreduce does. The native mode is MPI_Allreduce.
+// Started sums (startSum, progressSums, finishSums; core/collective.hpp) are the same sums as
+// nonblocking calls: MPI_Ialltoallv, then, once it is complete, the rank-order sum and MPI_Iallgatherv
+// on a duplicate of the communicator (so the second phases, started in the sums' order, never cross
+// the first ones of later sums); MPI_Iallreduce in the native mode. Open MPI moves them only inside
+// MPI calls: progressSums is such a call. Same bits as allreduceSum in the deterministic mode (each
+// element is the same rank-order sum); in the native mode MPI picks the algorithm of each.
 // Errors: the communicator returns MPI errors instead of aborting (MPI_ERRORS_RETURN) and every
 // failed call throws ddl::Error naming the call and MPI's text. A rank that stops or hangs would leave
 // the others in a call forever: endJobAfter(seconds, status) ends the job instead (collective_watchdog.hpp).
@@ -31,9 +37,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <deque>
 #include <iostream>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <mpi.h>
@@ -96,6 +104,11 @@ class MpiCommunicator final : public Collective {
     detail::checkMpi(MPI_Comm_rank(m_comm, &m_rank), "MPI_Comm_rank");
     detail::checkMpi(MPI_Comm_size(m_comm, &m_size), "MPI_Comm_size");
   }
+  ~MpiCommunicator() override {
+    int finalized = 0;
+    if (m_gatherComm != MPI_COMM_NULL && MPI_Finalized(&finalized) == MPI_SUCCESS && !finalized)
+      MPI_Comm_free(&m_gatherComm);
+  }
   // Not copied or moved: the watchdog's action refers to this object.
   MpiCommunicator(const MpiCommunicator&) = delete;
   MpiCommunicator& operator=(const MpiCommunicator&) = delete;
@@ -107,6 +120,15 @@ class MpiCommunicator final : public Collective {
 
   void allreduceSum(float* data, std::size_t n) override { sum(data, n); }
   void allreduceSum(double* data, std::size_t n) override { sum(data, n); }
+
+  void startSum(float* data, std::size_t n) override { start(data, n); }
+  void startSum(double* data, std::size_t n) override { start(data, n); }
+  void progressSums() override { advance(false); }
+  void finishSums() override {
+    advance(true);
+    m_startedCount = 0;
+    m_nextSecondPhase = 0;
+  }
 
   void broadcast(void* data, std::size_t bytes, int root) override {
     require(root >= 0 && root < m_size, "ddl::MpiCommunicator::broadcast", "root ", root, " is not a rank of ",
@@ -180,14 +202,7 @@ class MpiCommunicator final : public Collective {
   template <class S>
   void rankOrderSum(S* data, std::size_t n) {
     const int P = m_size;
-    m_counts.resize(static_cast<std::size_t>(P));
-    m_offsets.resize(static_cast<std::size_t>(P));
-    for (int j = 0; j < P; ++j) {  // the first n % P segments hold one element more
-      const std::size_t base = n / static_cast<std::size_t>(P), extra = n % static_cast<std::size_t>(P);
-      const std::size_t jj = static_cast<std::size_t>(j);
-      m_counts[jj] = static_cast<int>(base + (jj < extra ? 1 : 0));
-      m_offsets[jj] = static_cast<int>(jj * base + std::min(jj, extra));
-    }
+    segments(n, m_counts, m_offsets);
     const int mine = m_counts[static_cast<std::size_t>(m_rank)];
     m_recvCounts.assign(static_cast<std::size_t>(P), mine);
     m_recvOffsets.resize(static_cast<std::size_t>(P));
@@ -213,6 +228,117 @@ class MpiCommunicator final : public Collective {
   std::vector<float>& scratchOf(float*) { return m_scratchFloat; }
   std::vector<double>& scratchOf(double*) { return m_scratchDouble; }
 
+  // The segments of a rank-order sum of n values: rank j sums counts[j] values from offsets[j].
+  void segments(std::size_t n, std::vector<int>& counts, std::vector<int>& offsets) const {
+    const std::size_t P = static_cast<std::size_t>(m_size), base = n / P, extra = n % P;
+    counts.resize(P);
+    offsets.resize(P);
+    for (std::size_t j = 0; j < P; ++j) {  // the first n % P segments hold one element more
+      counts[j] = static_cast<int>(base + (j < extra ? 1 : 0));
+      offsets[j] = static_cast<int>(j * base + std::min(j, extra));
+    }
+  }
+
+  // One started sum. Slots are kept and reused in the same order every step, so a steady-state step
+  // allocates nothing; a deque never moves a slot whose arrays a pending MPI call reads.
+  struct Started {
+    void* data = nullptr;
+    bool isDouble = false;
+    std::size_t n = 0;
+    int phase = 0;  // 0: MPI_Ialltoallv pending, 1: the last call pending, 2: complete
+    MPI_Request request = MPI_REQUEST_NULL;
+    std::vector<int> counts, offsets, recvCounts, recvOffsets;
+    std::vector<float> scratchFloat;  // the P received copies of this rank's segment
+    std::vector<double> scratchDouble;
+  };
+  static std::vector<float>& scratchOf(Started& op, float*) { return op.scratchFloat; }
+  static std::vector<double>& scratchOf(Started& op, double*) { return op.scratchDouble; }
+
+  template <class S>
+  void start(S* data, std::size_t n) {
+    if (m_size == 1 || n == 0) return;
+    if (m_mode == ReduceMode::Deterministic && m_gatherComm == MPI_COMM_NULL)  // every rank starts its first sum here
+      detail::checkMpi(MPI_Comm_dup(m_comm, &m_gatherComm), "MPI_Comm_dup");
+    const std::size_t piece = static_cast<std::size_t>(INT_MAX / 2);  // per-rank counts fit an int
+    for (std::size_t done = 0; done < n; done += piece) {
+      const std::size_t len = std::min(piece, n - done);
+      if (m_startedCount == m_started.size()) m_started.emplace_back();
+      Started& op = m_started[m_startedCount++];
+      op.data = data + done;
+      op.isDouble = std::is_same<S, double>::value;
+      op.n = len;
+      if (m_mode == ReduceMode::Native) {
+        detail::checkMpi(MPI_Iallreduce(MPI_IN_PLACE, data + done, static_cast<int>(len), detail::mpiType<S>(),
+                                        MPI_SUM, m_comm, &op.request),
+                         "MPI_Iallreduce");
+        op.phase = 1;
+        continue;
+      }
+      segments(len, op.counts, op.offsets);
+      const int mine = op.counts[static_cast<std::size_t>(m_rank)];
+      op.recvCounts.assign(static_cast<std::size_t>(m_size), mine);
+      op.recvOffsets.resize(static_cast<std::size_t>(m_size));
+      for (int r = 0; r < m_size; ++r) op.recvOffsets[static_cast<std::size_t>(r)] = r * mine;
+      std::vector<S>& scratch = scratchOf(op, static_cast<S*>(nullptr));
+      const std::size_t need = static_cast<std::size_t>(m_size) * static_cast<std::size_t>(mine);
+      if (scratch.size() < need) scratch.resize(need);
+      detail::checkMpi(MPI_Ialltoallv(data + done, op.counts.data(), op.offsets.data(), detail::mpiType<S>(),
+                                      scratch.data(), op.recvCounts.data(), op.recvOffsets.data(),
+                                      detail::mpiType<S>(), m_comm, &op.request),
+                       "MPI_Ialltoallv");
+      op.phase = 0;
+    }
+  }
+
+  // Whether op's pending call is complete; with wait, waits for it (watched).
+  bool complete(Started& op, bool wait) {
+    if (wait) {
+      const CollectiveWatchdog::Scope watched(m_watchdog.get(), "MPI_Wait (a started sum)");
+      detail::checkMpi(MPI_Wait(&op.request, MPI_STATUS_IGNORE), "MPI_Wait");
+      return true;
+    }
+    int flag = 0;
+    detail::checkMpi(MPI_Test(&op.request, &flag, MPI_STATUS_IGNORE), "MPI_Test");
+    return flag != 0;
+  }
+
+  // The received segments summed in rank order into this rank's segment, then gathered to every rank.
+  template <class S>
+  void secondPhase(Started& op) {
+    S* data = static_cast<S*>(op.data);
+    const std::vector<S>& recv = scratchOf(op, static_cast<S*>(nullptr));
+    const std::size_t mine = static_cast<std::size_t>(op.counts[static_cast<std::size_t>(m_rank)]);
+    S* out = data + op.offsets[static_cast<std::size_t>(m_rank)];
+    for (std::size_t i = 0; i < mine; ++i) {
+      S s = recv[i];
+      for (std::size_t r = 1; r < static_cast<std::size_t>(m_size); ++r) s += recv[r * mine + i];
+      out[i] = s;
+    }
+    detail::checkMpi(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, op.counts.data(), op.offsets.data(),
+                                     detail::mpiType<S>(), m_gatherComm, &op.request),
+                     "MPI_Iallgatherv");
+    op.phase = 1;
+  }
+
+  // Moves the started sums on: second phases in the sums' order (on every rank the same order on
+  // m_gatherComm), as far as first phases are complete; with wait, to the end.
+  void advance(bool wait) {
+    for (; m_nextSecondPhase < m_startedCount; ++m_nextSecondPhase) {
+      Started& op = m_started[m_nextSecondPhase];
+      if (op.phase != 0) continue;
+      if (!complete(op, wait)) break;
+      if (op.isDouble)
+        secondPhase<double>(op);
+      else
+        secondPhase<float>(op);
+    }
+    for (std::size_t i = 0; i < m_startedCount; ++i) {
+      Started& op = m_started[i];
+      if (op.phase == 1 && complete(op, wait)) op.phase = 2;
+      if (!wait && op.phase != 2) break;  // one test drives MPI's progress for all
+    }
+  }
+
   MPI_Comm m_comm;
   ReduceMode m_mode;
   int m_rank = 0, m_size = 1;
@@ -220,6 +346,9 @@ class MpiCommunicator final : public Collective {
   std::vector<float> m_scratchFloat;  // the P received copies of this rank's segment
   std::vector<double> m_scratchDouble;
   std::unique_ptr<CollectiveWatchdog> m_watchdog;  // null: no timeout
+  std::deque<Started> m_started;                   // slots of started sums, the first m_startedCount in use
+  std::size_t m_startedCount = 0, m_nextSecondPhase = 0;
+  MPI_Comm m_gatherComm = MPI_COMM_NULL;  // the second phases' calls (a duplicate of m_comm)
 };
 
 }  // namespace ddl

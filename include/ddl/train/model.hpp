@@ -9,7 +9,8 @@
 //   visitParams(prefix, f), f(const std::string&, Param<S>&)     the parameter walk
 //   config()  whose result has toKeyValues() -> std::map<std::string, std::string>
 //             and, optionally, a member `preset`: a std::string or an enum with toString
-// and, optionally, forwardInference(X, out) (evaluation without caches) and blocks(),
+// and, optionally, forwardInference(X, out) (evaluation without caches), setGradientsReady(f)
+// (core/gradients_ready.hpp: data-parallel overlap of communication with backward) and blocks(),
 // blockInput(i), blockOutput(i) or sublayerCount(), sublayerResidual(i), sublayerInput(i),
 // sublayerOutput(i) (the gate audit of the evaluation, diag/gated_sublayers.hpp).
 // The checkpoint stores config().toKeyValues() as the JSON text model_config and the preset; a
@@ -22,6 +23,8 @@
 
 #include "ddl/core/requires_json.hpp"  // before nlohmann: a clear error without it
 #include <nlohmann/json.hpp>
+
+#include "ddl/core/gradients_ready.hpp"
 
 namespace ddl {
 
@@ -55,6 +58,14 @@ struct HasGatedSublayerStates<Model, std::void_t<decltype(std::declval<const Mod
                                                  decltype(std::declval<const Model&>().sublayerInput(std::size_t{})),
                                                  decltype(std::declval<const Model&>().sublayerOutput(std::size_t{}))>>
     : std::true_type {};
+// Whether Model reports final gradients during backward (setGradientsReady, core/gradients_ready.hpp):
+// data-parallel training then sends them while backward runs.
+template <class Model, class = void>
+struct HasGradientsReady : std::false_type {};
+template <class Model>
+struct HasGradientsReady<Model, std::void_t<decltype(std::declval<Model&>().setGradientsReady(GradientsReady()))>>
+    : std::true_type {};
+
 template <class Model>
 struct HasGateBlocks
     : std::integral_constant<bool, HasGatedBlockStates<Model>::value || HasGatedSublayerStates<Model>::value> {};

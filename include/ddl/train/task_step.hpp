@@ -56,10 +56,12 @@ struct StepStats {
 // beforeUpdate runs with the gradients complete and nothing updated: it may read or change the
 // gradients (through buf.params) and the stats; if it throws, the parameters and the optimizer are
 // unchanged. Input is whatever the model's forward takes (a matrix of columns for the nets here).
-template <class Model, class Task, class Opt, class Input, class BeforeUpdate>
+// beforeBackward(StepStats&) runs after zeroGrad, just before backward (data-parallel overlap sums the
+// statistics there, train/data_parallel.hpp); the gradients are zero then.
+template <class Model, class Task, class Opt, class Input, class BeforeBackward, class BeforeUpdate>
 StepStats taskStep(Model& model, Task& task, Opt& optimizer, const Input& X, const typename Task::Target& target,
                    StepBuffers<typename Task::Scalar>& buf, const TrainStepOptions& options,
-                   BeforeUpdate&& beforeUpdate) {
+                   BeforeBackward&& beforeBackward, BeforeUpdate&& beforeUpdate) {
   require(options.clipNorm >= 0.0, "ddl::trainStep", "clipNorm must be >= 0 (0 = off), got ", options.clipNorm);
   model.forward(X, buf.logits);
   // The loss's softmax, then the gradient, take the logits' place: one (classes, B) buffer, 196 MiB for
@@ -67,11 +69,21 @@ StepStats taskStep(Model& model, Task& task, Opt& optimizer, const Input& X, con
   StepStats s = task.lossAndGradient(buf.logits, target, buf.logits);
   buf.params.refresh(model);
   zeroGrad(buf.params);
+  beforeBackward(s);
   model.backward(buf.logits);
   beforeUpdate(s);
   if (options.clipNorm > 0.0) s.gradNorm = clipGradNorm(buf.params, options.clipNorm);
   optimizer.step(buf.params);
   return s;
+}
+
+// The same step with nothing before backward.
+template <class Model, class Task, class Opt, class Input, class BeforeUpdate>
+StepStats taskStep(Model& model, Task& task, Opt& optimizer, const Input& X, const typename Task::Target& target,
+                   StepBuffers<typename Task::Scalar>& buf, const TrainStepOptions& options,
+                   BeforeUpdate&& beforeUpdate) {
+  return taskStep(model, task, optimizer, X, target, buf, options, [](StepStats&) {},
+                  std::forward<BeforeUpdate>(beforeUpdate));
 }
 
 // The same step with nothing between backward and the update.

@@ -108,6 +108,7 @@ class TrainingLoop {
   }
   TrainingLoop(const TrainingLoop&) = delete;
   TrainingLoop& operator=(const TrainingLoop&) = delete;
+  ~TrainingLoop() { reportGradientsTo(false); }  // the model outlives the loop: no report to a freed DataParallel
 
   // Runs in every step after backward, before clipping and the update (train/step_hooks.hpp);
   // hooks run in the order added, then the NaN/Inf guard.
@@ -134,8 +135,10 @@ class TrainingLoop {
   // Trains data-parallel over comm's ranks (see the header comment); the source must yield this
   // rank's part of each global batch. With one rank nothing changes.
   void distribute(Collective& comm, DataParallelOptions options = {}) {
+    reportGradientsTo(false);
     m_dp.reset();
     if (comm.size() > 1) m_dp = std::make_unique<DataParallel<S>>(comm, options);
+    reportGradientsTo(m_dp && m_dp->overlaps());
     m_synced = false;
   }
   // The data-parallel state (nullptr on one process): ranks, communication time.
@@ -347,13 +350,20 @@ class TrainingLoop {
   StepStats step(std::int64_t stepNo) {
     bool reduced = false;  // this rank took part in the step's collective calls
     try {
-      return taskStep(m_model, m_task, m_optimizer, m_X, m_y, m_buf, TrainStepOptions{m_opt.clipNorm},
-                      [&](StepStats& st) {
-                        reduced = true;
-                        afterBackward(st, stepNo);
-                      });
+      return taskStep(
+          m_model, m_task, m_optimizer, m_X, m_y, m_buf, TrainStepOptions{m_opt.clipNorm},
+          [&](StepStats& st) {
+            if (!m_reporting) return;  // a model without reports: the sums after backward, in reduceStep
+            reduced = true;  // the statistics' message is this step's; a failure after it goes through failStep's
+            m_dp->beginStep(st, m_buf.params);  // the model's reports start buckets
+          },
+          [&](StepStats& st) {
+            reduced = true;
+            afterBackward(st, stepNo);
+          });
     } catch (...) {
-      if (m_dp && !reduced) m_dp->failStep();  // the other ranks wait in reduceStep: tell them
+      // The other ranks wait in reduceStep (or, after beginStep, in the started sums): tell them.
+      if (m_dp && (!reduced || m_dp->stepOpen())) m_dp->failStep();
       rethrowAtPosition(stepNo);
     }
   }
@@ -366,6 +376,20 @@ class TrainingLoop {
     StepContext<S> context{stepNo, m_epoch, m_pos.batch, m_lr, st, m_buf.params};
     for (StepHook<S>& hook : m_hooks) hook(context);
     if (m_opt.checkFinite) m_guard.check(st.loss, stepNo);
+  }
+
+  // Data-parallel overlap: the model's backward reports its final gradients to m_dp. A model without
+  // setGradientsReady has nothing to overlap: its step keeps the sums after backward (reduceStep alone).
+  void reportGradientsTo(bool on) {
+    if constexpr (detail::HasGradientsReady<Model>::value) {
+      if (on) {
+        DataParallel<S>* dp = m_dp.get();
+        m_model.setGradientsReady([dp](std::size_t first, std::size_t end) { dp->gradientsReady(first, end); });
+      } else if (m_reporting) {
+        m_model.setGradientsReady(GradientsReady());
+      }
+      m_reporting = on;
+    }
   }
 
   // Called in a catch block: the current exception again, its message naming where training stopped.
@@ -463,6 +487,7 @@ class TrainingLoop {
   std::vector<EvalColumns<Model>> m_columns;
   std::unique_ptr<DataParallel<S>> m_dp;  // null on one process
   bool m_synced = false;                   // ranks compared and given rank 0's state
+  bool m_reporting = false;                // the model reports its final gradients to m_dp
   LrSchedule m_schedule;
   std::unique_ptr<MetricsCsv> m_csv;
   FiniteGuard<S> m_guard;

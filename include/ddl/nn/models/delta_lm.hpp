@@ -31,6 +31,7 @@
 
 #include "ddl/core/config.hpp"
 #include "ddl/core/error.hpp"
+#include "ddl/core/gradients_ready.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/rng.hpp"
 #include "ddl/core/token_batch.hpp"
@@ -77,6 +78,11 @@ class DeltaLM {
 
   // dLogits: (vocab, B*T) of the last forward -> every parameter's gradient accumulates.
   void backward(const MatX<S>& dLogits);
+
+  // From now on backward reports final gradients (core/gradients_ready.hpp), in visitParams indices:
+  // readout, norm and head first, then block l after its backward (the last block first), embed and
+  // expand at the end (the tied head adds to embed's). An empty f stops the reports.
+  void setGradientsReady(GradientsReady f);
 
   // Samples n tokens after prompt with a decoder of its own (LmDecoder::generate, nn/models/lm_decoder.hpp)
   // and returns them (prompt not included). Reads the model only: threads may generate from one model
@@ -240,6 +246,9 @@ class DeltaLM {
   Activations m_acts;   // of the last forward
   Activations m_infer;  // of forwardInference
   MatX<S> m_dz, m_dA, m_dB, m_dx;
+  GradientsReady m_gradientsReady;         // empty: no reports
+  std::vector<std::size_t> m_blockParams;  // walk index of block l's first parameter; back(): the tail's
+  std::size_t m_walkParams = 0;            // parameters in the walk
 };
 
 template <class S>
@@ -325,6 +334,24 @@ void DeltaLM<S>::run(const char* fn, const TokenBatch& batch, MatX<S>& logits, A
 }
 
 template <class S>
+void DeltaLM<S>::setGradientsReady(GradientsReady f) {
+  m_blockParams.clear();
+  m_walkParams = 0;
+  const auto count = [this](const std::string&, Param<S>&) { ++m_walkParams; };
+  m_embed.visitParams("embed", count);
+  if (m_ec) m_convExpand->visitParams("expand", count);
+  for (std::size_t i = 0; i < m_blocks.size(); ++i) {
+    m_blockParams.push_back(m_walkParams);
+    m_blocks[i].visitParams("block", count);
+  }
+  m_blockParams.push_back(m_walkParams);
+  std::size_t total = 0;
+  visitParams("", [&total](const std::string&, Param<S>&) { ++total; });
+  m_walkParams = total;
+  m_gradientsReady = std::move(f);
+}
+
+template <class S>
 void DeltaLM<S>::backward(const MatX<S>& dLogits) {
   const char* fn = "ddl::DeltaLM::backward";
   if (!m_hasForward) throw Error(message(fn, "called before forward"));
@@ -343,10 +370,13 @@ void DeltaLM<S>::backward(const MatX<S>& dLogits) {
     else
       m_readout->backward(m_dz, m_dA);
   }
+  const bool report = static_cast<bool>(m_gradientsReady);
+  if (report) m_gradientsReady(m_blockParams.back(), m_walkParams);  // readout, norm, head
   for (std::size_t i = m_blocks.size(); i-- > 0;) {
     moveScratchTo(i);
     m_blocks[i].backward(m_dA, m_dB);
     m_dA.swap(m_dB);
+    if (report) m_gradientsReady(m_blockParams[i], m_blockParams[i + 1]);
   }
   if (m_cfg.dv == 1) {
     m_embed.backward(m_dA);
@@ -357,6 +387,7 @@ void DeltaLM<S>::backward(const MatX<S>& dLogits) {
       m_expand.backward(m_dA, m_dx);
     m_embed.backward(m_dx);
   }
+  if (report) m_gradientsReady(0, m_blockParams.front());  // embed (with the tied head's share), expand
 }
 
 #if DDL_EXTERN_TEMPLATES  // compiled once in the library ddl::compiled (docs/building.md)
