@@ -48,6 +48,7 @@
 #include "ddl/train/adamw.hpp"
 
 #include "bench_util.hpp"
+#include "lm_configs.hpp"
 
 namespace {
 
@@ -68,16 +69,8 @@ enum Variant { kAdditive = 0, kDeltaDv1 = 1, kDeltaCc = 2 };
 const char* variantName(int v) { return v == kAdditive ? "additive" : v == kDeltaDv1 ? "delta" : "cc"; }
 
 ddl::DeltaLMConfig lmConfig(int variant) {
-  ddl::DeltaLMConfig c;
-  c.vocab = kVocab;
-  c.d = kD;
-  c.depth = kDepth;
-  c.heads = kHeads;
-  c.context = kT;
-  ddl::applyVariant(c, variant == kDeltaCc ? "cc" : "dv1");
-  c.block.residual.residual = variant == kAdditive ? ddl::ResidualKind::Additive : ddl::ResidualKind::Delta;
-  ddl::applyPreset(c, "code");  // keeps shapes, the variant and the residual kind
-  return c;
+  return ddl_bench::benchLmConfig(kVocab, kD, kDepth, kHeads, kT, variant == kDeltaCc ? "cc" : "dv1",
+                                  variant == kAdditive ? ddl::ResidualKind::Additive : ddl::ResidualKind::Delta);
 }
 
 // A model, its optimizer and loss, one fixed batch of random bytes and their next bytes; warmed up by

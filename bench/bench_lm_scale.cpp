@@ -1,4 +1,4 @@
-// bench_lm_scale: DeltaLM at the paper's size, the authors' default configuration (lm_scale_config.hpp):
+// bench_lm_scale: DeltaLM at the paper's size, the authors' default configuration (lm_configs.hpp):
 // variants cc-ec (the paper's DDL, dv 4) and additive dv 1 (the pre-norm GPT baseline).
 //
 //   OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive ./ddl_bench_lm_scale
@@ -39,7 +39,7 @@
 #include "ddl/train/adamw.hpp"
 
 #include "bench_util.hpp"
-#include "lm_scale_config.hpp"
+#include "lm_configs.hpp"
 
 namespace {
 

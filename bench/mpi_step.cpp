@@ -4,7 +4,7 @@
 //   --model cifar (default): ddl-cifar's default net (ConvDeltaNet, stem stride 2, widths 24,48,96, one
 //     block per stage, dv = 1), global batch 128 images split over the ranks (it reports no final
 //     gradients during backward: its sums always follow backward);
-//   --model lm124: DeltaLM at the paper's size (bench/lm_scale_config.hpp; --variant cc-ec or additive),
+//   --model lm124: DeltaLM at the paper's size (bench/lm_configs.hpp; --variant cc-ec or additive),
 //     one sequence of 1024 tokens per rank per step (weak scaling: the global batch is P sequences);
 //     a rank takes about 6.3 GB (cc-ec).
 // Prints, from rank 0, the median and minimum step time over rounds, the throughput, and the time per
@@ -39,7 +39,7 @@
 #include "ddl/train/train_step.hpp"
 
 #include "bench_util.hpp"
-#include "lm_scale_config.hpp"
+#include "lm_configs.hpp"
 
 using ddl_bench::median;
 
