@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # tools/install-deps.sh pkg...: installs the Debian packages that are not installed yet.
 set -euo pipefail
+# Scripts may run side by side (tools/check-run-scripts.sh): one apt-get at a time, and each looks for
+# what is missing only after the one before it has finished.
+exec 9>"${TMPDIR:-/tmp}/ddl-install-deps.lock"
+flock 9
 missing=()
 for p in "$@"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
