@@ -59,12 +59,12 @@ void declareOptions(ddl::cli::CommandLine& cli) {
       .option("tokenizer", "DIR", "the tokens' tokenizer (tokenizer.json, vocab.json + merges.txt or encoder.json + "
               "vocab.bpe): --prompt / --generate are text and the sample is printed as text")
       .section("model")
-      .option("variant", "V", "dv1 | cc | cc-ec | tc | tc-ec (dv 4 for all but dv1)", "dv1")
+      .option("variant", "V", "dv1 | cc | cc-ec | tc | tc-ec (dv 4 for all but dv1)", "tc-ec")
       .option("preset", "P", "code | paper", "code")
       .option("residual", "R", "delta | write_only | additive", "delta")
-      .option("width", "D", "model width d", "192")
+      .option("width", "D", "model width d", "128")
       .option("depth", "L", "number of blocks", "4")
-      .option("heads", "H", "attention heads (d / H features each)", "6")
+      .option("heads", "H", "attention heads (d / H features each)", "4")
       .option("context", "T", "bytes (tokens) per training window and longest context", "128")
       .option("init-from", "DIR", "the authors' model folder DIR (config.json + model.safetensors or a sharded index, "
               "docs/authors_models.md) is the model: trained from its weights, or evaluated (--eval-only) or sampled "
@@ -73,11 +73,11 @@ void declareOptions(ddl::cli::CommandLine& cli) {
   // Chosen on the validation text (docs/text_defaults.md).
   TrainingDefaults d;  // bytes: no augmentation, no label smoothing
   d.epochs = "10";
-  d.lr = "0.003";
+  d.lr = "0.001";
   d.weightDecay = "0.1";
-  d.batch = "32";
+  d.batch = "4";
   declareTrainingOptions(cli, d);
-  cli.option("steps", "S", "steps per epoch", "135")
+  cli.option("steps", "S", "steps per epoch", "1000")
       .option("clip", "C", "global gradient-norm clipping (0 = off)", "1");
   declareOutputOptions(cli, "out/text");
   cli.section("sampling")

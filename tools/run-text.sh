@@ -4,7 +4,7 @@
 # fortunes package (~2.8 MB of English text), ending with the test bits per byte and a sample. Extra
 # arguments go to ddl-text (see `ddl-text --help`), e.g.
 #   tools/run-text.sh --residual additive          the plain pre-norm Transformer on the same budget
-#   tools/run-text.sh --variant cc-ec               the paper's expanded state (dv 4, CC + EC)
+#   tools/run-text.sh --variant dv1                 the vector state (dv 1) instead of the default tc-ec (dv 4)
 #   tools/run-text.sh --data book.txt --out out/book
 # Environment: DDL_CMAKE_FLAGS (extra CMake flags), DDL_BUILD_DIR (default build-main).
 set -euo pipefail

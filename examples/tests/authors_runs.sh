@@ -14,7 +14,7 @@ fail() {
   exit 1
 }
 tiny=(--batch 8 --steps 10 --epochs 1 --threads 1 --sample-tokens 5)
-out=$("$exe" --data "$text" --width 16 --depth 1 --heads 2 --context 16 "${tiny[@]}" --out "$work/run" 2>&1) ||
+out=$("$exe" --data "$text" --variant dv1 --width 16 --depth 1 --heads 2 --context 16 "${tiny[@]}" --out "$work/run" 2>&1) ||
   fail "training failed: $out"
 out=$("$exe" --out "$work/run" --export-authors "$work/authors" 2>&1) || fail "--export-authors failed: $out"
 echo "$out" | grep -q "the authors' dv1 model" || fail "--export-authors: $out"

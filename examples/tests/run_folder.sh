@@ -11,7 +11,7 @@ rm -rf "$work"
 mkdir -p "$work"
 cd "$work" || exit 1
 failures=0
-S=(--width 32 --depth 1 --heads 2 --context 32 --batch 8 --threads 1 --steps 4
+S=(--variant dv1 --width 32 --depth 1 --heads 2 --context 32 --batch 8 --threads 1 --steps 4
   --eval-bytes 256 --sample-tokens 8)
 
 # expect STATUS 'TEXT' ARGS...: ddl-text ARGS exits with STATUS and prints TEXT (fixed string).
@@ -55,7 +55,7 @@ check test "$(wc -c <other-data)" -eq "$(wc -c <"$data")"
 expect 2 "is not the data of the saved run in run/checkpoint.safetensors ($data, " "${S[@]}" --data other-data --out run --resume
 cp "$data" moved-data
 expect 0 "nothing to do" "${S[@]}" --data moved-data --out run --resume
-expect 1 "--variant cc differs from the saved run's variant dv1" "${S[@]}" --data "$data" --out run --resume --variant cc
+expect 1 "--variant cc differs from the saved run's variant dv1" "${S[@]/#dv1/cc}" --data "$data" --out run --resume
 expect 1 "--context 16 differs from the saved run's context 32" --out run --generate "a" --context 16
 # A checkpoint of another model (here: model_config says another model) is an unusable checkpoint.
 mkdir other-model
