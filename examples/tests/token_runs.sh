@@ -15,7 +15,7 @@ fail() {
   exit 1
 }
 data=(--tokens "$dir/*train*.bin" --val-tokens "$dir/val.bin" --test-tokens "$dir/test.bin")
-model=(--width 16 --depth 1 --heads 2 --context 16)
+model=(--variant dv1 --width 16 --depth 1 --heads 2 --context 16)  # the samples checked below are dv1's
 out=$("$exe" "${data[@]}" --vocab 512 "${model[@]}" --batch 8 --steps 25 --epochs 2 --lr 0.01 --sample-tokens 5 \
   --threads 1 --out "$work/run" 2>&1) || fail "training failed: $out"
 echo "$out" | grep -q "^ddl-text: training tokens .*: 2 files (llm.c shard), 5000 tokens" || fail "shards not read: $out"
