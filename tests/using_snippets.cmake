@@ -55,6 +55,7 @@ foreach(_name IN LISTS _programs)
   add_executable(ddl_using_${_name} ${_source})
   target_link_libraries(ddl_using_${_name} PRIVATE ${DDL_TEST_LIBS})  # ddl::compiled when built, ddl_programs
   ddl_program_options(ddl_using_${_name})
+  ddl_light_test_options(ddl_using_${_name})  # small models, a few steps
   add_test(NAME "using.md: snippet ${_name} compiles and runs" COMMAND ddl_using_${_name}
            WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/tmp)
 endforeach()
