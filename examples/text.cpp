@@ -73,7 +73,7 @@ void declareOptions(ddl::cli::CommandLine& cli) {
   // Chosen on the validation text (docs/text_defaults.md).
   TrainingDefaults d;  // bytes: no augmentation, no label smoothing
   d.epochs = "10";
-  d.lr = "0.001";
+  d.lr = "0.002";
   d.weightDecay = "0.1";
   d.batch = "4";
   declareTrainingOptions(cli, d);
