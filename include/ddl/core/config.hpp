@@ -68,9 +68,9 @@ inline constexpr std::ptrdiff_t kParallelMinWork = std::ptrdiff_t(1) << 15;
 }  // namespace ddl
 
 // ddl::compiled (docs/building.md): with DDL_EXTERN_TEMPLATES=1 (set by linking it) the float and double
-// instantiations of the models and of the layers and blocks of nn/ are declared extern. DDL_EXTERN_LAYERS=0
-// keeps the layers and blocks compiled in the unit (the tests that check them under Eigen's allocation
-// check and throwing asserts, tests/eigen_guard.hpp, do).
+// instantiations of the models, of the layers and blocks of nn/ and of the audit's spectrum sampler are
+// declared extern. DDL_EXTERN_LAYERS=0 keeps the layers, blocks and sampler compiled in the unit (the
+// tests that check them under Eigen's allocation check and throwing asserts, tests/eigen_guard.hpp, do).
 #ifndef DDL_EXTERN_TEMPLATES
 #define DDL_EXTERN_TEMPLATES 0
 #endif

@@ -27,6 +27,7 @@
 #include <Eigen/Eigenvalues>
 #include <Eigen/LU>
 
+#include "ddl/core/config.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/types.hpp"
 #include "ddl/diag/net_gate_audit.hpp"
@@ -129,6 +130,11 @@ SpectralSample sampleSpectrum(const DeltaResidual<S>& r, Index tokens) {
   }
   return out;
 }
+
+#if DDL_EXTERN_LAYERS  // compiled once in ddl::compiled: Eigen's eigen-solver and LU in double are 5 s of each unit
+extern template SpectralSample sampleSpectrum<float>(const DeltaResidual<float>&, Index);
+extern template SpectralSample sampleSpectrum<double>(const DeltaResidual<double>&, Index);
+#endif
 
 // One gated block in one epoch.
 struct AuditRow {
