@@ -131,7 +131,8 @@ SpectralSample sampleSpectrum(const DeltaResidual<S>& r, Index tokens) {
   return out;
 }
 
-#if DDL_EXTERN_LAYERS  // compiled once in ddl::compiled: Eigen's eigen-solver and LU in double are 5 s of each unit
+// Compiled once in ddl::compiled: the eigen-solver and LU in double cost every auditing program seconds.
+#if DDL_EXTERN_LAYERS
 extern template SpectralSample sampleSpectrum<float>(const DeltaResidual<float>&, Index);
 extern template SpectralSample sampleSpectrum<double>(const DeltaResidual<double>&, Index);
 #endif
