@@ -4,7 +4,8 @@
 // Eigen's own, which go through std::malloc and are seen through EIGEN_RUNTIME_NO_MALLOC. Its check
 // calls eigen_assert, here made to count instead of throwing (an exception from inside
 // DenseStorage::resize would leave a freed pointer behind). Replaces the global operator new, so
-// include it in one translation unit of an executable (each tests/test_*.cpp is its own).
+// include it in one translation unit of an executable (a test file that includes it is an executable of
+// its own: tests/CMakeLists.txt).
 #ifdef EIGEN_CORE_MODULE_H
 #error "tests/counting_alloc.hpp must be included before any Eigen header"
 #endif

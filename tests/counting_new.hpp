@@ -3,7 +3,8 @@
 // aligned) with forms that count, so a test can prove that a code path allocates nothing at all,
 // std::string and std::vector included, which EIGEN_RUNTIME_NO_MALLOC cannot see (Eigen allocates
 // through std::malloc; tests/eigen_guard.hpp or EIGEN_RUNTIME_NO_MALLOC covers that).
-// Include it in exactly one translation unit of a test executable (each tests/test_*.cpp is its own).
+// Include it in exactly one translation unit of a test executable (a test file that includes it is an
+// executable of its own: tests/CMakeLists.txt).
 // Every form is replaced so that each allocation pairs with its own release (ASan checks that);
 // noinline keeps g++ 12 from pairing the inlined malloc()/free() with new/delete
 // (-Wmismatched-new-delete).

@@ -11,6 +11,8 @@
 #include "ddl/nn/blocks/delta_residual.hpp"
 #include "ddl/nn/layers/linear.hpp"
 
+namespace test_alias {  // each test file in its own namespace: a group of files compiles as one unit
+
 using ddl::Index;
 using ddl::MatX;
 
@@ -81,3 +83,5 @@ TEST_CASE("DeltaBlock and DeltaResidual refuse Y aliasing X", "[nn][delta_block]
   CHECK(errorOf([&] { res.forward(X, X, C, H, X); }).find("ddl::DeltaResidual::forward: Y must not alias X") !=
         std::string::npos);
 }
+
+}  // namespace test_alias

@@ -8,7 +8,7 @@
 // Eigen allocates through std::malloc, not operator new: its allocations are counted through
 // EIGEN_RUNTIME_NO_MALLOC, whose check calls eigen_assert, here redefined to count (not to throw:
 // an exception from inside DenseStorage::resize would leave a freed pointer behind).
-// This file replaces the global operator new, so it is its own executable (as every test file).
+// This file replaces the global operator new, so it is an executable of its own (tests/CMakeLists.txt).
 #include "counting_alloc.hpp"  // first: counts operator new and Eigen allocations (allocationsDuring)
 
 #include <algorithm>
@@ -37,6 +37,8 @@
 #include "ddl/train/text_windows.hpp"
 #include "ddl/train/train_step.hpp"
 #include "ddl/train/trainer.hpp"
+
+namespace test_alloc {  // each test file in its own namespace: a group of files compiles as one unit
 
 
 using ddl::Index;
@@ -375,3 +377,5 @@ TEST_CASE("DeltaLM through the training loop: a steady-state step allocates noth
     }
   ddl::setNumThreads(1);
 }
+
+}  // namespace test_alloc

@@ -21,6 +21,8 @@
 #include "ddl/ops/rotary.hpp"
 #include "ddl/testing/grad_check.hpp"
 
+namespace test_attention {  // each test file in its own namespace: a group of files compiles as one unit
+
 using ddl::Index;
 using ddl::MatX;
 using ddl_test::contains;
@@ -412,3 +414,5 @@ TEST_CASE("CausalSelfAttention rejects bad options, shapes, layouts and misuse w
   CHECK(contains(thrownMessage<ddl::Error>([&] { a.forward(same, ddl::TokenLayout::sequence(2, 3), same); }),
                  "out must not alias c"));
 }
+
+}  // namespace test_attention

@@ -25,6 +25,8 @@ static std::atomic<long> g_eigenAsserts{0};  // Eigen heap allocations while for
 
 #include "counting_new.hpp"  // counts every global operator new of this executable
 
+namespace test_attention_decode {  // each test file in its own namespace: a group of files compiles as one unit
+
 using ddl::Index;
 using ddl::MatX;
 using ddl_test::contains;
@@ -368,3 +370,5 @@ TEST_CASE("decoding with the authors' attention options (head_dim, partial RoPE,
               }) == 0);
       }
 }
+
+}  // namespace test_attention_decode

@@ -24,6 +24,8 @@
 #include "ddl/nn/models/delta_lm_config.hpp"
 #include "ddl/testing/grad_check.hpp"
 
+namespace test_attention_options {  // each test file in its own namespace: a group of files compiles as one unit
+
 using ddl::Index;
 using ddl::MatX;
 using ddl::QkvActivation;
@@ -413,3 +415,5 @@ TEST_CASE("DeltaLMConfig writes and reads the attention options under the author
   CHECK(contains(thrownMessage<ddl::ValueError>([&] { ddl::DeltaLMConfig::fromKeyValues(bad); }),
                  "unsupported v_activation 'tanh'"));
 }
+
+}  // namespace test_attention_options

@@ -25,6 +25,8 @@
 #include "ddl/io/safetensors.hpp"
 #include "ddl/train/authors_model.hpp"
 
+namespace test_authors_model {  // each test file in its own namespace: a group of files compiles as one unit
+
 using ddl::Index;
 using ddl::MatX;
 using ddl_test::contains;
@@ -771,3 +773,5 @@ TEST_CASE("authors' own code loads the folders ddl writes (strict) and computes 
     CHECK(torch_runner::runCommand(cmd) == 0);
   }
 }
+
+}  // namespace test_authors_model

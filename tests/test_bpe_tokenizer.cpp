@@ -19,6 +19,8 @@
 #include "catch_compat.hpp"
 #include "ddl/data/bpe_tokenizer.hpp"
 
+namespace test_bpe_tokenizer {  // each test file in its own namespace: a group of files compiles as one unit
+
 namespace {
 
 using ddl::BpeTokenizer;
@@ -336,3 +338,5 @@ TEST_CASE("GPT-2: encoder.json + vocab.bpe give the ids of the real tokenizer (s
   CHECK(tok.encode("<|endoftext|>", SpecialTokens::Recognised) == std::vector<int>{50256});
   CHECK(tok.decode({15496, 995, 50256}) == "Hello world<|endoftext|>");
 }
+
+}  // namespace test_bpe_tokenizer

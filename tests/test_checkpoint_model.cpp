@@ -17,6 +17,8 @@
 #include "ddl/train/saved_model.hpp"
 #include "ddl/train/trainer.hpp"
 
+namespace test_checkpoint_model {  // each test file in its own namespace: a group of files compiles as one unit
+
 using ddl::MatX;
 using ddl_test::contains;
 using ddl_test::thrownMessage;
@@ -323,3 +325,5 @@ TEST_CASE("checkpoint: the per-feature structured kernel and its read start roun
   back.forwardInference(X, b);
   CHECK(a == b);
 }
+
+}  // namespace test_checkpoint_model

@@ -13,6 +13,8 @@
 #include "catch_compat.hpp"
 #include "ddl/distributed/collective_watchdog.hpp"
 
+namespace test_collective_watchdog {  // each test file in its own namespace: a group of files compiles as one unit
+
 namespace {
 using namespace std::chrono_literals;
 
@@ -93,3 +95,5 @@ TEST_CASE("watchdog: the time this process stood still (SIGSTOP, SIGCONT) is not
   CHECK(stoppedChild(true, 2500ms, 300ms) == 0);  // stopped 2.5 s inside a call, 1 s timeout: no expiry
   CHECK(stoppedChild(false, 0ms, 2000ms) == 7);   // a child that waits 2 s in the call does expire
 }
+
+}  // namespace test_collective_watchdog

@@ -14,6 +14,8 @@
 #include "ddl/nn/blocks/compressor.hpp"
 #include "ddl/testing/grad_check.hpp"
 
+namespace test_compressor {  // each test file in its own namespace: a group of files compiles as one unit
+
 using ddl::Index;
 using ddl::MatX;
 using ddl::testing::numericGrad;
@@ -289,3 +291,5 @@ TEST_CASE("Compressor refuses bad shapes and options, naming the function and th
   CHECK(contains(thrownMessage<ddl::ShapeError>([&] { cc.backward(MatX<double>::Zero(3, 3), dX); }),
                  "ddl::Compressor::backward"));
 }
+
+}  // namespace test_compressor

@@ -24,6 +24,8 @@
 #include "ddl/nn/layers/rms_norm.hpp"
 #include "ddl/testing/grad_check.hpp"
 
+namespace test_conv {  // each test file in its own namespace: a group of files compiles as one unit
+
 using ddl::Index;
 using ddl::MatX;
 using ddl::TokenLayout;
@@ -600,3 +602,5 @@ TEST_CASE("RmsNorm on an image activation is the per-pixel RMSNorm over channels
   CHECK(ddl::testing::relErr(norm.weight().grad, numG) < 1e-6);
   CHECK(ddl::testing::entryRelErr(norm.weight().grad, numG) < 1e-6);
 }
+
+}  // namespace test_conv

@@ -20,6 +20,8 @@
 #include "ddl/testing/grad_check.hpp"
 #include "ddl/train/trainer.hpp"
 
+namespace test_conv_net {  // each test file in its own namespace: a group of files compiles as one unit
+
 using ddl::Index;
 using ddl::MatX;
 using ddl::testing::numericGrad;
@@ -344,3 +346,5 @@ TEST_CASE("example path: write a tiny CIFAR-10 set", "[data][conv][example]") {
   CHECK(test.size() == 200);
   CHECK(test.labels[3] == 3);
 }
+
+}  // namespace test_conv_net

@@ -22,6 +22,8 @@
 #include "ddl/data/file_bytes.hpp"
 #include "ddl/data/idx.hpp"
 
+namespace test_data {  // each test file in its own namespace: a group of files compiles as one unit
+
 namespace {
 
 using Bytes = std::vector<std::uint8_t>;
@@ -736,3 +738,5 @@ TEST_CASE("a FIFO or a directory given as a data file is refused without blockin
   CHECK(contains(thrownMessage<ddl::IoError>([&] { ddl::loadCifar10Files<float>({fifo}); }), "not a regular file"));
   CHECK(contains(thrownMessage<ddl::IoError>([&] { ddl::loadCifar10Files<float>({dir}); }), "not a regular file"));
 }
+
+}  // namespace test_data

@@ -21,6 +21,8 @@
 #include "ddl/nn/blocks/delta_transformer_block.hpp"
 #include "ddl/testing/grad_check.hpp"
 
+namespace test_delta_lm {  // each test file in its own namespace: a group of files compiles as one unit
+
 using ddl::Index;
 using ddl::MatX;
 using ddl::TokenLayout;
@@ -429,3 +431,5 @@ TEST_CASE("DeltaLM with the authors' attention options: every gradient against c
       checkStepsMatchFull(lm, decoder, randomTokenBatch(1, 6, 11, 64), 1e-12);
     }
 }
+
+}  // namespace test_delta_lm

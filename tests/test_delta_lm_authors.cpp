@@ -26,6 +26,8 @@
 #include "ddl/nn/models/delta_lm.hpp"
 #include "ddl/testing/grad_check.hpp"
 
+namespace test_delta_lm_authors {  // each test file in its own namespace: a group of files compiles as one unit
+
 using ddl::Index;
 using ddl::MatX;
 using ddl::TokenLayout;
@@ -455,3 +457,5 @@ TEST_CASE("DeltaLMConfig refuses bad or unsupported authors' options by name", "
   CHECK(contains(thrownMessage<ddl::ValueError>([] { ddl::TokenCompressor<float> tc(4, 2, 3, std::nan("")); }),
                  "ddl::TokenCompressor"));
 }
+
+}  // namespace test_delta_lm_authors

@@ -11,6 +11,8 @@
 #include "ddl/nn/models/delta_net.hpp"
 #include "ddl/testing/grad_check.hpp"
 
+namespace test_delta_net {  // each test file in its own namespace: a group of files compiles as one unit
+
 using ddl::Index;
 using ddl::MatX;
 using ddl::testing::numericGrad;
@@ -298,3 +300,5 @@ TEST_CASE("config survives its key/value form", "[nn][delta_net]") {
   CHECK(ddl_test::contains(ddl_test::thrownMessage<ddl::ValueError>([&] { ddl::DeltaNetConfig::fromKeyValues(broken); }),
                            "missing key 'dv'"));
 }
+
+}  // namespace test_delta_net

@@ -16,6 +16,8 @@
 #include "ddl/core/rng.hpp"
 #include "ddl/ops/delta_operator.hpp"
 
+namespace test_delta_operator {  // each test file in its own namespace: a group of files compiles as one unit
+
 using ddl::Index;
 using MatD = ddl::MatX<double>;
 using VecD = ddl::VecX<double>;
@@ -431,3 +433,5 @@ TEST_CASE("regime bands inside the gate's range are docs/spec.md §6's threshold
   }
   CHECK(ddl::kDeltaRegimeCount == static_cast<int>(R::Expansion) + 1);
 }
+
+}  // namespace test_delta_operator

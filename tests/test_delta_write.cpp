@@ -9,6 +9,8 @@
 #include "ddl/ops/delta_write.hpp"
 #include "ddl/testing/grad_check.hpp"
 
+namespace test_delta_write {  // each test file in its own namespace: a group of files compiles as one unit
+
 using ddl::Index;
 using ddl::MatX;
 using ddl::RowX;
@@ -199,3 +201,5 @@ TEST_CASE("the allocation guard trips on an allocation in this binary", "[ops][a
   Eigen::internal::set_is_malloc_allowed(true);
   CHECK(tripped);
 }
+
+}  // namespace test_delta_write

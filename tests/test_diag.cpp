@@ -13,6 +13,8 @@
 #include "ddl/diag/net_gate_audit.hpp"
 #include "ddl/diag/spectral.hpp"
 
+namespace test_diag {  // each test file in its own namespace: a group of files compiles as one unit
+
 using ddl::Index;
 using ddl::MatX;
 
@@ -507,3 +509,5 @@ TEST_CASE("spectral summary of a frozen operator", "[diag][spectral]") {
     CHECK(s2.regime == ddl::classifyRegime(1.8 * rho2));
   }
 }
+
+}  // namespace test_diag

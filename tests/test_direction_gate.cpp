@@ -10,6 +10,8 @@
 #include "ddl/ops/gate.hpp"
 #include "ddl/testing/grad_check.hpp"
 
+namespace test_direction_gate {  // each test file in its own namespace: a group of files compiles as one unit
+
 using ddl::DirectionNorm;
 using ddl::Index;
 using ddl::MatX;
@@ -192,3 +194,5 @@ TEST_CASE("gate backward in float stays accurate at saturated logits", "[ops][ga
     CHECK(std::abs(dZ(0, i) - ref) <= 1e-6 * ref);
   }
 }
+
+}  // namespace test_direction_gate

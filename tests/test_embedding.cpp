@@ -21,6 +21,8 @@
 #include "ddl/nn/layers/embedding.hpp"
 #include "ddl/testing/grad_check.hpp"
 
+namespace test_embedding {  // each test file in its own namespace: a group of files compiles as one unit
+
 using ddl::Index;
 using ddl::MatX;
 using ddl_test::allocationsDuring;
@@ -255,3 +257,5 @@ TEST_CASE("Embedding forward and backward allocate nothing once their buffers ha
   std::vector<int> more(600, 1);
   CHECK(allocationsDuring([&] { emb.forward(more, fresh); }) > 0);
 }
+
+}  // namespace test_embedding

@@ -23,6 +23,8 @@
 #include "ddl/nn/models/delta_net.hpp"
 #include "torch_export.hpp"
 
+namespace test_float_accuracy {  // each test file in its own namespace: a group of files compiles as one unit
+
 using ddl::Index;
 using ddl::MatX;
 
@@ -426,7 +428,7 @@ TEST_CASE("DeltaNet float gradients with calibrated, saturated and cancelling ga
 
 // Not run by default (hidden tag): writes each gate case's float weights as a ddl checkpoint and its six
 // batch orders (x, labels y) where tools/float_accuracy_torch.py reads them to measure PyTorch's errors
-// quoted above: ddl_test_float_accuracy "[.torch_export]", then the script with the printed directory.
+// quoted above: build/tests/ddl_tests_training "[.torch_export]", then the script with the printed directory.
 TEST_CASE("DeltaNet gate cases written for PyTorch", "[.torch_export]") {
   for (const GateCase& k : gateCases()) {
     const ddl::DeltaNetConfig c = accuracyNetConfig();
@@ -457,3 +459,5 @@ TEST_CASE("ConvDeltaNet float gradients at 16384 pixels stay close to double", "
   CAPTURE(worst.name, worst.error);
   CHECK(worst.error <= 2e-5);
 }
+
+}  // namespace test_float_accuracy

@@ -8,6 +8,8 @@
 #include "ddl/core/gemm.hpp"
 #include "ddl/testing/grad_check.hpp"
 
+namespace test_gemm {  // each test file in its own namespace: a group of files compiles as one unit
+
 using ddl::Index;
 using ddl::MatX;
 
@@ -104,3 +106,5 @@ TEST_CASE("GemmWorkspace cuts the packed rows of a tall product without changing
   checkTallProductBits<float>(4999, 41, 1000, false, true);
   checkTallProductBits<double>(3001, 29, 600, true, true);
 }
+
+}  // namespace test_gemm

@@ -6,6 +6,8 @@
 #include "ddl/testing/grad_check.hpp"
 #include "fd_check.hpp"
 
+namespace test_grad_check {  // each test file in its own namespace: a group of files compiles as one unit
+
 using ddl::MatX;
 
 TEST_CASE("entryRelErr catches a wrong small gradient entry that relErr hides", "[testing][grad]") {
@@ -32,3 +34,5 @@ TEST_CASE("entryRelErr floors tiny entries and checks shapes", "[testing][grad]"
   CHECK(ddl::testing::entryRelErr(a, n, 1e-12) == Approx(1.0));
   CHECK_THROWS_AS(ddl::testing::entryRelErr(a, MatX<double>(2, 1)), ddl::ShapeError);
 }
+
+}  // namespace test_grad_check

@@ -16,6 +16,8 @@
 #include "ddl/nn/models/delta_net.hpp"
 #include "ddl/train/train_step.hpp"
 
+namespace test_inference {  // each test file in its own namespace: a group of files compiles as one unit
+
 using ddl_test::convNetConfig;
 using ddl_test::deltaNetConfig;
 using ddl_test::kDefaultHidden;
@@ -211,3 +213,5 @@ TEST_CASE("evaluate uses forwardInference: the training caches survive it", "[in
   const std::vector<MatX<double>> got = gradients<double>(net);
   for (std::size_t i = 0; i < got.size(); ++i) CHECK((got[i].array() == expected[i].array()).all());
 }
+
+}  // namespace test_inference

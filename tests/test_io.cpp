@@ -28,6 +28,8 @@
 #include "ddl/io/metrics_csv.hpp"
 #include "ddl/io/safetensors.hpp"
 
+namespace test_io {  // each test file in its own namespace: a group of files compiles as one unit
+
 using ddl::MatX;
 using ddl_test::contains;
 using ddl_test::thrownMessage;
@@ -897,3 +899,5 @@ TEST_CASE("checkpoint: stripped optimizer tensors are refused, not restarted fro
     CHECK(live.t == 1);
   }
 }
+
+}  // namespace test_io

@@ -13,6 +13,8 @@
 #include "ddl/nn/models/delta_lm.hpp"
 #include "ddl/train/next_token_task.hpp"
 
+namespace test_lm_audit {  // each test file in its own namespace: a group of files compiles as one unit
+
 namespace {
 using ddl::Index;
 using ddl::MatX;
@@ -139,3 +141,5 @@ TEST_CASE("DeltaLM's gate audit: the additive baseline has nothing to audit", "[
   rec.endEpoch(1, gates.stats(), lm);
   CHECK(rec.rows().empty());
 }
+
+}  // namespace test_lm_audit

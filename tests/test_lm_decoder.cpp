@@ -9,6 +9,8 @@
 #include "ddl/nn/models/delta_lm.hpp"
 #include "ddl/nn/models/lm_decoder.hpp"
 
+namespace test_lm_decoder {  // each test file in its own namespace: a group of files compiles as one unit
+
 using ddl::Index;
 
 namespace {
@@ -90,3 +92,5 @@ TEST_CASE("two threads generate from one const model at once and get their seque
     }
   }
 }
+
+}  // namespace test_lm_decoder

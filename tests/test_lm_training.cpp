@@ -23,6 +23,8 @@
 #include "ddl/train/trainer_options.hpp"
 #include "ddl/train/training_loop.hpp"
 
+namespace test_lm_training {  // each test file in its own namespace: a group of files compiles as one unit
+
 using ddl::Index;
 using ddl::MatX;
 using ddl_test::contains;
@@ -260,3 +262,5 @@ TEST_CASE("A data-parallel loop refuses a batch source that is not this rank's s
   sharded.distribute(comm);
   CHECK(thrownMessage<std::logic_error>([&] { sharded.run(); }) == "a collective call");
 }
+
+}  // namespace test_lm_training

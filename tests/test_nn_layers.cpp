@@ -23,6 +23,8 @@
 #include "ddl/nn/layers/rms_norm.hpp"
 #include "ddl/testing/grad_check.hpp"
 
+namespace test_nn_layers {  // each test file in its own namespace: a group of files compiles as one unit
+
 using ddl::Index;
 using ddl::MatX;
 using ddl_test::contains;
@@ -701,3 +703,5 @@ TEST_CASE("Steady state: a second forward and backward at the same shapes does n
   steadyStateStep<double>(false);
   CHECK_NOTHROW(steadyStateStep<double>(true));
 }
+
+}  // namespace test_nn_layers

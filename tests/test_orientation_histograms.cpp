@@ -9,6 +9,8 @@
 #include "ddl/core/rng.hpp"
 #include "ddl/data/orientation_histograms.hpp"
 
+namespace test_orientation_histograms {  // each test file in its own namespace: a group of files compiles as one unit
+
 namespace {
 
 using ddl::Index;
@@ -190,3 +192,5 @@ TEST_CASE("withFeatures stacks features under the pixels of a flat data set, fea
   CHECK(contains(thrownMessage<ddl::ValueError>([&] { ddl::featureMeanStd(ddl::MatX<double>(0, 3), mean, stddev); }),
                  "ddl::featureMeanStd"));
 }
+
+}  // namespace test_orientation_histograms

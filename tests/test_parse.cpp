@@ -17,6 +17,8 @@
 #include "ddl/nn/models/delta_net_config.hpp"
 #include "ddl/train/trainer.hpp"
 
+namespace test_parse {  // each test file in its own namespace: a group of files compiles as one unit
+
 using ddl_test::contains;
 using ddl_test::thrownMessage;
 
@@ -168,3 +170,5 @@ TEST_CASE("TrainerOptions::updateFromJson checks integers before converting them
     CHECK(t.toJson() == ddl::TrainerOptions().toJson());  // the refused value was not applied
   }
 }
+
+}  // namespace test_parse

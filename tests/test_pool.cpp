@@ -20,6 +20,8 @@
 #include "ddl/nn/layers/pool2d.hpp"
 #include "ddl/testing/grad_check.hpp"
 
+namespace test_pool {  // each test file in its own namespace: a group of files compiles as one unit
+
 using ddl::Index;
 using ddl::MatX;
 using ddl::TokenLayout;
@@ -326,3 +328,5 @@ TEST_CASE("pooling layers reject bad windows, shapes and calls with clear messag
   CHECK(contains(thrownMessage<ddl::ShapeError>([&] { gap.backward(MatX<double>::Zero(3, 2), dX); }),
                  "expected (2, 2)"));
 }
+
+}  // namespace test_pool

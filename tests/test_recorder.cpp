@@ -25,6 +25,8 @@
 #include "ddl/train/epoch_audit.hpp"
 #include "ddl/train/trainer.hpp"
 
+namespace test_recorder {  // each test file in its own namespace: a group of files compiles as one unit
+
 using ddl::Index;
 using ddl::MatX;
 using Mat = Eigen::MatrixXd;
@@ -570,3 +572,5 @@ TEST_CASE("auditEveryEpoch: files after every epoch, the onEpoch before it still
   while (std::getline(csv, line)) ++lines;
   CHECK(lines == 7);
 }
+
+}  // namespace test_recorder

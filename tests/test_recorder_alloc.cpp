@@ -41,6 +41,8 @@ void* realloc(void* p, std::size_t n) {
 #include "ddl/nn/models/conv_delta_net.hpp"
 #include "ddl/nn/models/delta_net.hpp"
 
+namespace test_recorder_alloc {  // each test file in its own namespace: a group of files compiles as one unit
+
 using ddl::Index;
 using ddl::MatX;
 
@@ -140,3 +142,5 @@ TEST_CASE("ConvDeltaNet: a recorder observing every forward changes no output an
   std::srand(4);
   checkZeroCost(plain, observed, MatX<float>::Random(cfg.inputDim(), 3));
 }
+
+}  // namespace test_recorder_alloc

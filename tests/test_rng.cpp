@@ -5,6 +5,8 @@
 #include "catch_compat.hpp"
 #include "ddl/core/rng.hpp"
 
+namespace test_rng {  // each test file in its own namespace: a group of files compiles as one unit
+
 TEST_CASE("Rng state round trip resumes the same normal stream", "[core][rng]") {
   for (int draws = 0; draws < 4; ++draws) {  // even draws: no spare pending; odd: a spare pending
     ddl::Rng a(7);
@@ -35,3 +37,5 @@ TEST_CASE("Rng setState refuses malformed states", "[core][rng][errors]") {
     CHECK(std::string(e.what()).find("Rng::setState") != std::string::npos);
   }
 }
+
+}  // namespace test_rng

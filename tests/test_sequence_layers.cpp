@@ -23,6 +23,8 @@
 #include "ddl/nn/layers/token_conv.hpp"
 #include "ddl/testing/grad_check.hpp"
 
+namespace test_sequence_layers {  // each test file in its own namespace: a group of files compiles as one unit
+
 using ddl::Index;
 using ddl::MatX;
 using ddl::TokenLayout;
@@ -431,3 +433,5 @@ TEST_CASE("TokenConv and SwiGluBranch on shapes that split over threads agree wi
   }
   ddl::setNumThreads(saved);
 }
+
+}  // namespace test_sequence_layers

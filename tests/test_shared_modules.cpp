@@ -14,6 +14,8 @@
 #include "ddl/nn/layers/linear.hpp"
 #include "ddl/testing/grad_check.hpp"
 
+namespace test_shared_modules {  // each test file in its own namespace: a group of files compiles as one unit
+
 using ddl::Index;
 using ddl::MatX;
 using ddl::testing::numericGrad;
@@ -88,3 +90,5 @@ TEST_CASE("Compressor shared by two sublayers: per-application caches match cent
         [&](const MatX<double>& X, MatX<double>& x) { cc.forward(X, x); });
   }
 }
+
+}  // namespace test_shared_modules

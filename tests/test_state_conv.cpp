@@ -26,6 +26,8 @@
 #include "ddl/nn/layers/token_conv.hpp"
 #include "ddl/testing/grad_check.hpp"
 
+namespace test_state_conv {  // each test file in its own namespace: a group of files compiles as one unit
+
 using ddl::Index;
 using ddl::MatX;
 using ddl::TokenLayout;
@@ -782,3 +784,5 @@ TEST_CASE("bad options, shapes and layouts throw errors naming the function and 
   CHECK(contains(thrownMessage<ddl::ShapeError>([&] { tc.forwardStep(MatX<double>::Zero(2, 2), st, yt); }),
                  "(2, 2)"));
 }
+
+}  // namespace test_state_conv

@@ -6,6 +6,8 @@
 #include "catch_compat.hpp"
 #include "ddl/diag/t_test.hpp"
 
+namespace test_stats {  // each test file in its own namespace: a group of files compiles as one unit
+
 using ddl_test::contains;
 using ddl_test::thrownMessage;
 
@@ -71,3 +73,5 @@ TEST_CASE("t test functions refuse bad input, naming the function", "[stats]") {
   CHECK(contains(thrownMessage<ddl::ValueError>([] { ddl::incompleteBeta(1, 1, 1.5); }),
                  "ddl::incompleteBeta: x must be in [0, 1], got 1.5"));
 }
+
+}  // namespace test_stats

@@ -21,6 +21,8 @@
 #include "ddl/core/rng.hpp"
 #include "ddl/data/text_corpus.hpp"
 
+namespace test_text_corpus {  // each test file in its own namespace: a group of files compiles as one unit
+
 namespace {
 
 using Bytes = std::vector<std::uint8_t>;
@@ -389,3 +391,5 @@ TEST_CASE("readTextCorpusFiles reads files one after another as one text, split 
   CHECK(contains(missing, dir + "/nope"));
   CHECK(contains(thrownMessage<ddl::ValueError>([&] { ddl::readTextCorpusFiles({}); }), "no files given"));
 }
+
+}  // namespace test_text_corpus

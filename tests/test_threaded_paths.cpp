@@ -15,6 +15,8 @@
 #include "ddl/ops/gate.hpp"
 #include "ddl/testing/grad_check.hpp"
 
+namespace test_threaded_paths {  // each test file in its own namespace: a group of files compiles as one unit
+
 using ddl::Index;
 using ddl::MatX;
 using ddl::RowX;
@@ -210,3 +212,5 @@ TEST_CASE("Linear above the parallel threshold matches sampled central differenc
   CHECK(sampledErr(lin.weight().value, dW, loss, rng) < 1e-4);
   CHECK(sampledErr(lin.bias().value, db, loss, rng) < 1e-4);
 }
+
+}  // namespace test_threaded_paths

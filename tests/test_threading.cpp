@@ -12,6 +12,8 @@
 #include <sched.h>
 #endif
 
+namespace test_threading {  // each test file in its own namespace: a group of files compiles as one unit
+
 TEST_CASE("defaultThreads honours OMP_NUM_THREADS", "[core][threading]") {
   ::setenv("OMP_NUM_THREADS", "3", 1);
   CHECK(ddl::defaultThreads() == 3);
@@ -59,3 +61,5 @@ TEST_CASE("an exception inside a threaded region reaches the caller instead of t
                     "range failed");
   ddl::setNumThreads(0);
 }
+
+}  // namespace test_threading

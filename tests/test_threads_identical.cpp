@@ -16,6 +16,8 @@
 #include "ddl/train/adamw.hpp"
 #include "ddl/train/train_step.hpp"
 
+namespace test_threads_identical {  // each test file in its own namespace: a group of files compiles as one unit
+
 using ddl::Index;
 using ddl::MatX;
 
@@ -69,3 +71,5 @@ TEST_CASE("1 and 2 threads train a DeltaNet bit-identically above every parallel
   CHECK(bitIdentical(one.grads, two.grads));
   CHECK(one.losses.back() != one.losses.front());  // the steps did train
 }
+
+}  // namespace test_threads_identical

@@ -17,6 +17,8 @@
 #include "ddl/train/next_token_task.hpp"
 #include "ddl/train/text_windows.hpp"
 
+namespace test_token_files {  // each test file in its own namespace: a group of files compiles as one unit
+
 namespace {
 
 using Bytes = std::vector<std::uint8_t>;
@@ -260,3 +262,5 @@ TEST_CASE("example path: write tiny token files", "[tokens][example]") {
   ddl_test::writeBytes(dir + "/test.bin", flatFile(part(5500, 6000)));
   CHECK(ddl::openTokenFiles(dir + "/*train*.bin", 512).size() == 5000);
 }
+
+}  // namespace test_token_files

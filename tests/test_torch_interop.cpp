@@ -20,6 +20,8 @@
 #include "torch_export.hpp"
 #include "torch_runner.hpp"
 
+namespace test_torch_interop {  // each test file in its own namespace: a group of files compiles as one unit
+
 using ddl::Index;
 using ddl::MatX;
 
@@ -206,3 +208,5 @@ TEST_CASE("ddl loads the state_dict of a plainly written PyTorch module for ever
     }
   }
 }
+
+}  // namespace test_torch_interop

@@ -20,6 +20,8 @@
 #include "torch_export.hpp"
 #include "torch_runner.hpp"
 
+namespace test_torch_interop_conv {  // each test file in its own namespace: a group of files compiles as one unit
+
 using ddl::Index;
 using ddl::MatX;
 
@@ -157,3 +159,5 @@ TEST_CASE("ddl loads a PyTorch-written ConvDeltaNet state_dict and reproduces it
     checkSameLogits(logits, batch.at("logits"));
   }
 }
+
+}  // namespace test_torch_interop_conv

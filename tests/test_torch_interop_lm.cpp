@@ -33,6 +33,8 @@
 #include "torch_export.hpp"
 #include "torch_runner.hpp"
 
+namespace test_torch_interop_lm {  // each test file in its own namespace: a group of files compiles as one unit
+
 using ddl::Index;
 using ddl::MatX;
 using ddl_test::randomTokenBatch;
@@ -364,3 +366,5 @@ TEST_CASE("ddl::DeltaLM loads a PyTorch-written EC or TC state_dict and reproduc
   for (const Case& k : {Case{"cc-ec", R::Delta}, Case{"tc", R::Delta, "paper"}, Case{"tc-ec", R::WriteOnly}})
     checkExport(k);
 }
+
+}  // namespace test_torch_interop_lm

@@ -27,6 +27,8 @@
 #include "ddl/train/train_step.hpp"
 #include "ddl/train/training_loop.hpp"
 
+namespace test_train_generic {  // each test file in its own namespace: a group of files compiles as one unit
+
 using ddl::Index;
 using ddl::MatX;
 using ddl_test::contains;
@@ -432,3 +434,5 @@ TEST_CASE("TrainingLoop: hooks run before the NaN/Inf guard, which names the par
   CHECK(sgd.stepCount() == 0);
   CHECK(contains(thrownMessage<ddl::ValueError>([&] { loop.addStepHook(nullptr); }), "the hook is empty"));
 }
+
+}  // namespace test_train_generic

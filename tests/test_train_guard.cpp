@@ -33,6 +33,8 @@
 
 #include "counting_new.hpp"  // counts every global operator new of this executable
 
+namespace test_train_guard {  // each test file in its own namespace: a group of files compiles as one unit
+
 using ddl::Index;
 using ddl::MatX;
 using ddl_test::bitIdentical;
@@ -443,3 +445,5 @@ TEST_CASE("stop signals: SIGINT and SIGTERM are recorded, not fatal, until the f
   std::signal(SIGINT, SIG_DFL);
   std::signal(SIGTERM, SIG_DFL);
 }
+
+}  // namespace test_train_guard

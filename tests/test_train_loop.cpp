@@ -41,6 +41,8 @@ inline void eigenAssertFailed(const char* what) {
 #include "ddl/train/train_step.hpp"
 #include "ddl/train/trainer.hpp"
 
+namespace test_train_loop {  // each test file in its own namespace: a group of files compiles as one unit
+
 using ddl::Index;
 using ddl::MatX;
 using ddl_test::bitIdentical;
@@ -517,3 +519,5 @@ TEST_CASE("a training step at the benchmark size allocates no Eigen memory on 1 
   }
   ddl::setNumThreads(1);
 }
+
+}  // namespace test_train_loop

@@ -19,6 +19,8 @@
 
 #include "counting_new.hpp"  // counts every global operator new of this executable
 
+namespace test_train_optim {  // each test file in its own namespace: a group of files compiles as one unit
+
 namespace {
 
 using ddl::MatX;
@@ -677,3 +679,5 @@ TEST_CASE("a schedule drives an optimizer's lr by its step count", "[train][sche
   CHECK(val(m.params[0]) == Approx(-0.3).epsilon(1e-14));
   CHECK(opt.lr() == 0.05);
 }
+
+}  // namespace test_train_optim

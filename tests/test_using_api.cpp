@@ -14,6 +14,8 @@
 #include "ddl/train/next_token_task.hpp"
 #include "ddl/train/saved_model.hpp"
 
+namespace test_using_api {  // each test file in its own namespace: a group of files compiles as one unit
+
 using ddl::MatX;
 using ddl_test::contains;
 using ddl_test::thrownMessage;
@@ -147,3 +149,5 @@ TEST_CASE("taskStep without a hook is the step with an empty one, bit for bit", 
   hooked.forward(batch, y);
   CHECK(x == y);
 }
+
+}  // namespace test_using_api

@@ -9,6 +9,8 @@
 #include "ddl/nn/layers/conv2d.hpp"
 #include "ddl/nn/layers/linear.hpp"
 
+namespace test_view {  // each test file in its own namespace: a group of files compiles as one unit
+
 using ddl::Index;
 using ddl::MatX;
 
@@ -79,3 +81,5 @@ TEST_CASE("a forward on an expression and its backward give the gradients of the
     CHECK(dX == dX2);
   }
 }
+
+}  // namespace test_view

@@ -52,7 +52,7 @@ awk '{ cpu = $1 + $2; mb = $3 / 1024; name = $4; for (i = 5; i <= NF; ++i) name 
        sub(/.*CMakeFiles\//, "", name)
        printf "%8.1f s %7.0f MB  %s\n", cpu, mb, name
        group = name; sub(/\.dir\/.*/, "", group); sub(/ \(.*/, "", group)
-       if (group ~ /^ddl_test_/) group = "tests"; else if (group ~ /^ddl_bench_/) group = "benchmarks"
+       if (group ~ /^ddl_tests?_/) group = "tests"; else if (group ~ /^ddl_bench_/) group = "benchmarks"
        sum[group] += cpu; if (mb > peak[group]) peak[group] = mb; total += cpu }
      END { print "--- per group: CPU seconds, largest unit"
            for (g in sum) printf "%8.1f s %7.0f MB  %s\n", sum[g], peak[g], g

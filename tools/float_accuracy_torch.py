@@ -2,7 +2,7 @@
 """float_accuracy_torch.py: PyTorch's own float32 gradient error on the gate cases of
 tests/test_float_accuracy.cpp, the numbers that test quotes as PyTorch's.
 
-    ddl_test_float_accuracy "[.torch_export]"       # prints one path stem per case
+    build/tests/ddl_tests_training "[.torch_export]"     # prints one path stem per case
     /usr/bin/python3 tools/float_accuracy_torch.py STEM [STEM ...]
 
 Each STEM names <STEM>.ck.safetensors (the float weights, a ddl checkpoint) and <STEM>.order<k>.safetensors
