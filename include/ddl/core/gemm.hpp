@@ -8,11 +8,16 @@
 // (internal::general_matrix_matrix_product) directly: after the first call with a given shape, a
 // product allocates nothing. Callers split large products over threads themselves, one workspace per
 // thread (nn/layers/linear.hpp does). This is the one place ddl uses Eigen's internal product kernel.
+//
+// Float products run ddl's packed AVX2 kernel instead when the CPU has it (core/packed_sgemm.hpp): faster,
+// and its bits do not depend on how a product is cut into row or column ranges.
 #include <memory>
+#include <type_traits>
 
 #include <Eigen/Core>
 
 #include "ddl/core/error.hpp"
+#include "ddl/core/packed_sgemm.hpp"
 #include "ddl/core/types.hpp"
 
 namespace ddl {
@@ -41,6 +46,15 @@ class GemmWorkspace {
     if (k != kB || C.rows() != m || C.cols() != n)
       throw ShapeError(message("ddl::GemmWorkspace::product", "op(A) is ", shapeString(m, k), ", op(B) is ",
                                shapeString(kB, n), " and C is ", shapeOf(C), ": shapes do not chain"));
+#if DDL_PACKED_SGEMM_X86
+    if constexpr (std::is_same_v<S, float>) {
+      if (m > 0 && n > 0 && k > 0 && packedSgemmEnabled()) {
+        detail::packedSgemm(m, n, k, A.data(), A.outerStride(), transA, B.data(), B.outerStride(), transB, C.data(),
+                            C.outerStride(), alpha, accumulate, m_packA, m_packB);
+        return;
+      }
+    }
+#endif
     if (!accumulate) C.setZero();
     if (m == 0 || n == 0 || k == 0) return;
     reserve(m, n, k);
@@ -57,6 +71,14 @@ class GemmWorkspace {
   // the only allocation this class makes. product() calls it; a caller that runs products inside a
   // parallel region calls it before, so the region allocates nothing. m, n, k >= 1.
   void reserve(Index m, Index n, Index k) {
+#if DDL_PACKED_SGEMM_X86
+    if constexpr (std::is_same_v<S, float>) {
+      if (packedSgemmEnabled()) {
+        detail::sgemmReserve(m, n, k, m_packA, m_packB);
+        return;
+      }
+    }
+#endif
     if (m_blocking && m == m_m && n == m_n && k == m_k) return;
     m_blocking = std::make_unique<Blocking>(packedRows(m, n, k), n, k, 1, true);
     m_blocking->allocateAll();
@@ -99,6 +121,7 @@ class GemmWorkspace {
 
   std::unique_ptr<Blocking> m_blocking;
   Index m_m = -1, m_n = -1, m_k = -1;
+  detail::PackBuffer m_packA, m_packB;  // the packed kernel's blocks (float only)
 };
 
 }  // namespace ddl
