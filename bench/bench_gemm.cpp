@@ -9,7 +9,19 @@
 // packed = 0 is Eigen's kernel in the same workspace class (the packed kernel switched off), so the
 // ratio of the two lines of a shape is the kernel's gain. On a CPU or build without the packed kernel
 // (no AVX2 + FMA, or a build for AVX-512) both lines are Eigen's.
+// BM_FmaPeak/threads:N is the ceiling those figures are read against: 8-float fused multiply-adds with
+// no memory operands, 12 independent chains (enough to hide the FMA latency on both FMA pipes), on N
+// threads at once (started anew each iteration, about 18 ms of work each); gflops is their sum. On a
+// CPU without AVX2 + FMA it reports an error instead.
 #include <benchmark/benchmark.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+#include <cstddef>
+#include <thread>
+#include <vector>
 
 #include "ddl/core/gemm.hpp"
 #include "ddl/core/packed_sgemm.hpp"
@@ -40,6 +52,41 @@ void BM_Gemm(benchmark::State& state) {
   state.counters["gflops"] =
       benchmark::Counter(2e-9 * double(m) * double(n) * double(k), benchmark::Counter::kIsIterationInvariantRate);
 }
+
+#if defined(__x86_64__) || defined(__i386__)
+constexpr int kFmaChains = 12;
+constexpr long kFmaRounds = 1 << 23;  // per iteration and thread: 12 * 2^23 fused multiply-adds of 8 floats
+
+__attribute__((target("avx2,fma"))) float fmaChains(float seed) {
+  __m256 acc[kFmaChains];
+  for (int i = 0; i < kFmaChains; ++i) acc[i] = _mm256_set1_ps(seed + 1e-3f * static_cast<float>(i));
+  const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
+  for (long r = 0; r < kFmaRounds; ++r)
+    for (int i = 0; i < kFmaChains; ++i) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
+  __m256 sum = acc[0];
+  for (int i = 1; i < kFmaChains; ++i) sum = _mm256_add_ps(sum, acc[i]);
+  return _mm256_cvtss_f32(sum);
+}
+
+void BM_FmaPeak(benchmark::State& state) {
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
+    state.SkipWithError("this CPU has no AVX2 + FMA");
+    return;
+  }
+  const int threads = static_cast<int>(state.range(0));
+  std::vector<float> out(static_cast<std::size_t>(threads), 1.0f);
+  for (auto _ : state) {  // every iteration: each of the threads runs the chains once, at the same time
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads; ++t) pool.emplace_back([&out, t] { out[std::size_t(t)] = fmaChains(out[std::size_t(t)]); });
+    out[0] = fmaChains(out[0]);
+    for (auto& th : pool) th.join();
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["gflops"] = benchmark::Counter(2e-9 * 8 * kFmaChains * double(kFmaRounds) * threads,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_FmaPeak)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+#endif
 
 // {m, n, k, transA, transB}: forward Y = W X, the weight gradient dW = dY Xᵀ (rows split over threads),
 // the input gradient dX = Wᵀ dY, attention's scores per head.

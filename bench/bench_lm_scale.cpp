@@ -10,7 +10,10 @@
 //   zeroGrad), forward_MiB (what the forward keeps for backward, with its workspaces; forward_dN the
 //   same in units of one (d, T) float matrix), loss_MiB (what the loss adds: nothing, as the softmax and
 //   the logits' gradient take the logits' place, as in the training step), backward_MiB
-//   (backward's own scratch), adamw_MiB (its two moments) and total_MiB.
+//   (backward's own scratch), adamw_MiB (its two moments) and total_MiB. The additive variant also counts
+//   model_gflop, its step's floating-point operations as the pre-norm GPT count has them (additiveStepFlops),
+//   and model_gflops, that count per second of the median step: read against BM_FmaPeak/threads:2 of
+//   ddl_bench_gemm, the share of the machine's float peak the step reaches.
 // BM_ScaleGenerate/variant: LmDecoder (the cache of keys, values and EC's last embeddings) fed a
 //   960-token prompt one token at a time (prefill_tokens_per_s), then 64 more tokens up to the context
 //   of 1024 (decode_tokens_per_s: a step at the longest contexts, its logits included; sampling is
@@ -62,6 +65,26 @@ double heapInUse() {
 
 constexpr double kMiB = 1024.0 * 1024.0;
 
+// Floating-point operations of one additive step on one sequence: the products only (norms, softmax,
+// the MLP's activation and AdamW are a few operations per element, not per weight). Every weight of a
+// product (q, k, v and the output: 4 d², the MLP: 8 d² per block; the tied head: V d) costs 2 per token
+// forward and 4 backward (the input's and the weight's gradients); attention's two products (QᵀK, then
+// P V) cost 2 d per causal pair (T (T + 1) / 2 of them) forward and twice that backward. 817.2 GFLOP.
+double additiveStepFlops() {
+  const double d = static_cast<double>(kD), T = static_cast<double>(kT), V = static_cast<double>(kVocab);
+  const double L = static_cast<double>(ddl_bench::kScaleDepth);
+  const double productWeights = 12 * d * d * L + V * d;
+  return 6 * productWeights * T + 3 * 2 * (2 * d) * (T * (T + 1) / 2) * L;
+}
+
+// The weights additiveStepFlops counts, plus the RMS norms' gains (two of d per block, the final one, and
+// attention's query and key norms of d / H per block): the whole of the additive model, so a change of
+// its layers shows up as a mismatch, not as a wrong count.
+ddl::Index additiveParams() {
+  constexpr ddl::Index L = ddl_bench::kScaleDepth;
+  return 12 * kD * kD * L + kVocab * kD + (2 * L + 1) * kD + 2 * L * (kD / ddl_bench::kScaleHeads);
+}
+
 void BM_ScaleStep(benchmark::State& state) {
   const int variant = static_cast<int>(state.range(0));
   const double before = heapInUse();
@@ -108,6 +131,16 @@ void BM_ScaleStep(benchmark::State& state) {
     benchmark::ClobberMemory();
   }
   const double ms = ddl_bench::median(times) * 1e3;
+  if (variant == kAdditive) {
+    if (ddl::numParams(model) != additiveParams()) {
+      const std::string why = "the additive model has " + std::to_string(ddl::numParams(model)) +
+                              " parameters, additiveStepFlops counts " + std::to_string(additiveParams());
+      state.SkipWithError(why.c_str());
+      return;
+    }
+    state.counters["model_gflop"] = additiveStepFlops() * 1e-9;
+    state.counters["model_gflops"] = additiveStepFlops() * 1e-9 / (ms * 1e-3);
+  }
   const double dN = static_cast<double>(kD) * static_cast<double>(kT) * sizeof(S);
   state.counters["step_ms"] = ms;
   state.counters["min_step_ms"] = ddl_bench::minimum(times) * 1e3;

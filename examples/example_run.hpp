@@ -206,6 +206,7 @@ struct TrainingDefaults {
   const char* epochs = "10";
   const char* lr = "0.001";
   const char* weightDecay = "0.01";
+  const char* beta2 = "0.999";
   const char* augmentHelp = nullptr;
   const char* augment = "none";
   const char* labelSmoothing = "0";
@@ -219,7 +220,8 @@ inline void declareTrainingOptions(cli::CommandLine& cli, const TrainingDefaults
       .option("lr", "LR", "AdamW peak learning rate", d.lr)
       .option("schedule", "S", "cosine | constant | step", "cosine")
       .option("warmup", "W", "linear warmup steps (default: 200, at most 1/10 of all steps)")
-      .option("weight-decay", "WD", "AdamW decoupled weight decay", d.weightDecay);
+      .option("weight-decay", "WD", "AdamW decoupled weight decay", d.weightDecay)
+      .option("beta2", "B2", "AdamW decay of the squared-gradient average, in [0, 1)", d.beta2);
   if (d.augmentHelp)  // image programs only
     cli.option("augment", "A", d.augmentHelp, d.augment).option("label-smoothing", "E", "label smoothing in [0, 1)", d.labelSmoothing);
   cli.option("seed", "S", "initialisation and batch order", "1")
@@ -368,6 +370,11 @@ inline TrainerOptions trainingOptions(const cli::CommandLine& cli, const SavedRu
   else if (saved)
     warmup = opt.warmupSteps;
   if (given("weight-decay")) opt.adam.weightDecay = cli.number("weight-decay", 0, kMaxReal);
+  if (given("beta2")) {
+    opt.adam.beta2 = cli.number("beta2", 0, 1);
+    if (opt.adam.beta2 >= 1)  // 1 would never update the average: the step would divide by its first square
+      throw ValueError("--beta2 expects a number in [0, 1), got '" + cli.text("beta2") + "'");
+  }
   if (cli.declares("augment") && given("augment")) setAugment(opt);
   if (cli.declares("label-smoothing") && given("label-smoothing")) {
     opt.labelSmoothing = cli.number("label-smoothing", 0, 1);

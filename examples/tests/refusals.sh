@@ -41,6 +41,7 @@ expect 1 "--seed expects an integer in [0, 18446744073709551615], got '-1'" "${s
 expect 1 "--val 400 leaves no training samples (the training set has 400)" "${small[@]}" --val 400
 expect 1 "--audit gathers the gate statistics over the validation set after every epoch, and --val 0 holds none out" "${small[@]}" --val 0 --audit
 expect 1 "--label-smoothing expects a number in [0, 1), got '1'" "${small[@]}" --label-smoothing 1
+expect 1 "--beta2 expects a number in [0, 1), got '1'" "${small[@]}" --beta2 1
 expect 1 "option --epochs needs a value" "${small[@]}" --epochs
 expect 1 "unknown option '--epoch'" "${small[@]}" --epoch 3
 
