@@ -372,7 +372,7 @@ inline TrainerOptions trainingOptions(const cli::CommandLine& cli, const SavedRu
   if (given("weight-decay")) opt.adam.weightDecay = cli.number("weight-decay", 0, kMaxReal);
   if (given("beta2")) {
     opt.adam.beta2 = cli.number("beta2", 0, 1);
-    if (opt.adam.beta2 >= 1)  // 1 would never update the average: the step would divide by its first square
+    if (opt.adam.beta2 >= 1)  // 1 never updates the average (it stays 0) and makes its bias correction 1 - 1^t = 0
       throw ValueError("--beta2 expects a number in [0, 1), got '" + cli.text("beta2") + "'");
   }
   if (cli.declares("augment") && given("augment")) setAugment(opt);
