@@ -111,9 +111,19 @@ struct EigenProductsOnly {
   ~EigenProductsOnly() { ddl::setPackedSgemmEnabled(previous); }
 };
 
+// Eigen's blocking follows the cache sizes it reads from the CPU: with a 48 KiB L1 (Zen 4) it packs few rows
+// for these shapes by itself and the cut never applies. The cache sizes of the AVX2 EPYCs (32 KiB, 512 KiB
+// and Eigen's 256 MiB L3 estimate) are set while alive, so the cut is exercised on every CPU.
+struct FixedCacheSizes {
+  std::ptrdiff_t l1 = Eigen::l1CacheSize(), l2 = Eigen::l2CacheSize(), l3 = Eigen::l3CacheSize();
+  FixedCacheSizes() { Eigen::setCpuCacheSizes(32 << 10, 512 << 10, 256 << 20); }
+  ~FixedCacheSizes() { Eigen::setCpuCacheSizes(l1, l2, l3); }
+};
+
 TEST_CASE("GemmWorkspace cuts the packed rows of a tall product without changing a bit", "[core][gemm]") {
   std::srand(5);
   const EigenProductsOnly eigen;
+  const FixedCacheSizes caches;
   checkTallProductBits<float>(5003, 40, 1000, false, false);  // k > kc: two panels, as the LM head's 768
   checkTallProductBits<float>(5016, 33, 1000, true, false);
   checkTallProductBits<float>(4999, 41, 1000, false, true);

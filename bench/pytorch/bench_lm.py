@@ -397,7 +397,7 @@ def verify(args) -> None:
         d, T, B = 16, 9, 2
         cfg = ddl_torch.lm_config(variant if variant != "dv1-additive" else "dv1", kind, "code", d=d, heads=2,
                                   vocab=13, context=T, hidden=8 * d // 3, conv_kernel=4, compressor_kernel=4,
-                                  depth=2)
+                                  input_embed_shortconv_kernel_size=4, depth=2)
         ref = ddl_torch.DeltaLM(cfg).double()
         mine = DeltaLM(13, d, 2, 2, T, dv, kind == "delta", compressor, ec, 4).double()
         with torch.no_grad():
@@ -454,6 +454,9 @@ def main():
     ap.add_argument("--vocab", type=int, default=256)
     ap.add_argument("--kernel", type=int, default=4, help="K of TC and EC")
     ap.add_argument("--no-verify", action="store_true", help="skip the comparison with tools/ddl_torch.py")
+    ap.add_argument("--verify-only", action="store_true",
+                    help="only compare the models (step and cached decoder) with tools/ddl_torch.py's, then exit: "
+                         "the check a test runs, on any BLAS")
     ap.add_argument("--generate", type=int, metavar="PROMPT",
                     help="time cached generation instead of the step: PROMPT tokens fed one at a time, then "
                          "decoding up to --length (eager and autocast modes; dv1 and cc variants)")
@@ -464,6 +467,10 @@ def main():
     if os.environ.get("OMP_WAIT_POLICY", "").lower() != "passive":
         print("# warning: OMP_WAIT_POLICY=passive is not set; PyTorch spins and runs slower on 2 shared cores")
     torch.set_num_threads(args.threads)
+    if args.verify_only:
+        verify(args)
+        verify_decoder()
+        return
     require_optimised_blas()
     blas = [f for f in torch.__config__.show().replace("\n", ",").split(",") if "BLAS" in f or "LAPACK" in f]
     print(f"# torch.__config__: {', '.join(f.strip() for f in blas)}")
