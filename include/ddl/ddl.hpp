@@ -56,6 +56,8 @@
 #include "ddl/nn/layers/window2d.hpp"
 
 #include "ddl/diag/audit_file.hpp"
+#include "ddl/diag/confidence_intervals.hpp"
+#include "ddl/diag/exact_tests.hpp"
 #include "ddl/diag/gate_audit.hpp"
 #include "ddl/diag/net_gate_audit.hpp"
 #include "ddl/diag/recorder.hpp"
