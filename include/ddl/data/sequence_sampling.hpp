@@ -42,9 +42,9 @@ struct StepLayout {
 // request of fewer than 2^63 sequences then always fits).
 inline std::uint64_t sequenceCount(std::uint64_t prefixRadix, std::uint64_t stepRadix, Index steps) {
   const std::uint64_t cap = std::numeric_limits<std::uint64_t>::max();
-  auto times = [cap](std::uint64_t a, std::uint64_t b) { return (b != 0 && a > cap / b) ? cap : a * b; };
   std::uint64_t count = prefixRadix;
-  for (Index t = 0; t < steps && count != cap && count != 0; ++t) count = times(count, stepRadix);
+  for (Index t = 0; t < steps && count != cap && count != 0; ++t)
+    count = (stepRadix != 0 && count > cap / stepRadix) ? cap : count * stepRadix;
   return count;
 }
 
