@@ -11,6 +11,7 @@
 // space cannot hold are refused with a ValueError that names the task and counts its space.
 //   auto swap = ddl::makeSwapTask<float>({3, 8}, {10000, 2000, 2000}, seed);
 //   swap.train.images  (n + L * n(n-1)/2, 10000), swap.train.labels in [0, n)
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -147,7 +148,8 @@ SequenceTask<S> makeSwapTask(const SwapTask& task, const SplitSizes& sizes, std:
   require(task.cups >= 2 && task.cups <= 64, fn, "cups expected in [2, 64], found ", task.cups);
   require(task.steps >= 1, fn, "steps must be >= 1, got ", task.steps);
   const int n = task.cups, pairs = n * (n - 1) / 2;
-  requireDistinctSplits(fn, "swap (cups " + std::to_string(n) + ", steps " + std::to_string(task.steps) + ")", "cups * (cups(cups-1)/2)^steps",
+  const std::string name = "swap (cups " + std::to_string(n) + ", steps " + std::to_string(task.steps) + ")";
+  requireDistinctSplits(fn, name, "cups * (cups(cups-1)/2)^steps",
                         sequenceCount(static_cast<std::uint64_t>(n), static_cast<std::uint64_t>(pairs), task.steps),
                         sizes);
   Rng rng(seed);
@@ -200,8 +202,8 @@ SequenceTask<S> makePermutationTask(const PermutationTask& task, const SplitSize
   require(task.n >= 2 && task.n <= 7, fn, "n expected in [2, 7], found ", task.n);
   require(task.steps >= 1, fn, "steps must be >= 1, got ", task.steps);
   const auto order = factorial(task.n);
-  requireDistinctSplits(fn, "permutation (n " + std::to_string(task.n) + ", steps " + std::to_string(task.steps) + ")", "(n!)^steps",
-                        sequenceCount(1, order, task.steps), sizes);
+  const std::string name = "permutation (n " + std::to_string(task.n) + ", steps " + std::to_string(task.steps) + ")";
+  requireDistinctSplits(fn, name, "(n!)^steps", sequenceCount(1, order, task.steps), sizes);
   Rng rng(seed);
   const auto seqs = sampleDistinctSequences(1, static_cast<std::uint32_t>(order), task.steps, sizes.total(), rng);
   const StepLayout layout{0, task.steps, static_cast<Index>(order)};
