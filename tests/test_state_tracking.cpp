@@ -130,7 +130,7 @@ std::vector<std::vector<int>> allPermutations(int n) {
 
 }  // namespace
 
-TEST_CASE("swap: labels match moving the ball between explicit cups; the layout is step-major", "[state_tracking]") {
+TEST_CASE("swap: labels match moving the ball between explicit cups, and the layout is step-major", "[state_tracking]") {
   const ddl::SplitSizes sizes{300, 50, 50};
   for (const ddl::SwapTask task : {ddl::SwapTask{3, 8}, ddl::SwapTask{4, 5}, ddl::SwapTask{2, 3}}) {
     CAPTURE(task.cups, task.steps);
