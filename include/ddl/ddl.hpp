@@ -56,9 +56,12 @@
 #include "ddl/nn/layers/window2d.hpp"
 
 #include "ddl/diag/audit_file.hpp"
+#include "ddl/diag/confidence_intervals.hpp"
+#include "ddl/diag/exact_tests.hpp"
 #include "ddl/diag/gate_audit.hpp"
 #include "ddl/diag/net_gate_audit.hpp"
 #include "ddl/diag/recorder.hpp"
+#include "ddl/diag/r_squared.hpp"
 #include "ddl/diag/spectral.hpp"
 #include "ddl/diag/t_test.hpp"
 
@@ -66,7 +69,10 @@
 #include "ddl/data/cifar.hpp"
 #include "ddl/data/dataset.hpp"
 #include "ddl/data/file_bytes.hpp"
+#include "ddl/data/householder_task.hpp"
 #include "ddl/data/idx.hpp"
+#include "ddl/data/sequence_sampling.hpp"
+#include "ddl/data/state_tracking.hpp"
 #include "ddl/data/text_corpus.hpp"
 #include "ddl/data/token_files.hpp"
 
