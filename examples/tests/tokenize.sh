@@ -57,7 +57,7 @@ cmp -s all.bin keep.bin || fail "a refused run changed its output"
 refused() {  # refused 'TEXT' ARGS...: exit 1 naming TEXT within 10 s
   local text=$1
   shift
-  timeout 10 "$exe" "$@" > refused.log 2>&1
+  timeout -k 5 10 "$exe" "$@" > refused.log 2>&1
   local rc=$?
   [ $rc = 1 ] && grep -qF -- "$text" refused.log || fail "ddl-tokenize $*: exit $rc, expected 1 and '$text': $(cat refused.log)"
 }
@@ -80,7 +80,7 @@ cmp -s text.txt self.txt && cmp -s tokdir/vocab.json vocab.keep && cmp -s tokdir
 
 # A FIFO (or any other non-regular file) as --in is refused at once, not waited on.
 mkfifo fifo.txt
-timeout 10 "$exe" "${tok[@]}" --in fifo.txt --out fifo.bin > fifo.log 2>&1; rc=$?
+timeout -k 5 10 "$exe" "${tok[@]}" --in fifo.txt --out fifo.bin > fifo.log 2>&1; rc=$?
 [ $rc = 2 ] && grep -q "fifo.txt': not found or not a regular file" fifo.log || fail "--in FIFO: exit $rc, $(cat fifo.log)"
 
 ls -A | grep -qE '(\.tmp\.|\.ddl-tmp\.)[0-9]+$' && fail "a temporary file was left behind"
