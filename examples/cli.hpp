@@ -11,7 +11,9 @@
 //   int again  = cli.integer<int>("epochs", 1, 1000000, saved);  // ... else `saved` (an optional)
 //
 // Options are `--name value` or `--name=value`; flags take no value. An unknown option, a missing
-// value, an option given twice and a stray positional argument are refused. Typed getters check
+// value, an option given twice and a stray positional argument are refused, and so is an empty value
+// of an option whose metavar is FILE, DIR, PATH or GLOB ("" would name the current folder, or make
+// "--out ''" read "/checkpoint.safetensors"). Typed getters check
 // the text completely (ddl/core/parse.hpp): "--epochs 2.7" and "--batch 0" fail with a message that
 // names the option and the accepted range instead of being truncated or crashing later.
 #include <cstddef>
@@ -70,6 +72,7 @@ class CommandLine {
         if (i + 1 >= argc || nextIsOption) throw ValueError("option --" + name + " needs a value (" + e->metavar + ")");
         m_given[name] = argv[++i];
       }
+      if (m_given[name].empty()) refuseEmptyPath(*e);
     }
   }
 
@@ -181,6 +184,11 @@ class CommandLine {
       throw std::logic_error("ddl::cli::CommandLine: bad or repeated option name '" + e.name + "'");
     m_entries.push_back(std::move(e));
     return *this;
+  }
+  static void refuseEmptyPath(const Entry& e) {
+    for (const auto& [metavar, what] : {std::pair<const char*, const char*>{"FILE", "a file"}, {"DIR", "a folder"},
+                                        {"PATH", "a file or folder"}, {"GLOB", "a file, folder or pattern"}})
+      if (e.metavar == metavar) throw ValueError("--" + e.name + " is empty: name " + what);
   }
   const Entry* find(const std::string& name) const {
     for (const Entry& e : m_entries)

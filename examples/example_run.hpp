@@ -194,8 +194,8 @@ struct DataError : IoError {
   using IoError::IoError;
 };
 
-// A file given by an option other than the data's (ddl-text's --tokenizer) is unusable: exit 2 with the
-// message alone, since neither the data's hint nor the checkpoint's is about it.
+// A file given by an option other than --data (ddl-text's --tokenizer, its token files) is unusable:
+// exit 2 with the message alone, since neither the data's hint nor the checkpoint's is about it.
 struct OptionFileError : IoError {
   using IoError::IoError;
 };
@@ -313,6 +313,7 @@ inline void requireSavedModelOptions(const cli::CommandLine& cli, const SavedRun
 struct DataIdentity {
   std::string path;
   ContentDigest digest;
+  std::string options = "--data";  // the options that gave path, for messages
   std::string text() const { return digest.hex() + " of " + std::to_string(digest.bytes()) + " bytes"; }
 };
 
@@ -329,13 +330,13 @@ inline void requireSameData(const SavedRun& run, const DataIdentity& data, Train
   opt.extraMeta["data"] = data.path;
   opt.extraMeta["data_bytes"] = std::to_string(data.digest.bytes());
   opt.extraMeta["data_digest"] = data.digest.hex();
-  requireRanksAgree({{"data", data.text()}}, "data", " (--data " + data.path + ")");
+  requireRanksAgree({{"data", data.text()}}, "data", " (" + data.options + " " + data.path + ")");
   if (!run.resume) return;
   const auto digest = run.meta.extra.find("data_digest"), bytes = run.meta.extra.find("data_bytes");
   if (digest == run.meta.extra.end() || bytes == run.meta.extra.end()) return;
   if (digest->second == data.digest.hex() && bytes->second == std::to_string(data.digest.bytes())) return;
   const auto path = run.meta.extra.find("data");
-  throw IoError("--data " + data.path + " (" + data.text() + ") is not the data of the saved run in " + run.ckpt + " (" +
+  throw IoError(data.options + " " + data.path + " (" + data.text() + ") is not the data of the saved run in " + run.ckpt + " (" +
                 (path != run.meta.extra.end() ? path->second : std::string("?")) + ", " + digest->second + " of " +
                 bytes->second + " bytes): resume with that data, or start a new run with --overwrite or another --out");
 }

@@ -7,8 +7,10 @@
 // continued with --resume or replaced with --overwrite, never silently (forgetting --resume is the
 // common mistake; a new numbered folder would hide it instead of saying it). run.lock holds the
 // owner's pid and host and keeps a second run out of the folder while the first lives; the lock of a
-// dead process on this host (SIGKILL, power loss) is taken over. Temporaries "*.tmp.<pid>" that a
-// killed writer left (io/atomic_file.hpp) are removed. Errors are IoError naming the folder (exit 2).
+// dead process on this host (SIGKILL, power loss) is taken over. Temporaries "*.ddl-tmp.<pid>" that a
+// killed writer left (io/atomic_file.hpp) are removed, nothing else. A folder the claim created is
+// removed again when the run leaves it empty (a start that failed on its data leaves nothing behind).
+// Errors are IoError naming the folder (exit 2).
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -24,6 +26,7 @@
 #include <unistd.h>
 
 #include "ddl/core/error.hpp"
+#include "ddl/io/atomic_file.hpp"
 
 namespace ddl::example {
 
@@ -49,10 +52,12 @@ class RunFolder {
   RunFolder() = default;  // nothing claimed (a rank other than 0, or a run that writes nothing)
   RunFolder(const RunFolder&) = delete;
   RunFolder& operator=(const RunFolder&) = delete;
-  RunFolder(RunFolder&& o) noexcept : m_lock(std::exchange(o.m_lock, std::string())) {}
+  RunFolder(RunFolder&& o) noexcept
+      : m_lock(std::exchange(o.m_lock, std::string())), m_created(std::exchange(o.m_created, {})) {}
   RunFolder& operator=(RunFolder&& o) noexcept {
     release();
     m_lock = std::exchange(o.m_lock, std::string());
+    m_created = std::exchange(o.m_created, {});
     return *this;
   }
   ~RunFolder() { release(); }
@@ -62,10 +67,16 @@ class RunFolder {
   static RunFolder claim(const std::string& out, bool resume, bool overwrite) {
     namespace fs = std::filesystem;
     std::error_code ec;
+    RunFolder folder;
+    fs::path missing = fs::path(out).lexically_normal();
+    if (missing.filename().empty()) missing = missing.parent_path();  // "run/" is the folder "run"
+    for (fs::path p = missing; !p.empty() && !fs::exists(fs::symlink_status(p, ec)); p = p.parent_path()) {
+      folder.m_created.push_back(p.string());  // deepest first: the order they are removed in
+      if (p == p.parent_path()) break;
+    }
     fs::create_directories(out, ec);
     if (ec || !fs::is_directory(out, ec))
       throw IoError("cannot create output folder '" + out + "': " + (ec ? ec.message() : std::string("a file is in the way")));
-    RunFolder folder;
     folder.lock(out);
     removeDeadTemporaries(out);
     std::vector<std::string> held;
@@ -82,18 +93,14 @@ class RunFolder {
     return folder;
   }
 
-  // "<name>.tmp.<pid>" files whose writer is gone; the pid of this process counts as gone (it has
-  // written nothing yet). Anything else in the folder is left alone.
+  // ddl's temporaries "<name>.ddl-tmp.<pid>" (io/atomic_file.hpp) whose writer is gone; the pid of this
+  // process counts as gone (it has written nothing yet). Anything else in the folder is left alone.
   static void removeDeadTemporaries(const std::string& out) {
     namespace fs = std::filesystem;
     std::error_code ec;
     for (const fs::directory_entry& e : fs::directory_iterator(out, ec)) {
-      const std::string name = e.path().filename().string();
-      const std::size_t at = name.rfind(".tmp.");
-      if (at == std::string::npos || at + 5 >= name.size() || !e.is_regular_file(ec)) continue;
-      const std::string digits = name.substr(at + 5);
-      if (digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
-      const long pid = std::stol(digits);
+      const long pid = atomicTempWriter(e.path().filename().string());
+      if (pid <= 0 || !e.is_regular_file(ec)) continue;
       if (pid == static_cast<long>(::getpid()) || !processAlive(pid)) fs::remove(e.path(), ec);
     }
   }
@@ -118,6 +125,9 @@ class RunFolder {
       }
       if (errno != EEXIST)
         throw IoError("cannot write to output folder '" + out + "': " + std::strerror(errno));
+      std::error_code ec;
+      if (!std::filesystem::is_regular_file(path, ec))  // a FIFO would block the read below
+        throw IoError(path + ": not a regular file; --out's lock file is created by ddl: remove it");
       std::ifstream in(path);
       std::string word, host;
       long pid = 0;
@@ -130,12 +140,18 @@ class RunFolder {
     throw IoError(path + ": another run took over the stale lock of --out at the same moment");
   }
 
+  // Removes the lock, then the folders the claim created while they are empty (rmdir refuses a
+  // folder that holds anything, so a run's files always stay).
   void release() {
     if (!m_lock.empty()) ::unlink(m_lock.c_str());
     m_lock.clear();
+    for (const std::string& dir : m_created)
+      if (::rmdir(dir.c_str()) != 0) break;
+    m_created.clear();
   }
 
-  std::string m_lock;  // the lock file this process created ("" = none)
+  std::string m_lock;                  // the lock file this process created ("" = none)
+  std::vector<std::string> m_created;  // folders the claim created, deepest first
 };
 
 }  // namespace ddl::example

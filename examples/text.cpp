@@ -3,8 +3,8 @@
 //   ddl-text                                the fortunes of Debian's fortunes package
 //   ddl-text --data FILE                    any file (UTF-8 text or anything else, read as bytes)
 //   ddl-text --tokens 'DIR/*train*.bin' --val-tokens 'DIR/*val*.bin' --vocab 50304
-//                                           token files of nanoGPT (uint16) or llm.c (shards), mapped,
-//                                           not loaded; the loss in nats per token
+//                                           token files of nanoGPT (uint16) or llm.c (shards), read by
+//                                           window, not loaded; the loss in nats per token
 //   ddl-text --tokens ... --tokenizer gpt2/  prompts (--prompt, --generate) and samples as text, not ids
 //   ddl-text --variant cc-ec                the expanded state of the paper (dv 4, CC + EC); see --help
 //   ddl-text --residual additive            the plain pre-norm Transformer, the baseline
@@ -280,25 +280,27 @@ TokenData openTokenData(const ddl::cli::CommandLine& cli, const ddl::DeltaLMConf
   const auto open = [&](const char* option, ddl::TokenFiles& set, const char* role) {
     try {
       set = ddl::openTokenFiles(cli.text(option), cfg.vocab);
-    } catch (const ddl::IoError& e) {
-      throw DataError(std::string(e.what()) + " (--" + option + ")");
+    } catch (const ddl::IoError& e) {  // the message alone: the hint of --data does not apply
+      throw OptionFileError(std::string(e.what()) + " (--" + option + ")");
     }
     const std::string format = set.files().empty() ? "" : ddl::toString(set.files()[0].format());
     std::cout << "ddl-text: " << role << " tokens " << cli.text(option) << ": " << set.files().size() << (set.files().size() == 1 ? " file (" : " files (")
               << format << "), " << set.size() << " tokens\n";
     if (static_cast<ddl::Index>(set.size()) <= cfg.context)
-      throw DataError(cli.text(option) + ": " + std::to_string(set.size()) + " tokens; ddl-text needs at least --context + 1 = " +
+      throw OptionFileError(cli.text(option) + ": " + std::to_string(set.size()) + " tokens; ddl-text needs at least --context + 1 = " +
                       std::to_string(cfg.context + 1) + " (--" + option + ")");
   };
   if (needTraining) open("tokens", d.train, "training");
   if (cli.has("val-tokens")) open("val-tokens", d.validation, "validation");
   if (cli.has("test-tokens")) open("test-tokens", d.test, "test");
+  requireDisjointTokenSets({{"--tokens", &d.train}, {"--val-tokens", &d.validation}, {"--test-tokens", &d.test}});
   d.identity.path = cli.text("tokens") + " | " + cli.text("val-tokens") + " | " + cli.text("test-tokens", std::string());
+  d.identity.options = "--tokens | --val-tokens | --test-tokens";
   try {
     for (const ddl::TokenFiles* set : {&d.train, &d.validation, &d.test})
       set->scan([&](const unsigned char* p, std::size_t n) { d.identity.digest.add(p, n); });
   } catch (const ddl::IoError& e) {
-    throw DataError(std::string(e.what()) + " (--vocab " + std::to_string(cfg.vocab) + ")");
+    throw OptionFileError(std::string(e.what()) + " (--vocab " + std::to_string(cfg.vocab) + ")");
   }
   return d;
 }

@@ -2,17 +2,20 @@
 // examples/text_files.hpp: the text corpus as ddl-text and ddl-ablation --net lm read it: one file, or
 // every regular file of a folder but fortune's *.dat indexes, in name order, read as one byte text
 // and split by position (data/text_corpus.hpp); the validation figure is the first evalBytes bytes of
-// the validation split (0 = all of it). Errors are ddl::IoError naming the path.
+// the validation split (0 = all of it). Errors are ddl::IoError naming the path. And the rule of the
+// token sets (--tokens, --val-tokens, --test-tokens): no file in two of them.
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <string>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include "ddl/core/error.hpp"
 #include "ddl/core/types.hpp"
 #include "ddl/data/text_corpus.hpp"
+#include "ddl/data/token_files.hpp"
 
 namespace ddl::example {
 
@@ -39,6 +42,20 @@ inline TextCorpus readCorpus(const std::string& path) { return readTextCorpusFil
 inline std::vector<std::uint8_t> evaluatedPrefix(const std::vector<std::uint8_t>& split, Index evalBytes) {
   const std::size_t n = evalBytes > 0 ? std::min<std::size_t>(split.size(), static_cast<std::size_t>(evalBytes)) : split.size();
   return std::vector<std::uint8_t>(split.begin(), split.begin() + static_cast<std::ptrdiff_t>(n));
+}
+
+// Training, validation and test tokens share no file, compared by identity (a link or another spelling
+// is the same file): nanoGPT's folder of train.bin and val.bin given as --tokens would train on the
+// validation tokens. sets: (option, set) pairs; ValueError naming the file and both options.
+inline void requireDisjointTokenSets(const std::vector<std::pair<std::string, const TokenFiles*>>& sets) {
+  for (std::size_t a = 0; a < sets.size(); ++a)
+    for (std::size_t b = a + 1; b < sets.size(); ++b)
+      for (const TokenFile& x : sets[a].second->files())
+        for (const TokenFile& y : sets[b].second->files())
+          if (x.sameFileAs(y))
+            throw ValueError(sets[b].first + ": the file " + y.path() + " is also in " + sets[a].first + " (" + x.path() +
+                             "): training, validation and test tokens must be different files (a folder as --tokens "
+                             "takes every *.bin in it: name the training files, e.g. 'DIR/train*.bin')");
 }
 
 }  // namespace ddl::example

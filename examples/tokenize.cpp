@@ -7,6 +7,7 @@
 // (nanoGPT's prepare.py cuts at 90 % too); each part is encoded on its own. Large files are read in
 // chunks (--chunk-bytes, 4 MiB) cut where GPT-2's pre-tokens cannot cross (ddl::gpt2SafeCut), so the ids equal those of the
 // whole text encoded at once. Every output is written atomically (io/atomic_file.hpp).
+// An output that is an input or the other output is refused (exit 1) before anything is read.
 // Exit 0: written; 1: bad option; 2: unusable files (missing, malformed, vocabulary too large for uint16).
 #include <algorithm>
 #include <chrono>
@@ -18,9 +19,11 @@
 #include <ostream>
 #include <string>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include "cli.hpp"
+#include "file_identity.hpp"
 #include "ddl/data/bpe_tokenizer.hpp"
 #include "ddl/io/atomic_file.hpp"
 
@@ -32,10 +35,13 @@ constexpr int kExitFile = 2;
 // A regular file read by byte ranges.
 class TextFile {
  public:
-  explicit TextFile(const std::string& path) : m_path(path), m_in(path, std::ios::binary) {
+  explicit TextFile(const std::string& path) : m_path(path) {
     std::error_code ec;
-    if (!std::filesystem::is_regular_file(path, ec) || !m_in)
-      throw ddl::IoError(ddl::message("ddl-tokenize", "--in '", path, "': not found or not a readable regular file"));
+    // Checked before opening: opening a FIFO would wait for a writer forever.
+    if (!std::filesystem::is_regular_file(path, ec))
+      throw ddl::IoError(ddl::message("ddl-tokenize", "--in '", path, "': not found or not a regular file"));
+    m_in.open(path, std::ios::binary);
+    if (!m_in) throw ddl::IoError(ddl::message("ddl-tokenize", "--in '", path, "': cannot open for reading"));
     m_size = std::filesystem::file_size(path, ec);
     if (ec) throw ddl::IoError(ddl::message("ddl-tokenize", "--in '", path, "': cannot read its size: ", ec.message()));
   }
@@ -113,12 +119,45 @@ Written encodeRange(const ddl::BpeTokenizer& tok, TextFile& in, std::uint64_t be
   return w;
 }
 
+// Every file the run reads, with its option: --in and the tokenizer's files (a --tokenizer folder: the
+// files fromDirectory may read).
+std::vector<std::pair<std::string, std::string>> inputFiles(const ddl::cli::CommandLine& cli) {
+  std::vector<std::pair<std::string, std::string>> in{{"--in", cli.text("in")}};
+  for (const char* option : {"vocab", "merges", "tokenizer"})
+    if (cli.has(option)) in.emplace_back(std::string("--") + option, cli.text(option));
+  std::error_code ec;
+  if (cli.has("tokenizer") && std::filesystem::is_directory(cli.text("tokenizer"), ec))
+    for (const char* name : {"tokenizer.json", "vocab.json", "merges.txt", "encoder.json", "vocab.bpe"}) {
+      const std::string path = (std::filesystem::path(cli.text("tokenizer")) / name).string();
+      if (std::filesystem::exists(path, ec)) in.emplace_back("--tokenizer", path);
+    }
+  return in;
+}
+
+// An output that is an input (or the other output) would replace it: refused before anything is read,
+// comparing files by identity (a link or another spelling of the path is the same file).
+void refuseOverwritingInputs(const ddl::cli::CommandLine& cli) {
+  const std::vector<std::pair<std::string, std::string>> inputs = inputFiles(cli);
+  for (const char* option : {"out", "val-out"}) {
+    if (!cli.has(option)) continue;
+    const std::string out = cli.text(option);
+    for (const auto& [inOption, in] : inputs)
+      if (ddl::example::sameFile(out, in))
+        throw ddl::ValueError("--" + std::string(option) + " '" + out + "' is the file " + inOption + " reads ('" + in +
+                              "'): writing it would replace an input; choose another --" + option);
+  }
+  if (cli.has("val-out") && ddl::example::sameFile(cli.text("out"), cli.text("val-out")))
+    throw ddl::ValueError("--out '" + cli.text("out") + "' and --val-out '" + cli.text("val-out") +
+                          "' are one file: the validation tokens would replace the training tokens; give two files");
+}
+
 int run(const ddl::cli::CommandLine& cli) {
   const bool hfFile = cli.has("tokenizer");
   if (hfFile == (cli.has("vocab") || cli.has("merges")) || (!hfFile && !(cli.has("vocab") && cli.has("merges"))))
     throw ddl::ValueError("give either --vocab and --merges, or --tokenizer (see --help)");
   if (!cli.has("in") || !cli.has("out")) throw ddl::ValueError("--in and --out are required (see --help)");
   if (cli.has("val-fraction") && !cli.has("val-out")) throw ddl::ValueError("--val-fraction needs --val-out");
+  refuseOverwritingInputs(cli);
   const double valFraction = cli.has("val-out") ? cli.number("val-fraction", 0.0, 1.0) : 0.0;
   const ddl::SpecialTokens specials = cli.has("specials") ? ddl::SpecialTokens::Recognised : ddl::SpecialTokens::AsText;
   const auto chunk = cli.integer<std::size_t>("chunk-bytes", 1, std::size_t(1) << 34);

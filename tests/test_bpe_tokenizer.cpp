@@ -315,6 +315,30 @@ TEST_CASE("files: a Hugging Face tokenizer.json gives the tokenizer of the vocab
                  "add_prefix_space other than false is not supported"));
 }
 
+// An added token of tokenizer.json is model.vocab's token under the same id or a token of its own under a
+// free id; one that disagrees with the vocabulary is refused, naming the token, both ids and the offset.
+TEST_CASE("files: a tokenizer.json whose added token disagrees with model.vocab on an id is refused") {
+  const std::string vocab = fixtureText("vocab.json");
+  const auto file = [&](const std::string& added) {
+    return R"({"added_tokens": [)" + added + R"(], "normalizer": null,
+               "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
+               "model": {"type": "BPE", "vocab": )" + vocab + R"(, "merges": []}})";
+  };
+  const std::string path = tmpPath("tokenizer.json");
+  const std::string moved = file(R"({"id": 5, "content": "<|endoftext|>"})");  // the vocabulary has it as 272
+  writeText("tokenizer.json", moved);
+  CHECK(contains(thrownMessage<ddl::IoError>([&] { BpeTokenizer::fromTokenizerJson(path); }),
+                 "file '" + path + "': byte offset " + std::to_string(moved.find("{\"id\": 5")) +
+                     ": added token \"<|endoftext|>\" has id 5, model.vocab gives it id 272"));
+  writeText("tokenizer.json", file(R"({"id": 272, "content": "<|pad|>"})"));  // 272 is <|endoftext|>'s
+  CHECK(contains(thrownMessage<ddl::IoError>([&] { BpeTokenizer::fromTokenizerJson(path); }),
+                 "added token \"<|pad|>\" has id 272, the id of model.vocab's token \"<|endoftext|>\""));
+  writeText("tokenizer.json", file(R"({"id": 272, "content": "<|endoftext|>"}, {"id": 280, "content": "<|pad|>"})"));
+  const BpeTokenizer ok = BpeTokenizer::fromTokenizerJson(path);
+  CHECK(ok.specialId("<|endoftext|>") == 272);
+  CHECK(ok.specialId("<|pad|>") == 280);
+}
+
 // Last in the file: it ends the program with 77 (ctest: skipped) when GPT-2's files are absent.
 TEST_CASE("GPT-2: encoder.json + vocab.bpe give the ids of the real tokenizer (skipped without the files)") {
   const char* env = std::getenv("DDL_GPT2_DIR");

@@ -600,6 +600,16 @@ TEST_CASE("metrics csv: header once, quoting, append", "[io][csv]") {
   CHECK(readBytes(path) == "epoch,acc\n");
 }
 
+// A FIFO named metrics.csv (in an --out that is resumed) would block the read of its rows forever.
+TEST_CASE("metrics csv: appending to a FIFO is refused, not waited on", "[io][csv][hostile]") {
+  const std::string fifo = tmpPath("fifo.csv");
+  std::filesystem::remove(fifo);
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK(contains(thrownMessage<ddl::IoError>([&] { ddl::MetricsCsv(fifo, {"epoch"}, /*append=*/true); }),
+                 fifo + ": not a regular file; refusing to append to it"));
+  std::filesystem::remove(fifo);
+}
+
 TEST_CASE("metrics csv: a full disk leaves the file as it was, never half a row", "[io][csv]") {
   const std::string path = tmpPath("metrics_full.csv");
   ddl::MetricsCsv csv(path, {"epoch", "note"});

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -243,6 +244,39 @@ TEST_CASE("NextTokenTask over token files evaluates every token once, as over th
   ddl::TextWindows<float, ddl::TokenFiles> windows(wide, 2, 5, 1, 1);
   ddl::DeltaLM<float> lmf(cfg, 4);
   CHECK(contains(thrownMessage<ddl::ValueError>([&] { windows.checkModel(lmf, "test"); }), "vocabulary of 50304"));
+}
+
+// A token file rewritten in place under a run (truncated, extended) is found at the next read, with the
+// file and the sizes named: read by offset, never a SIGBUS of a mapping that outlives the file's end.
+TEST_CASE("TokenFiles: a file that changes size while open is an IoError naming it, not a fault", "[tokens][errors]") {
+  const std::string dir = freshDir("resized");
+  const std::string path = dir + "/train.bin";
+  ddl_test::writeBytes(path, flatFile(tokensOf(20000, 50304)));
+  const ddl::TokenFiles set = ddl::openTokenFiles(path, 50304);
+  std::vector<int> window(16);
+  set.read(19000, window.size(), window.data());
+  std::filesystem::resize_file(path, 4096);  // as `: > train.bin` or a tokenizer writing in place would
+  const std::string m = thrownMessage<ddl::IoError>([&] { set.read(19000, window.size(), window.data()); });
+  CHECK(contains(m, "ddl::TokenFiles::read: file '" + path + "': byte offset 38000: the file changed size while in "
+                    "use: 40000 bytes when opened, 4096 now"));
+  CHECK(contains(thrownMessage<ddl::IoError>([&] { set.read(0, window.size(), window.data()); }),  // before the cut too
+                 "40000 bytes when opened, 4096 now"));
+  CHECK(contains(thrownMessage<ddl::IoError>([&] { set.scan([](const unsigned char*, std::size_t) {}); }),
+                 "ddl::TokenFiles::scan: file '" + path + "': byte offset 0: the file changed size"));
+  std::filesystem::resize_file(path, 50000);  // grown: the set it was opened as is gone too
+  CHECK(contains(thrownMessage<ddl::IoError>([&] { set.read(0, 1, window.data()); }), "40000 bytes when opened, 50000 now"));
+}
+
+// Files are told apart by identity (device, inode): a hard link or another spelling is the same file.
+TEST_CASE("TokenFile::sameFileAs compares files, not their paths", "[tokens]") {
+  const std::string dir = freshDir("identity");
+  ddl_test::writeBytes(dir + "/a.bin", flatFile(tokensOf(10, 512)));
+  ddl_test::writeBytes(dir + "/b.bin", flatFile(tokensOf(10, 512)));
+  std::filesystem::create_hard_link(dir + "/a.bin", dir + "/link.bin");
+  const ddl::TokenFile a(dir + "/a.bin"), b(dir + "/b.bin"), link(dir + "/link.bin"), dotted(dir + "/./a.bin");
+  CHECK(a.sameFileAs(link));
+  CHECK(a.sameFileAs(dotted));
+  CHECK_FALSE(a.sameFileAs(b));
 }
 
 // The fixture of the ddl-text smoke run (examples/CMakeLists.txt): a tiny set of vocabulary 512 in

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # A run never destroys another (examples/run_folder.hpp, docs/runs.md): a new run in an --out that
 # holds one is refused unless --resume or --overwrite, an empty or unusable --out is refused before
-# anything starts, run.lock keeps a second run out while the first lives and a dead owner's lock is
-# taken over, dead writers' temporaries are removed, and --resume accepts more epochs and a new --lr
-# but names any other option that differs.
+# anything starts (as is any empty path option), run.lock keeps a second run out while the first lives
+# and a dead owner's lock is taken over, dead writers' temporaries are removed (ddl's alone), a failed
+# start leaves no folder it created, and --resume accepts more epochs and a new --lr but names any
+# other option that differs.
 #   run_folder.sh DDL_TEXT WORK_DIR DATA_FILE
 set -uo pipefail
 exe=$1 work=$2 data=$3
@@ -81,6 +82,31 @@ check grep -qF -- "--out is empty" empty.log
 check test -z "$(ls empty-cwd)"
 touch a-file
 expect 2 "cannot create output folder 'a-file/out'" "${S[@]}" --data "$data" --out a-file/out
+# Every path option refuses an empty value (exit 1): "" would be the current folder, and --out ""
+# would make --export-authors read /checkpoint.safetensors.
+expect 1 "--init-from is empty: name a folder" "${S[@]}" --data "$data" --init-from "" --out from-empty
+expect 1 "--out is empty: name a folder" --out "" --export-authors exported
+expect 1 "--data is empty: name a file or folder" "${S[@]}" --data "" --out data-empty
+expect 1 "--tokens is empty: name a file, folder or pattern" "${S[@]}" --tokens "" --val-tokens x --vocab 300 --out tok-empty
+check test ! -e from-empty -a ! -e exported -a ! -e data-empty -a ! -e tok-empty
+# A start that fails on its data leaves no folder it created (a folder that existed stays).
+expect 2 "no-such-data" "${S[@]}" --data no-such-data --out fresh/deeper
+check test ! -e fresh
+head -c 20 "$data" >short-data
+expect 2 "a window of T = 32 needs at least 33" "${S[@]}" --data short-data --out fresh-empty
+check test ! -e fresh-empty
+mkdir kept
+expect 2 "no-such-data" "${S[@]}" --data no-such-data --out kept
+check test -d kept
+# A FIFO where run.lock should be is refused at once, not read (which would wait for a writer forever).
+mkdir fifo-lock
+mkfifo fifo-lock/run.lock
+out=$(timeout -k 5 20 "$exe" "${S[@]}" --data "$data" --out fifo-lock 2>&1)
+rc=$?
+if [ "$rc" -ne 2 ] || ! grep -qF "fifo-lock/run.lock: not a regular file" <<<"$out"; then
+  echo "FAIL: run.lock a FIFO -> exit $rc: $(tail -2 <<<"$out")"
+  failures=$((failures + 1))
+fi
 
 # The lock: a live owner keeps a run out; a dead owner's lock and temporaries are taken over/removed.
 mkdir locked
@@ -90,11 +116,13 @@ sh -c 'exit 0' &
 dead=$!
 wait "$dead"
 echo "pid $dead host $(hostname)" >locked/run.lock
-head -c 1000 /dev/zero >"locked/checkpoint.safetensors.tmp.$dead"
-head -c 1000 /dev/zero >"locked/metrics.csv.tmp.$$"  # a live writer's: kept
+head -c 1000 /dev/zero >"locked/checkpoint.safetensors.ddl-tmp.$dead"
+head -c 1000 /dev/zero >"locked/metrics.csv.ddl-tmp.$$"  # a live writer's: kept
+head -c 1000 /dev/zero >"locked/notes.tmp.$dead"         # not ddl's temporary: kept
 expect 0 "final test loss" "${S[@]}" --data "$data" --epochs 1 --out locked
-check test ! -e "locked/checkpoint.safetensors.tmp.$dead"
-check test -e "locked/metrics.csv.tmp.$$"
+check test ! -e "locked/checkpoint.safetensors.ddl-tmp.$dead"
+check test -e "locked/metrics.csv.ddl-tmp.$$"
+check test -e "locked/notes.tmp.$dead"
 check test ! -e locked/run.lock
 
 # --overwrite replaces the run: its files are removed first, the new run writes its own.

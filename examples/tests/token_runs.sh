@@ -5,7 +5,8 @@
 # --eval-only, and refuses a vocabulary the tokens exceed (exit 2, the file and byte offset named).
 # Then text -> ddl-tokenize (TOKENIZE) with the fixture vocabulary in the folder BPE -> ddl-text
 # --tokenizer BPE: the prompt is encoded and the sample printed as text; --tokenizer is refused
-# without --tokens and with a vocabulary smaller than the tokenizer's.
+# without --tokens and with a vocabulary smaller than the tokenizer's. Sets that share a file are refused;
+# a token file truncated under a run ends it with exit 2 and a valid checkpoint.
 set -euo pipefail
 exe=$1 work=$2 dir=$3 tokenize=$4 bpe=$5
 rm -rf "$work"
@@ -46,6 +47,57 @@ set -e
 [ "$rc" -eq 2 ] || fail "tokens >= --vocab 300: exit $rc, expected 2: $small"
 echo "$small" | grep -qE "tiny_train_000000.bin': byte offset 1028: token [0-9]+ is outside the vocabulary of 300" ||
   fail "tokens >= --vocab 300 are not named by file and offset: $small"
+echo "$small" | grep -q -- "--data\|fortunes" && fail "an error in token files names --data or its hint: $small"
+# --resume on other token files names the token options, not --data.
+set +e
+other=$("$exe" --tokens "$dir/*train*.bin" --val-tokens "$dir/test.bin" --out "$work/run" --resume --epochs 3 2>&1)
+rc=$?
+set -e
+[ "$rc" -eq 2 ] && echo "$other" | grep -qF -- "--tokens | --val-tokens | --test-tokens $dir/*train*.bin | $dir/test.bin" ||
+  fail "--resume on other token files: exit $rc: $other"
+echo "$other" | grep -q -- "--data" && fail "--resume on other token files names --data: $other"
+
+# Training, validation and test sets share no file (by identity): nanoGPT's folder of train.bin + val.bin as
+# --tokens would train on the validation tokens. Refused (exit 1) before --out is created.
+mkdir -p "$work/nano"
+cp "$dir/val.bin" "$work/nano/val.bin"
+cp "$dir/test.bin" "$work/nano/train.bin"
+overlap() {  # overlap MESSAGE ARGS...: exit 1 naming MESSAGE, no --out folder left
+  local msg=$1
+  shift
+  set +e
+  r=$("$exe" "$@" --vocab 512 "${model[@]}" --steps 1 --epochs 1 --threads 1 --out "$work/overlap" 2>&1)
+  local rc=$?
+  set -e
+  [ "$rc" -eq 1 ] && echo "$r" | grep -qF -- "$msg" || fail "ddl-text $*: exit $rc, expected 1 and '$msg': $r"
+  [ ! -e "$work/overlap" ] || fail "a refused overlap left the folder $work/overlap"
+}
+overlap "--val-tokens: the file $work/nano/val.bin is also in --tokens ($work/nano/val.bin)" \
+  --tokens "$work/nano" --val-tokens "$work/nano/val.bin"
+overlap "--val-tokens: the file $dir/val.bin is also in --tokens" --tokens "$dir/val.bin" --val-tokens "$dir/val.bin"
+overlap "--test-tokens: the file $dir/./val.bin is also in --val-tokens ($dir/val.bin)" \
+  --tokens "$dir/*train*.bin" --val-tokens "$dir/val.bin" --test-tokens "$dir/./val.bin"
+
+# A training file truncated between epochs (rewritten in place under the run): exit 2 naming the file,
+# not a SIGBUS; run.lock is gone and the last checkpoint still samples.
+mkdir -p "$work/shrink"
+cp "$dir"/tiny_train_*.bin "$dir/val.bin" "$work/shrink/"
+"$exe" --tokens "$work/shrink/*train*.bin" --val-tokens "$work/shrink/val.bin" --vocab 512 "${model[@]}" --batch 8 \
+  --steps 5 --epochs 1000000 --eval-bytes 64 --threads 1 --out "$work/shrinking" >"$work/shrinking.log" 2>&1 &
+pid=$!
+for _ in $(seq 300); do [ -f "$work/shrinking/metrics.csv" ] && [ "$(wc -l <"$work/shrinking/metrics.csv")" -ge 3 ] && break; sleep 0.1; done
+truncate -s 2048 "$work/shrink/tiny_train_000000.bin" "$work/shrink/tiny_train_000001.bin"
+for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$pid" 2>/dev/null && { kill "$pid"; fail "the run went on for 30 s after its token files were truncated"; }
+set +e
+wait "$pid"
+rc=$?
+set -e
+[ "$rc" -eq 2 ] && grep -qE "tiny_train_00000[01].bin': byte offset [0-9]+: the file changed size while in use: 6024 bytes when opened, 2048 now" \
+  "$work/shrinking.log" || fail "a token file truncated under a run: exit $rc: $(tail -3 "$work/shrinking.log")"
+[ ! -e "$work/shrinking/run.lock" ] || fail "the truncated run left run.lock"
+"$exe" --out "$work/shrinking" --generate "300" --sample-tokens 2 >/dev/null 2>&1 ||
+  fail "the truncated run's last checkpoint does not sample"
 
 # Text through the fixture tokenizer (273 ids) and back: the folder as ddl-text takes it.
 for i in $(seq 1 300); do printf 'hello world\nthe caf\xc3\xa9 the world\n'; done > "$work/text.txt"

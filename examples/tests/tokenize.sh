@@ -2,7 +2,7 @@
 # ddl-tokenize on the fixture vocabulary of tests/fixtures/bpe (its merges are listed in
 # tests/test_bpe_tokenizer.cpp): the exact bytes of the token files, the train / validation cut at a
 # line start, and refusals (bad options: exit 1; a vocabulary too large for uint16 or a missing input:
-# exit 2, leaving an existing output as it was).
+# exit 2, leaving an existing output as it was; an output that is an input: exit 1; a FIFO: exit 2).
 # Usage: tokenize.sh DDL_TOKENIZE WORK_DIR FIXTURE_DIR
 set -u
 exe=$1 work=$2 fix=$3
@@ -51,5 +51,37 @@ sed 's/"<|endoftext|>": 272/"<|endoftext|>": 70000/' "$fix/vocab.json" > wide.js
 "$exe" --vocab wide.json --merges "$fix/merges.txt" --in text.txt --out keep.bin 2> wide.err; rc=$?
 [ $rc = 2 ] && grep -q "70001 ids, more than the 65536" wide.err || fail "wide vocabulary: exit $rc, $(cat wide.err)"
 cmp -s all.bin keep.bin || fail "a refused run changed its output"
-ls *.tmp.* > /dev/null 2>&1 && fail "a temporary file was left behind"
+
+# An output that is an input (by file identity: another spelling, a hard link) or the other output is
+# refused (exit 1) before anything is read or written; every file stays as it was.
+refused() {  # refused 'TEXT' ARGS...: exit 1 naming TEXT within 10 s
+  local text=$1
+  shift
+  timeout -k 5 10 "$exe" "$@" > refused.log 2>&1
+  local rc=$?
+  [ $rc = 1 ] && grep -qF -- "$text" refused.log || fail "ddl-tokenize $*: exit $rc, expected 1 and '$text': $(cat refused.log)"
+}
+cp text.txt self.txt
+ln self.txt self-link.txt
+cp -r "$fix" tokdir
+cp tokdir/vocab.json vocab.keep
+refused "--out 'self.txt' is the file --in reads ('self.txt')" "${tok[@]}" --in self.txt --out self.txt
+refused "--out './self.txt' is the file --in reads" "${tok[@]}" --in self.txt --out ./self.txt
+refused "--out 'self-link.txt' is the file --in reads" "${tok[@]}" --in self.txt --out self-link.txt
+refused "--val-out 'self.txt' is the file --in reads" "${tok[@]}" --in self.txt --out t.bin --val-out self.txt
+refused "--out 'tokdir/vocab.json' is the file --tokenizer reads" --tokenizer tokdir --in text.txt --out tokdir/vocab.json
+refused "--out 'tokdir/merges.txt' is the file --merges reads" --vocab tokdir/vocab.json --merges tokdir/merges.txt \
+  --in text.txt --out tokdir/merges.txt
+refused "--out 'same.bin' and --val-out './same.bin' are one file" "${tok[@]}" --in text.txt --out same.bin \
+  --val-out ./same.bin
+cmp -s text.txt self.txt && cmp -s tokdir/vocab.json vocab.keep && cmp -s tokdir/merges.txt "$fix/merges.txt" ||
+  fail "a refused run changed its input"
+[ ! -e same.bin ] && [ ! -e t.bin ] || fail "a refused run wrote an output"
+
+# A FIFO (or any other non-regular file) as --in is refused at once, not waited on.
+mkfifo fifo.txt
+timeout -k 5 10 "$exe" "${tok[@]}" --in fifo.txt --out fifo.bin > fifo.log 2>&1; rc=$?
+[ $rc = 2 ] && grep -q "fifo.txt': not found or not a regular file" fifo.log || fail "--in FIFO: exit $rc, $(cat fifo.log)"
+
+ls -A | grep -qE '(\.tmp\.|\.ddl-tmp\.)[0-9]+$' && fail "a temporary file was left behind"
 echo "tokenize: all checks passed"

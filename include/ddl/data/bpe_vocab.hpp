@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -196,8 +197,23 @@ inline void readTokenizerJson(std::string_view text, const std::string& source, 
   if (const JsonValue* d = model.find("dropout"); d != nullptr && !d->isNull()) unsupported(*d, "BPE dropout");
   const JsonValue& vocab = detail::requireMember(model, "vocab", fn, source);
   detail::readVocabObject(vocab, specials, fn, source, into);
-  for (const BpeVocabEntry& a : addedOnly)
-    if (vocab.find(a.bytes) == nullptr) into.tokens.push_back(a);
+  // An added token is model.vocab's token under the same id, or a token of its own under an id no
+  // vocabulary token has: anything else would give one id two meanings.
+  std::unordered_map<int, std::size_t> byId;  // index in into.tokens (which grows below)
+  for (std::size_t i = 0; i < into.tokens.size(); ++i) byId.emplace(into.tokens[i].id, i);
+  for (const BpeVocabEntry& a : addedOnly) {
+    if (const JsonValue* same = vocab.find(a.bytes); same != nullptr) {
+      const auto id = static_cast<int>(readJsonInteger(*same, 0, (1LL << 31) - 2, fn, source, "a token id"));
+      if (id != a.id)
+        throwFileError(fn, source, a.offset, "added token \"", a.bytes, "\" has id ", a.id, ", model.vocab gives it id ",
+                       id, " (byte offset ", same->offset, "): one token, two ids");
+      continue;
+    }
+    if (const auto it = byId.find(a.id); it != byId.end())
+      throwFileError(fn, source, a.offset, "added token \"", a.bytes, "\" has id ", a.id, ", the id of model.vocab's token \"",
+                     into.tokens[it->second].bytes, "\" (byte offset ", into.tokens[it->second].offset, "): one id, two tokens");
+    into.tokens.push_back(a);
+  }
   const JsonValue& merges = detail::requireMember(model, "merges", fn, source);
   detail::requireKind(merges, JsonValue::Kind::Array, "model.merges", fn, source);
   into.merges.reserve(merges.items.size());

@@ -1,7 +1,7 @@
 #pragma once
 // ddl/data/token_files.hpp: pre-tokenized training data as nanoGPT and llm.c write it, read without
-// loading it: every file is memory-mapped, so a 10 GB set costs address space and the pages a run
-// actually touches, not 10 GB of memory (docs/text_defaults.md, "Token files").
+// loading it: windows are read from the files by offset (pread), so a 10 GB set costs the bytes of the
+// windows in flight, not 10 GB of memory (docs/text_defaults.md, "Token files").
 //
 // Two formats of little-endian uint16 tokens, told apart by the first four bytes:
 //   llm.c shard:  a header of 256 int32 (magic 20240520, version 1, token count n, the rest unused),
@@ -19,15 +19,18 @@
 // are read (read(): every window, every evaluation) and, for the whole set, by scan(); a token >= the
 // vocabulary throws IoError naming its file and byte offset.
 //
+// The files must not change while a run reads them. They are read, not memory-mapped, so that a file
+// truncated under a run (a re-tokenization writing in place) is an IoError naming the file at the next
+// read, never a SIGBUS: every read compares the file's size with the size it was opened with.
+//
 // Errors: IoError naming the function, the file and the byte offset (missing or empty set, not a
 // regular file, unreadable, bad magic or version, a count that disagrees with the file size, a
-// truncated header, an odd size, a token outside the vocabulary, a failed mmap); ValueError for bad
-// arguments. The files must not change while mapped (a shrinking file would fault on access).
+// truncated header, an odd size, a token outside the vocabulary, a file that changed size since it
+// was opened); ValueError for bad arguments. POSIX only (open/pread/fstat), as io/atomic_file.hpp.
 #include <algorithm>
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -37,15 +40,9 @@
 #include <utility>
 #include <vector>
 
-#if defined(__unix__) || defined(__APPLE__)
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#define DDL_TOKEN_FILES_MMAP 1
-#else
-#define DDL_TOKEN_FILES_MMAP 0
-#endif
 
 #include "ddl/core/error.hpp"
 #include "ddl/core/rng.hpp"
@@ -76,11 +73,12 @@ inline std::int32_t littleEndian32(const unsigned char* p) {
                                    (std::uint32_t(p[3]) << 24));
 }
 
-// A read-only view of a whole file: mmap where POSIX has it (pages come in as windows touch them),
-// else the file read into memory.
-class MappedFile {
+// A regular file opened for reading by offset. Each read first compares the file's size with the
+// size it was opened with: a file truncated, extended or rewritten in place under a run is an IoError
+// naming it, never a fault or silently other data. pread() is safe from several threads.
+class ReadOnlyFile {
  public:
-  MappedFile(const std::string& path, const char* fn) {
+  ReadOnlyFile(const std::string& path, const char* fn) : m_path(path) {
     namespace fs = std::filesystem;
     std::error_code ec;
     const fs::file_status status = fs::status(path, ec);
@@ -88,62 +86,67 @@ class MappedFile {
     if (ec) throw IoError(message(fn, "file '", path, "': cannot inspect: ", ec.message()));
     if (status.type() != fs::file_type::regular)
       throw IoError(message(fn, "file '", path, "': not a regular file (a folder, device, pipe or socket)"));
-#if DDL_TOKEN_FILES_MMAP
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
+    // O_NONBLOCK: a path swapped for a FIFO since the check must not wait for a writer (fstat refuses it).
+    m_fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (m_fd < 0) {
       const int err = errno;
       throw IoError(message(fn, "file '", path, "': cannot open for reading: ", std::strerror(err)));
     }
     struct stat st {};
-    if (::fstat(fd, &st) != 0) {
+    const bool statted = ::fstat(m_fd, &st) == 0;
+    if (!statted || !S_ISREG(st.st_mode)) {
       const int err = errno;
-      ::close(fd);
-      throw IoError(message(fn, "file '", path, "': cannot read its size: ", std::strerror(err)));
+      ::close(m_fd);
+      throw IoError(message(fn, "file '", path, "': ", statted ? std::string("not a regular file")
+                                                               : std::string("cannot read its size: ") + std::strerror(err)));
     }
     m_size = static_cast<std::uint64_t>(st.st_size);
-    if (m_size > 0) {
-      void* p = ::mmap(nullptr, static_cast<std::size_t>(m_size), PROT_READ, MAP_PRIVATE, fd, 0);
-      if (p == MAP_FAILED) {
-        const int err = errno;
-        ::close(fd);
-        throw IoError(message(fn, "file '", path, "': cannot memory-map its ", m_size, " bytes: ", std::strerror(err)));
-      }
-      m_data = static_cast<const unsigned char*>(p);
-      // Windows are drawn at random positions: read-ahead would only fill memory with pages no
-      // window asks for.
-      ::madvise(p, static_cast<std::size_t>(m_size), MADV_RANDOM);
-    }
-    ::close(fd);  // the mapping keeps the file
-#else
-    std::FILE* f = std::fopen(path.c_str(), "rb");
-    if (f == nullptr) throw IoError(message(fn, "file '", path, "': cannot open for reading"));
-    unsigned char buf[1 << 14];
-    std::size_t got = 0;
-    while ((got = std::fread(buf, 1, sizeof buf, f)) > 0) m_copy.insert(m_copy.end(), buf, buf + got);
-    const bool failed = std::ferror(f) != 0;
-    std::fclose(f);
-    if (failed) throw IoError(tokenFileMessage(fn, path, m_copy.size(), "read error"));
-    m_size = m_copy.size();
-    m_data = m_copy.data();
+    m_device = static_cast<std::uint64_t>(st.st_dev);
+    m_inode = static_cast<std::uint64_t>(st.st_ino);
+#ifdef POSIX_FADV_RANDOM
+    // Windows are drawn at random positions: read-ahead would only fetch pages no window asks for.
+    ::posix_fadvise(m_fd, 0, 0, POSIX_FADV_RANDOM);
 #endif
   }
-  ~MappedFile() {
-#if DDL_TOKEN_FILES_MMAP
-    if (m_data != nullptr) ::munmap(const_cast<unsigned char*>(m_data), static_cast<std::size_t>(m_size));
-#endif
-  }
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
+  ~ReadOnlyFile() { ::close(m_fd); }
+  ReadOnlyFile(const ReadOnlyFile&) = delete;
+  ReadOnlyFile& operator=(const ReadOnlyFile&) = delete;
 
-  const unsigned char* data() const { return m_data; }
-  std::uint64_t size() const { return m_size; }
+  std::uint64_t size() const { return m_size; }  // bytes, when opened
+  // The file's identity: two paths (links, other spellings) of one file have the same pair.
+  std::uint64_t device() const { return m_device; }
+  std::uint64_t inode() const { return m_inode; }
+
+  // dst[0, n) = bytes [offset, offset + n) (offset + n <= size()); IoError (naming fn) when the file's
+  // size changed since it was opened or the read fails.
+  void read(std::uint64_t offset, std::size_t n, unsigned char* dst, const char* fn) const {
+    struct stat st {};
+    if (::fstat(m_fd, &st) != 0) {
+      const int err = errno;
+      throw IoError(tokenFileMessage(fn, m_path, offset, "cannot inspect the open file: ", std::strerror(err)));
+    }
+    if (static_cast<std::uint64_t>(st.st_size) != m_size)
+      throw IoError(tokenFileMessage(fn, m_path, offset, "the file changed size while in use: ", m_size,
+                                     " bytes when opened, ", static_cast<std::uint64_t>(st.st_size),
+                                     " now; token files must not be rewritten during a run (write new ones under "
+                                     "another name, then start or resume the run)"));
+    for (std::size_t done = 0; done < n;) {
+      const ::ssize_t got = ::pread(m_fd, dst + done, n - done, static_cast<off_t>(offset + done));
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) {
+        const int err = got < 0 ? errno : 0;
+        throw IoError(tokenFileMessage(fn, m_path, offset + done, "expected ", n - done, " more bytes, ",
+                                       err != 0 ? std::string("read failed: ") + std::strerror(err)
+                                                : std::string("the file ends (it shrank while in use)")));
+      }
+      done += static_cast<std::size_t>(got);
+    }
+  }
 
  private:
-  const unsigned char* m_data = nullptr;
-  std::uint64_t m_size = 0;
-#if !DDL_TOKEN_FILES_MMAP
-  std::vector<unsigned char> m_copy;
-#endif
+  std::string m_path;
+  int m_fd = -1;
+  std::uint64_t m_size = 0, m_device = 0, m_inode = 0;
 };
 
 // `*` (any run of characters) and `?` (one character) against a whole name.
@@ -169,14 +172,15 @@ inline bool wildcardMatch(const std::string& pattern, const std::string& name) {
 
 }  // namespace detail
 
-// One file of tokens, checked and mapped (see the header comment).
+// One file of tokens, opened and checked (see the header comment).
 class TokenFile {
  public:
   TokenFile(const std::string& path, const char* fn = "ddl::TokenFile")
-      : m_path(path), m_map(std::make_shared<detail::MappedFile>(path, fn)) {
-    const std::uint64_t size = m_map->size();
-    const unsigned char* p = m_map->data();
+      : m_path(path), m_file(std::make_shared<detail::ReadOnlyFile>(path, fn)) {
+    const std::uint64_t size = m_file->size();
     if (size == 0) throw IoError(detail::tokenFileMessage(fn, path, 0, "expected tokens, found an empty file"));
+    unsigned char p[12] = {};
+    m_file->read(0, static_cast<std::size_t>(std::min<std::uint64_t>(size, sizeof p)), p, fn);
     const std::int32_t magic = size >= 4 ? detail::littleEndian32(p) : 0;
     if (magic == kLlmcLlama3Magic)
       throw IoError(detail::tokenFileMessage(fn, path, 0, "magic ", magic, ": an llm.c Llama 3 shard (uint32 tokens); ",
@@ -216,23 +220,25 @@ class TokenFile {
   std::uint64_t size() const { return m_tokens; }                   // tokens
   std::uint64_t dataOffset() const { return m_offset; }             // byte offset of token 0
   std::uint64_t byteOffset(std::uint64_t i) const { return m_offset + 2 * i; }
-  // Token i, unchecked (i < size()).
-  std::uint16_t operator[](std::uint64_t i) const {
-    const unsigned char* q = m_map->data() + m_offset + 2 * i;
-    return static_cast<std::uint16_t>(q[0] | (q[1] << 8));
+  // Whether o is this file under any path (a link, another spelling): same device and inode.
+  bool sameFileAs(const TokenFile& o) const {
+    return m_file->device() == o.m_file->device() && m_file->inode() == o.m_file->inode();
   }
-  // The token bytes as stored (2 size() bytes, little-endian): for digests and streamed checks.
-  const unsigned char* bytes() const { return m_map->data() + m_offset; }
+  // dst[0, 2n) = the stored bytes of tokens [first, first + n) (first + n <= size(), little-endian);
+  // IoError naming fn when the file changed size since it was opened.
+  void readBytes(std::uint64_t first, std::size_t n, unsigned char* dst, const char* fn) const {
+    m_file->read(byteOffset(first), 2 * n, dst, fn);
+  }
 
  private:
   std::string m_path;
-  std::shared_ptr<const detail::MappedFile> m_map;  // shared by prefix() views
+  std::shared_ptr<const detail::ReadOnlyFile> m_file;  // shared by copies and prefix() views
   TokenFileFormat m_format = TokenFileFormat::NanoGpt;
   std::uint64_t m_offset = 0, m_tokens = 0;
 };
 
 // A set of token files read as one sequence of ids in [0, vocabulary()) (see the header comment).
-// Copies share the mappings.
+// Copies share the open files.
 class TokenFiles {
  public:
   TokenFiles() = default;
@@ -260,16 +266,19 @@ class TokenFiles {
   }
 
   // dst[i] = token first + i for i < n (first + n <= size()), across files; IoError naming the file and
-  // byte offset of the first token >= vocabulary().
+  // byte offset of the first token >= vocabulary(), or a file that changed size since it was opened.
   void read(std::uint64_t first, std::size_t n, int* dst) const {
     require(first <= m_size && n <= m_size - first, "ddl::TokenFiles::read", "tokens [", first, ", ", first + n,
             ") exceed the set's ", m_size);
+    constexpr std::size_t kPiece = 4096;  // tokens read at a time
+    unsigned char buf[2 * kPiece];
     std::size_t f = fileOf(first);
     while (n > 0) {
       const TokenFile& file = m_files[f];
-      std::uint64_t i = first - m_starts[f];
-      const std::size_t take = static_cast<std::size_t>(std::min<std::uint64_t>(n, file.size() - i));
-      const unsigned char* q = file.bytes() + 2 * i;
+      const std::uint64_t i = first - m_starts[f];
+      const std::size_t take = static_cast<std::size_t>(std::min<std::uint64_t>(std::min<std::uint64_t>(n, kPiece), file.size() - i));
+      file.readBytes(i, take, buf, "ddl::TokenFiles::read");
+      const unsigned char* q = buf;
       for (std::size_t k = 0; k < take; ++k, q += 2) {
         const int id = q[0] | (q[1] << 8);
         if (id >= m_vocab) badToken(file, i + k, id);
@@ -278,28 +287,29 @@ class TokenFiles {
       dst += take;
       first += take;
       n -= take;
-      ++f;
+      if (first == m_starts[f + 1]) ++f;
     }
   }
 
   // Every token of the set in order, checked against the vocabulary; onBytes(const unsigned char*, n)
-  // sees the stored little-endian bytes of each piece (a content digest). Pages are released
-  // after each piece, so scanning a set larger than memory does not grow the resident size.
+  // sees the stored little-endian bytes of each piece (a content digest). Read in pieces of 8 MiB, so
+  // scanning a set larger than memory takes 8 MiB.
   template <class OnBytes>
   void scan(OnBytes&& onBytes) const {
     constexpr std::uint64_t kPiece = std::uint64_t(1) << 22;  // tokens per piece: 8 MiB of a file
+    std::vector<unsigned char> buf;
     for (std::size_t f = 0; f < m_files.size() && m_starts[f] < m_size; ++f) {
       const TokenFile& file = m_files[f];
       const std::uint64_t n = std::min(file.size(), m_size - m_starts[f]);
       for (std::uint64_t i = 0; i < n; i += kPiece) {
-        const std::uint64_t take = std::min(kPiece, n - i);
-        const unsigned char* q = file.bytes() + 2 * i;
-        for (std::uint64_t k = 0; k < take; ++k) {
-          const int id = q[2 * k] | (q[2 * k + 1] << 8);
+        const auto take = static_cast<std::size_t>(std::min(kPiece, n - i));
+        buf.resize(2 * take);
+        file.readBytes(i, take, buf.data(), "ddl::TokenFiles::scan");
+        for (std::size_t k = 0; k < take; ++k) {
+          const int id = buf[2 * k] | (buf[2 * k + 1] << 8);
           if (id >= m_vocab) badToken(file, i + k, id);
         }
-        onBytes(q, static_cast<std::size_t>(2 * take));
-        release(q, 2 * take);
+        onBytes(static_cast<const unsigned char*>(buf.data()), 2 * take);
       }
     }
   }
@@ -312,19 +322,6 @@ class TokenFiles {
     throw IoError(detail::tokenFileMessage("ddl::TokenFiles", file.path(), file.byteOffset(i), "token ", id,
                                            " is outside the vocabulary of ", m_vocab, " (token ", i, " of the file)"));
   }
-  // Drops the pages of a scanned piece from this process (they stay in the page cache).
-  static void release(const unsigned char* q, std::uint64_t bytes) {
-#if DDL_TOKEN_FILES_MMAP
-    const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
-    const auto lo = reinterpret_cast<std::uintptr_t>(q) & ~(page - 1);
-    const auto hi = reinterpret_cast<std::uintptr_t>(q) + bytes;
-    ::madvise(reinterpret_cast<void*>(lo), static_cast<std::size_t>(hi - lo), MADV_DONTNEED);
-#else
-    (void)q;
-    (void)bytes;
-#endif
-  }
-
   std::vector<TokenFile> m_files;
   std::vector<std::uint64_t> m_starts;  // token index of each file's first token, and the total
   std::uint64_t m_size = 0;

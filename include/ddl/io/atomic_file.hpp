@@ -1,7 +1,7 @@
 #pragma once
 // ddl/io/atomic_file.hpp: replace a file all at once or not at all.
 //
-// writeFileAtomically(path, body) lets body stream into "<path>.tmp.<pid>" in the same directory,
+// writeFileAtomically(path, body) lets body stream into "<path>.ddl-tmp.<pid>" in the same directory,
 // then flushes, fsyncs, renames over `path` and fsyncs the directory. A crash or an exception at
 // any point before the rename leaves the previous file byte-identical; on failure the temporary
 // is removed and an IoError names the file, the byte offset and the system's reason.
@@ -95,9 +95,24 @@ inline std::string parentDirectory(const std::string& path) {
 
 }  // namespace detail
 
+// The marker of ddl's temporaries: "<name>.ddl-tmp.<pid>", a name no other program's files take, so
+// that a folder's leftovers can be told from files that merely end in ".tmp.<digits>".
+inline constexpr const char* kAtomicTempMarker = ".ddl-tmp.";
+
 // Temporary name used while writing `path` from this process.
 inline std::string atomicTempPath(const std::string& path) {
-  return path + ".tmp." + std::to_string(static_cast<long long>(::getpid()));
+  return path + kAtomicTempMarker + std::to_string(static_cast<long long>(::getpid()));
+}
+
+// The pid of the writer of a file named "<name>.ddl-tmp.<pid>" (a temporary of writeFileAtomically),
+// else -1.
+inline long atomicTempWriter(const std::string& fileName) {
+  const std::string marker = kAtomicTempMarker;
+  const std::size_t at = fileName.rfind(marker);
+  if (at == std::string::npos || at == 0) return -1;
+  const std::string digits = fileName.substr(at + marker.size());
+  if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) return -1;
+  return std::stol(digits);
 }
 
 // Creates folder (and its parents) and checks that a file can be created at `path` inside it, by

@@ -11,11 +11,13 @@
 // rewriting a few kilobytes per row costs nothing next to an epoch.
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <ostream>
 #include <sstream>
 #include <string>
+#include <system_error>
 #include <type_traits>
 #include <vector>
 
@@ -62,6 +64,9 @@ class MetricsCsv {
     require(!columns.empty(), fn, path, ": needs at least one column");
     const std::string header = joinRow(columns);
     if (append) {
+      std::error_code ec;
+      if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))  // a FIFO would block
+        throw IoError(message(fn, path, ": not a regular file; refusing to append to it"));
       std::ifstream in(path, std::ios::binary);
       std::string existing((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
       if (!existing.empty()) {
