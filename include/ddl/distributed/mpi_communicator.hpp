@@ -113,9 +113,11 @@ class MpiSession {
   static std::unique_ptr<CollectiveWatchdog> exitAfter(double seconds, int status) {
     if (!(seconds > 0)) return nullptr;
     return std::make_unique<CollectiveWatchdog>(seconds, [status](const char* call, double waited) {
+      const bool init = std::string(call) == "MPI_Init";
       std::cerr << "ddl::MpiSession: " << call << " has waited " << static_cast<long long>(waited)
-                << " s for the other ranks (a rank exited before it started MPI, or is stopped, hung or gone); "
-                << "ending this process with status " << status << "\n"
+                << " s for the other ranks (a rank " << (init ? "exited before it started MPI, or is stopped or hung"
+                                                              : "is stopped, hung or gone")
+                << "); ending this process with status " << status << "\n"
                 << std::flush;
       std::_Exit(status);
     });
