@@ -53,10 +53,11 @@ class Ranks {
 
   // MPI is started only under a launcher (its environment variables are set), so a plain run never
   // touches it. On ranks other than 0 standard output is discarded: rank 0 speaks for the run.
-  void start(int* argc, char*** argv) {
+  // MPI_Init that waits timeoutSeconds (> 0) for the other ranks ends this process with `status`.
+  void start(int* argc, char*** argv, double timeoutSeconds, int status) {
 #if DDL_WITH_MPI
     if (std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK")) {
-      m_session = std::make_unique<MpiSession>(argc, argv);
+      m_session = std::make_unique<MpiSession>(argc, argv, timeoutSeconds, status);
       m_mpi = std::make_unique<MpiCommunicator>();
       if (m_mpi->rank() != 0) {  // printf too (--eval-only's line): stdout itself goes nowhere
         std::cout.rdbuf(nullptr);
@@ -66,17 +67,29 @@ class Ranks {
 #else
     (void)argc;
     (void)argv;
+    (void)timeoutSeconds;
+    (void)status;
 #endif
   }
 
   // Under MPI: a collective call that waits `seconds` for the other ranks ends the job with `status`.
   void endJobAfter(double seconds, int status) {
+    m_timeout = seconds;
+    m_timeoutStatus = status;
 #if DDL_WITH_MPI
     if (m_mpi && m_mpi->size() > 1) m_mpi->endJobAfter(seconds, status);
-#else
-    (void)seconds;
-    (void)status;
 #endif
+  }
+
+  // The end of a run that returns `status`: under MPI every rank meets rank 0 (a rank that never comes
+  // is named) and MPI is finalised, both timed as the collective calls are; returns status.
+  int finish(int status) {
+#if DDL_WITH_MPI
+    if (m_mpi) m_mpi->meetAtEnd();
+    m_mpi.reset();
+    if (m_session) m_session->finalize(m_timeout, m_timeoutStatus);
+#endif
+    return status;
   }
 
   // An error on one rank while the others may wait in a collective call: report it with the rank
@@ -93,6 +106,8 @@ class Ranks {
 
  private:
   SingleProcess m_single;
+  double m_timeout = 0;  // endJobAfter's, for the job's end
+  int m_timeoutStatus = 1;
 #if DDL_WITH_MPI
   std::unique_ptr<MpiSession> m_session;
   std::unique_ptr<MpiCommunicator> m_mpi;
@@ -499,31 +514,47 @@ int trainAndReport(const std::string& program, const cli::CommandLine& cli, Net&
   return 0;
 }
 
+// --mpi-timeout as given ("--mpi-timeout S" or "--mpi-timeout=S"), else its default, read before MPI starts
+// (the command line is parsed after MPI_Init, which may remove its own options). A value that is not a
+// number gives 0 here; the parser refuses it once MPI is up.
+inline double mpiTimeoutBeforeParsing(const cli::CommandLine& cli, int argc, char** argv) {
+  std::string value = cli.text("mpi-timeout");
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--mpi-timeout" && i + 1 < argc) value = argv[i + 1];
+    if (arg.rfind("--mpi-timeout=", 0) == 0) value = arg.substr(std::string("--mpi-timeout=").size());
+  }
+  char* end = nullptr;
+  const double seconds = std::strtod(value.c_str(), &end);
+  return end != value.c_str() && *end == '\0' && seconds > 0 && seconds <= 1e7 ? seconds : 0;
+}
+
 // main(): parses the command line, prints --help, installs the stop handlers and maps errors to exit
 // statuses with the program's hints.
 inline int runMain(const std::string& program, cli::CommandLine& cli, int argc, char** argv,
                    const std::function<int(const cli::CommandLine&)>& run, const std::string& dataHint) {
   try {
-    ranks().start(&argc, &argv);
+    ranks().start(&argc, &argv, cli.declares("mpi-timeout") ? mpiTimeoutBeforeParsing(cli, argc, argv) : 0,
+                  kExitRankLost);
     cli.parse(argc, argv);
     if (cli.declares("mpi-timeout")) ranks().endJobAfter(cli.number("mpi-timeout", 0, 1e7), kExitRankLost);
     requireRanksAgree(optionItems(program, cli), "command-line options");
     if (cli.has("help")) {
       std::cout << cli.help();
-      return 0;
+      return ranks().finish(0);
     }
     installStopSignalHandlers();
     // A file-size limit (ulimit -f) then fails a write with EFBIG and a message, like a full disk,
     // instead of killing the program halfway through a checkpoint.
     std::signal(SIGXFSZ, SIG_IGN);
-    return run(cli);
+    return ranks().finish(run(cli));
   } catch (const RanksDisagree& e) {
     // Every rank knows (the digests were gathered by all), so every rank ends normally with the usage
     // status: no MPI_Abort, whose ending of the job can lose rank 0's message on its way through
     // mpirun. The barrier keeps the other ranks until rank 0 has printed.
     if (ranks().comm().rank() == 0) std::cerr << program << ": " << e.what() << "\n" << std::flush;
     ranks().comm().barrier();
-    return kExitUsage;
+    return ranks().finish(kExitUsage);
   } catch (const OptionFileError& e) {
     std::cerr << program << ": " << e.what() << "\n";
     return ranks().fail(kExitFile);

@@ -87,7 +87,8 @@ void declareOptions(ddl::cli::CommandLine& cli) {
               "default the first validation token)", "The ")
       .option("sample-tokens", "N", "bytes (tokens) to sample", "300")
       .option("temperature", "X", "softmax temperature (> 0)", "0.8")
-      .option("top-k", "K", "sample among the K most likely bytes (tokens)", "40");
+      .option("top-k", "K", "sample among the K most likely bytes (tokens), at most the vocabulary (the default "
+              "is clamped to it)", "40");
 }
 
 // The model: from the command line, or (resume, eval-only, generate) from the checkpoint.
@@ -215,7 +216,13 @@ Sampling samplingOptions(const ddl::cli::CommandLine& cli, const char* option, c
   if (!(s.temperature > 0))
     throw ddl::ValueError("--temperature expects a number > 0 (1 = the model's distribution, smaller = sharper), got '" +
                           cli.text("temperature") + "'");
-  s.topK = cli.integer<ddl::Index>("top-k", 1, std::max<ddl::Index>(256, cfg.vocab));
+  // The default 40 is clamped to a smaller vocabulary; a K given is checked against it here, not
+  // after training.
+  s.topK = cli.integer<ddl::Index>("top-k", 1, ddl::Index(1) << 30);
+  if (!cli.has("top-k")) s.topK = std::min(s.topK, cfg.vocab);
+  if (s.topK > cfg.vocab)
+    throw ddl::ValueError("--top-k " + cli.text("top-k") + " is more than the model's vocabulary of " +
+                          std::to_string(cfg.vocab) + ": give at most " + std::to_string(cfg.vocab));
   return s;
 }
 
@@ -228,7 +235,7 @@ constexpr ddl::Index kSampleChunk = 4096;
 // Returns 0, or 128 + signal when stopped.
 int printSample(ddl::DeltaLM<float>& lm, const ddl::cli::CommandLine& cli, const Sampling& s, std::uint64_t seed) {
   const std::string prompt = printable(s.prompt, s);
-  std::cout << "sample (temperature " << cli.text("temperature") << ", top-k " << cli.text("top-k") << "):\n"
+  std::cout << "sample (temperature " << cli.text("temperature") << ", top-k " << s.topK << "):\n"
             << (s.bytes || s.tokenizer != nullptr ? prompt : prompt.substr(1)) << std::flush;
   std::vector<int> text = s.prompt;
   const std::size_t keep = static_cast<std::size_t>(std::max<ddl::Index>(1, lm.config().context / 2));

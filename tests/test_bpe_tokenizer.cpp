@@ -258,6 +258,12 @@ TEST_CASE("files: a malformed vocab.json or merges.txt is refused with the file 
   CHECK(contains(loadError(R"({"a": 1, "b": 1})", goodMerges), "byte offset 14: token id 1 is given to two tokens"));
   CHECK(contains(loadError(R"({"a": 1)", goodMerges), "byte offset 7: expected '}', found the end of the text"));
   CHECK(contains(loadError(R"({"a": 97})", goodMerges), "no token for the single byte 0"));
+  // An id far beyond the token count is refused before the tables indexed by id are made (a fuzzer find:
+  // 2147483646 asked for 64 GiB).
+  const std::string huge = vocab.substr(0, vocab.rfind('}')) + ", \"zz\": 2147483646}";
+  CHECK(contains(loadError(huge, goodMerges), "byte offset " + std::to_string(huge.size() - 11) +
+                                                  ": token id 2147483646 leaves most ids below it without a token (274 tokens)"));
+  CHECK_NOTHROW(BpeTokenizer::fromFiles(writeText("vocab.json", vocab.substr(0, vocab.rfind('}')) + ", \"zz\": 700}"), merges));
   // merges.txt: offsets of the offending line.
   CHECK(contains(loadError(vocab, "#version: 0.2\nh e\nhe\n"), "file '" + mpath + "': byte offset 18: expected a merge"));
   CHECK(contains(loadError(vocab, "h e\n\nl l\n"), "byte offset 4: expected a merge"));

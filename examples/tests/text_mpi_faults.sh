@@ -3,7 +3,8 @@
 # --seed) or read other data (same size, one byte changed) end the job at the first collective call,
 # each differing rank naming its first difference, instead of hanging or training silently; --eval-only
 # prints its result once (rank 0); a rank that stops (SIGSTOP) ends the job after --mpi-timeout with
-# exit 4, and a rank stopped for less than its peers' timeout, then continued, finishes the run.
+# exit 4, and a rank stopped for less than its peers' timeout, then continued, finishes the run; so do a
+# rank stopped after its last collective call (rank 0 names it) and one that exits before it starts MPI.
 # Every mpirun runs under a timeout, so a hang fails the test.
 #   text_mpi_faults.sh DDL_TEXT MPIEXEC WORK_DIR TEXT_FILE
 set -uo pipefail
@@ -54,8 +55,9 @@ n=$(grep -c "bits per byte" g.log)
 [ "$n" -eq 1 ] || { echo "FAIL: --eval-only printed its result $n times: $(cat g.log)"; failures=$((failures + 1)); }
 
 # stopRank1 SECONDS OUT RANK0_ARGS -- RANK1_ARGS: a 2-rank training run whose rank 1 is stopped
-# (SIGSTOP) 1.5 s after the start and continued after SECONDS (never when SECONDS is 0); the
-# mpirun status is printed last in OUT/log.
+# (SIGSTOP) 1.5 s after rank 0 says the training starts (a start slowed by load must not put the stop
+# into MPI_Init) and continued after SECONDS (never when SECONDS is 0); the mpirun status is printed
+# last in OUT/log.
 stopRank1() {
   local seconds=$1 out=$2 r0=() r1=()
   shift 2
@@ -67,6 +69,7 @@ stopRank1() {
      -np 1 bash -c 'echo $$ >"$0/rank1.pid"; shift; exec "$@"' "$out" x "$exe" "${r1[@]}" >"$out/log" 2>&1
    echo "status $?" >>"$out/log") &
   local job=$!
+  for _ in $(seq 300); do grep -aq "^training: " "$out/log" 2>/dev/null && break; sleep 0.1; done
   sleep 1.5
   kill -STOP "$(cat "$out/rank1.pid")"
   if [ "$seconds" != 0 ]; then sleep "$seconds"; kill -CONT "$(cat "$out/rank1.pid")"; fi
@@ -89,5 +92,29 @@ else
   echo "FAIL: a rank stopped for 4 s and continued did not finish: $(tail -c 600 i/log)"
   failures=$((failures + 1))
 fi
+
+# The job's end: rank 1 is stopped once its training is over (rank 0 samples, the job's only work left),
+# then rank 0's sample is interrupted (SIGINT); rank 0 names rank 1 after --mpi-timeout and ends the job
+# with exit 4, instead of waiting in MPI_Finalize forever.
+mkdir -p j
+E=(--width 32 --depth 1 --heads 2 --context 32 --batch 8 --threads 1 --epochs 1 --eval-bytes 256 --steps 4
+  --sample-tokens 1000000 --data "$text" --out j --mpi-timeout 3)  # rank 0 samples until it is interrupted
+(timeout 60 "$mpiexec" --oversubscribe -np 1 bash -c 'echo $$ >j/rank0.pid; exec "$@"' x "$exe" "${E[@]}" : \
+   -np 1 bash -c 'echo $$ >j/rank1.pid; exec "$@"' x "$exe" "${E[@]}" >j/log 2>&1
+ echo "status $?" >>j/log) &
+job=$!
+for _ in $(seq 300); do grep -aq "^sample (" j/log && break; sleep 0.1; done
+kill -STOP "$(cat j/rank1.pid)"
+kill -INT "$(cat j/rank0.pid)"
+wait "$job"
+if grep -aq "status 4" j/log && grep -aqF "has waited 3 s for the other ranks (rank 1 did not answer" j/log; then
+  echo "ok: a rank stopped after its last collective call ends the job: $(grep -aF "did not answer" j/log | sed 's/.*ddl::Mpi/ddl::Mpi/')"
+else
+  echo "FAIL: a rank stopped after training did not end the job with status 4, naming it: $(tail -c 600 j/log)"
+  failures=$((failures + 1))
+fi
+# The job's start: a rank that exits before it starts MPI leaves rank 0 in MPI_Init until --mpi-timeout.
+expect "ddl::MpiSession: MPI_Init has waited 3 s for the other ranks" \
+  -np 1 "$exe" "${S[@]}" --data "$text" --out k --mpi-timeout 3 : -np 1 /bin/true
 
 [ "$failures" -eq 0 ] && echo "text mpi faults: all checks passed" || { echo "$failures failure(s)"; exit 1; }

@@ -136,4 +136,18 @@ refused 2 "holds none of tokenizer.json" --tokens "$work/bpe_train.bin" --val-to
   --tokenizer "$work" --vocab 273 "${model[@]}" --steps 1 \
   --epochs 1 --out "$work/no-tokenizer"
 echo "$r" | grep -q "hint" && fail "an unusable --tokenizer comes with another file's hint: $r"
+
+# A vocabulary below the default --top-k 40: the default is clamped to it and the run samples; a --top-k
+# above it is refused before training (nothing written), also with --generate.
+for f in small_train small_val; do
+  for i in $(seq 0 599); do printf "\\x$(printf %02x $(( (i * 7 + ${#f}) % 20 )))\\x00"; done > "$work/$f.bin"
+done
+smalldata=(--tokens "$work/small_train.bin" --val-tokens "$work/small_val.bin" --vocab 20 "${model[@]}" --batch 4
+  --steps 2 --epochs 1 --sample-tokens 5 --threads 1)
+out=$("$exe" "${smalldata[@]}" --out "$work/vocab20" 2>&1) || fail "--vocab 20 with the default --top-k failed: $out"
+echo "$out" | grep -q "^sample (temperature 0.8, top-k 20):" || fail "--vocab 20: the default top-k is not 20: $out"
+echo "$out" | grep -A1 "^sample" | tail -1 | grep -qE "^[0-9]+( [0-9]+){5}$" || fail "--vocab 20 sampled no ids: $out"
+refused 1 "--top-k 21 is more than the model's vocabulary of 20" "${smalldata[@]}" --top-k 21 --out "$work/topk21"
+[ ! -e "$work/topk21" ] || fail "a refused --top-k left the folder $work/topk21"
+refused 1 "--top-k 21 is more than the model's vocabulary of 20" --out "$work/vocab20" --generate "3" --top-k 21
 echo "token runs: all checks passed"

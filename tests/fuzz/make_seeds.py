@@ -125,3 +125,41 @@ put("token_files", "count_larger", token_input(8, 0, llmc_shard(gpt2, count=16))
 put("token_files", "truncated_header", token_input(8, 0, llmc_shard(gpt2)[:600]))
 put("token_files", "odd_size", token_input(8, 0, flat + b"\x01"))
 put("token_files", "llama3_magic", token_input(8, 0, llmc_shard(gpt2, magic=20240801, version=7)))
+
+
+# The tokenizer's files (fuzz_tokenizer input layout: form byte, then tokenizer.json, or u16 LE length of
+# the first file, the first file and the second), from the fixture tokenizer tests/fixtures/bpe.
+FIXTURE = os.path.join(HERE, "..", "fixtures", "bpe")
+with open(os.path.join(FIXTURE, "vocab.json"), encoding="utf-8") as f:
+    bpe_vocab = json.load(f)
+with open(os.path.join(FIXTURE, "merges.txt"), encoding="utf-8") as f:
+    bpe_merges = [line for line in f.read().split("\n")[1:] if line]
+
+
+def tokenizer_pair(form, vocab, merges_text):
+    first = json.dumps(vocab, ensure_ascii=False, separators=(",", ":")).encode()
+    return bytes([form]) + struct.pack("<H", len(first)) + first + merges_text.encode()
+
+
+def tokenizer_json(vocab, merges, added=("<|endoftext|>",), edit=None):
+    doc = {"version": "1.0", "added_tokens": [{"id": vocab[a], "content": a, "special": True} for a in added],
+           "normalizer": None,
+           "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+           "model": {"type": "BPE", "dropout": None, "vocab": vocab, "merges": merges}}
+    if edit is not None:
+        edit(doc)
+    return bytes([0]) + json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+merges_txt = "#version: 0.2\n" + "\n".join(bpe_merges) + "\n"
+put("tokenizer", "vocab_merges", tokenizer_pair(1, bpe_vocab, merges_txt))
+put("tokenizer", "encoder_vocab_bpe", tokenizer_pair(2, bpe_vocab, merges_txt.replace("\n", "\r\n")))
+put("tokenizer", "tokenizer_json", tokenizer_json(bpe_vocab, bpe_merges))
+put("tokenizer", "tokenizer_json_pairs", tokenizer_json(bpe_vocab, [m.split(" ") for m in bpe_merges]))
+put("tokenizer", "merge_not_in_vocab", tokenizer_pair(1, bpe_vocab, merges_txt + "x y\n"))
+put("tokenizer", "missing_byte", tokenizer_pair(1, {k: v for k, v in bpe_vocab.items() if v != 65}, merges_txt))
+put("tokenizer", "duplicate_id", tokenizer_pair(2, dict(bpe_vocab, zz=3), merges_txt))
+put("tokenizer", "huge_id", tokenizer_pair(1, dict(bpe_vocab, zz=2147483646), merges_txt))
+put("tokenizer", "added_beyond_vocab", tokenizer_json(bpe_vocab, bpe_merges, edit=lambda d: d["added_tokens"].append(
+    {"id": 300, "content": "<|pad|>", "special": True})))
+put("tokenizer", "normalizer", tokenizer_json(bpe_vocab, bpe_merges, edit=lambda d: d.update(normalizer={"type": "NFC"})))

@@ -204,8 +204,15 @@ class BpeTokenizer {
 inline BpeTokenizer::BpeTokenizer(const BpeVocabulary& v) {
   const char* fn = "ddl::BpeTokenizer";
   if (v.tokens.empty()) throw IoError(message(fn, "file '", v.vocabSource, "': the vocabulary is empty"));
-  int maxId = 0;
-  for (const BpeVocabEntry& t : v.tokens) maxId = std::max(maxId, t.id);
+  // The tables are indexed by id: an id far beyond the token count (a file's 2147483646) would ask
+  // for gigabytes, so at least half the ids below the largest must be tokens.
+  const BpeVocabEntry* largest = &v.tokens.front();
+  for (const BpeVocabEntry& t : v.tokens)
+    if (t.id > largest->id) largest = &t;
+  const int maxId = largest->id;
+  if (static_cast<std::size_t>(maxId) >= 2 * v.tokens.size() + 256)
+    throwFileError(fn, v.vocabSource, largest->offset, "token id ", maxId, " leaves most ids below it without a token (",
+                   v.tokens.size(), " tokens): a vocabulary numbers its tokens 0, 1, 2, ... with few gaps");
   m_bytes.assign(static_cast<std::size_t>(maxId) + 1, std::string());
   m_defined.assign(static_cast<std::size_t>(maxId) + 1, 0);
   m_idOf.reserve(v.tokens.size());

@@ -27,12 +27,16 @@
 // Errors: the communicator returns MPI errors instead of aborting (MPI_ERRORS_RETURN) and every
 // failed call throws ddl::Error naming the call and MPI's text. A rank that stops or hangs would leave
 // the others in a call forever: endJobAfter(seconds, status) ends the job instead (collective_watchdog.hpp).
+// The job's start and end are watched too (docs/distributed.md): MpiSession can time MPI_Init (a rank that
+// exits before it starts MPI leaves the others there) and MPI_Finalize, and meetAtEnd() names the ranks
+// that never reach the end.
 #include "ddl/core/config.hpp"
 
 #if !DDL_WITH_MPI
 #error "ddl/distributed/mpi_communicator.hpp needs MPI: link ddl::mpi (find_package(ddl COMPONENTS mpi); Debian: libopenmpi-dev), or compile with -DDDL_WITH_MPI=1 and MPI's flags"
 #endif
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstddef>
 #include <cstdint>
@@ -40,7 +44,9 @@
 #include <deque>
 #include <iostream>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -73,26 +79,50 @@ template <>
 inline MPI_Datatype mpiType<double>() { return MPI_DOUBLE; }
 }  // namespace detail
 
-// MPI_Init_thread (FUNNELED) in the constructor, MPI_Finalize in the destructor, unless MPI was
-// already initialised by the caller (then the caller finalises it).
+// MPI_Init_thread (FUNNELED) in the constructor, MPI_Finalize in finalize() or the destructor, unless MPI
+// was already initialised by the caller (then the caller finalises it). A rank that exits before it starts
+// MPI (or is stopped) leaves the others in MPI_Init, and a rank stopped at the end leaves them in
+// MPI_Finalize, forever: with timeoutSeconds > 0 either call that waits that long says so on stderr and
+// ends this process with `status` (MPI_Abort is not allowed there); mpirun then ends the job.
 class MpiSession {
  public:
-  MpiSession(int* argc, char*** argv) {
+  MpiSession(int* argc, char*** argv, double timeoutSeconds = 0, int status = 1) {
     int initialized = 0;
     detail::checkMpi(MPI_Initialized(&initialized), "MPI_Initialized");
     if (initialized) return;
     int provided = 0;
+    const std::unique_ptr<CollectiveWatchdog> dog = exitAfter(timeoutSeconds, status);
+    const CollectiveWatchdog::Scope watched(dog.get(), "MPI_Init");
     detail::checkMpi(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
     m_owner = true;
   }
-  ~MpiSession() {
-    int finalized = 0;
-    if (m_owner && MPI_Finalized(&finalized) == MPI_SUCCESS && !finalized) MPI_Finalize();
-  }
+  ~MpiSession() { finalize(); }
   MpiSession(const MpiSession&) = delete;
   MpiSession& operator=(const MpiSession&) = delete;
 
+  // MPI_Finalize (once; nothing when the caller owns MPI), timed as the constructor's MPI_Init.
+  void finalize(double timeoutSeconds = 0, int status = 1) {
+    int finalized = 0;
+    if (!m_owner || MPI_Finalized(&finalized) != MPI_SUCCESS || finalized) return;
+    const std::unique_ptr<CollectiveWatchdog> dog = exitAfter(timeoutSeconds, status);
+    const CollectiveWatchdog::Scope watched(dog.get(), "MPI_Finalize");
+    MPI_Finalize();
+  }
+
  private:
+  static std::unique_ptr<CollectiveWatchdog> exitAfter(double seconds, int status) {
+    if (!(seconds > 0)) return nullptr;
+    return std::make_unique<CollectiveWatchdog>(seconds, [status](const char* call, double waited) {
+      const bool init = std::string(call) == "MPI_Init";
+      std::cerr << "ddl::MpiSession: " << call << " has waited " << static_cast<long long>(waited)
+                << " s for the other ranks (a rank " << (init ? "exited before it started MPI, or is stopped or hung"
+                                                              : "is stopped, hung or gone")
+                << "); ending this process with status " << status << "\n"
+                << std::flush;
+      std::_Exit(status);
+    });
+  }
+
   bool m_owner = false;
 };
 
@@ -159,12 +189,41 @@ class MpiCommunicator final : public Collective {
     m_watchdog.reset();
     if (seconds == 0) return;
     m_watchdog = std::make_unique<CollectiveWatchdog>(seconds, [this, status](const char* call, double waited) {
+      std::string silent;
+      {
+        std::lock_guard<std::mutex> lock(m_silentMutex);
+        silent = m_silent;
+      }
       std::cerr << "ddl::MpiCommunicator: rank " << m_rank << " of " << m_size << ": " << call << " has waited "
-                << static_cast<long long>(waited) << " s for the other ranks (a rank is stopped, hung or gone); "
+                << static_cast<long long>(waited) << " s for the other ranks ("
+                << (silent.empty() ? "a rank is" : silent + " did not answer:") << " stopped, hung or gone); "
                 << "ending the job with status " << status << "\n"
                 << std::flush;
       MPI_Abort(m_comm, status);
     });
+  }
+
+  // The job's end, called by every rank after its last collective call: each rank tells rank 0 it
+  // arrived, rank 0 answers once all have, and each rank confirms it got the answer. Rank 0 waits under
+  // the watchdog, which names the ranks it has not heard from; the other ranks wait for rank 0 without
+  // a limit, since rank 0 alone may still test and sample for the run. A rank stopped after this
+  // leaves the others only in MPI_Finalize (MpiSession::finalize times it).
+  void meetAtEnd() {
+    if (m_size == 1) return;
+    constexpr int kArrived = 32001, kAnswer = 32002, kConfirmed = 32003;
+    if (m_rank == 0) {
+      awaitEveryRank(kArrived, "the job's end (every rank arrives)");
+      std::vector<MPI_Request> sent(static_cast<std::size_t>(m_size - 1));
+      for (int r = 1; r < m_size; ++r)
+        detail::checkMpi(MPI_Isend(nullptr, 0, MPI_BYTE, r, kAnswer, m_comm, &sent[static_cast<std::size_t>(r - 1)]),
+                         "MPI_Isend");
+      awaitEveryRank(kConfirmed, "the job's end (every rank confirms)");
+      detail::checkMpi(MPI_Waitall(m_size - 1, sent.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+    } else {
+      detail::checkMpi(MPI_Send(nullptr, 0, MPI_BYTE, 0, kArrived, m_comm), "MPI_Send");
+      detail::checkMpi(MPI_Recv(nullptr, 0, MPI_BYTE, 0, kAnswer, m_comm, MPI_STATUS_IGNORE), "MPI_Recv");
+      detail::checkMpi(MPI_Send(nullptr, 0, MPI_BYTE, 0, kConfirmed, m_comm), "MPI_Send");
+    }
   }
 
   std::string describe() const override {
@@ -223,6 +282,33 @@ class MpiCommunicator final : public Collective {
     detail::checkMpi(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, m_counts.data(), m_offsets.data(),
                                     detail::mpiType<S>(), m_comm),
                      "MPI_Allgatherv");
+  }
+
+  // Rank 0: waits (watched) for an empty message with `tag` from every other rank; m_silent names the
+  // ranks not heard from yet, for the watchdog's message.
+  void awaitEveryRank(int tag, const char* call) {
+    std::vector<MPI_Request> recv(static_cast<std::size_t>(m_size - 1));
+    for (int r = 1; r < m_size; ++r)
+      detail::checkMpi(MPI_Irecv(nullptr, 0, MPI_BYTE, r, tag, m_comm, &recv[static_cast<std::size_t>(r - 1)]),
+                       "MPI_Irecv");
+    const CollectiveWatchdog::Scope watched(m_watchdog.get(), call);
+    for (;;) {
+      std::string silent;
+      int missing = 0;
+      for (int r = 1; r < m_size; ++r) {
+        int flag = 0;
+        detail::checkMpi(MPI_Test(&recv[static_cast<std::size_t>(r - 1)], &flag, MPI_STATUS_IGNORE), "MPI_Test");
+        if (flag) continue;
+        if (++missing <= 8) silent += (silent.empty() ? "" : ", ") + std::to_string(r);
+      }
+      if (missing > 8) silent += " and " + std::to_string(missing - 8) + " more";
+      {
+        std::lock_guard<std::mutex> lock(m_silentMutex);
+        m_silent = missing == 0 ? std::string() : (missing == 1 ? "rank " : "ranks ") + silent;
+      }
+      if (missing == 0) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));  // a poll, not a busy loop
+    }
   }
 
   std::vector<float>& scratchOf(float*) { return m_scratchFloat; }
@@ -349,6 +435,8 @@ class MpiCommunicator final : public Collective {
   std::deque<Started> m_started;                   // slots of started sums, the first m_startedCount in use
   std::size_t m_startedCount = 0, m_nextSecondPhase = 0;
   MPI_Comm m_gatherComm = MPI_COMM_NULL;  // the second phases' calls (a duplicate of m_comm)
+  std::mutex m_silentMutex;               // m_silent: written by meetAtEnd, read by the watchdog
+  std::string m_silent;                   // "rank 3": the ranks meetAtEnd has not heard from
 };
 
 }  // namespace ddl
