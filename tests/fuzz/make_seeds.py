@@ -125,3 +125,18 @@ put("token_files", "count_larger", token_input(8, 0, llmc_shard(gpt2, count=16))
 put("token_files", "truncated_header", token_input(8, 0, llmc_shard(gpt2)[:600]))
 put("token_files", "odd_size", token_input(8, 0, flat + b"\x01"))
 put("token_files", "llama3_magic", token_input(8, 0, llmc_shard(gpt2, magic=20240801, version=7)))
+
+# fuzz_authors_config: a reader byte (0..5 the variants baseline, dv1, cc, cc-ec, tc, tc-ec; 6 the shard
+# index), then the file: the committed fixtures' config.json (tests/fixtures/authors), and near misses.
+AUTHORS = os.path.join(HERE, "..", "fixtures", "authors")
+for reader, variant in enumerate(["baseline", "dv1", "cc", "cc-ec", "tc", "tc-ec"]):
+    with open(os.path.join(AUTHORS, variant, "config.json"), "rb") as f:
+        put("authors_config", variant, bytes([reader]) + f.read())
+with open(os.path.join(AUTHORS, "cc-ec+attn", "config.json"), "rb") as f:
+    put("authors_config", "cc-ec+attn", bytes([3]) + f.read())
+put("authors_config", "sparse", bytes([1]) + b'{"vocab_size": 31, "hidden_size": 12, "num_attention_heads": 2}')
+put("authors_config", "deep", bytes([1]) + b'{"vocab_size": ' + b"[" * 200 + b"]" * 200 + b"}")
+put("authors_config", "index", bytes([6]) + json.dumps({"metadata": {"total_size": 96}, "weight_map": {
+    "transformer.wte.weight": "model-00001-of-00002.safetensors",
+    "ln_f.weight": "model-00002-of-00002.safetensors"}}).encode())
+put("authors_config", "index_outside", bytes([6]) + b'{"weight_map": {"a": "../b.safetensors"}}')
