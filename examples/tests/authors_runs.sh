@@ -103,13 +103,13 @@ refused 1 "is the run folder --out" --out "$work/run" --export-authors "$work/ru
 fixture=$(cd "$(dirname "$0")/../../tests/fixtures/authors/dv1+attn" && pwd)
 perl -e 'print pack("v*", map { ($_ * 7 + 3) % 31 } 0 .. 3999)' >"$work/ids31.bin"
 toks=(--tokens "$work/ids31.bin" --val-tokens "$work/ids31.bin" --test-tokens "$work/ids31.bin")
-small=(--batch 2 --steps 2 --threads 1 --sample-tokens 3)
+small=(--batch 2 --steps 2 --threads 1 --sample-tokens 3 --top-k 5)  # top-k at most the 31 ids
 out=$("$exe" --init-from "$fixture" "${toks[@]}" --out "$work/hd" "${small[@]}" --epochs 1 2>&1) ||
   fail "--init-from head_dim 4 failed: $out"
 out=$("$exe" "${toks[@]}" --out "$work/hd" "${small[@]}" --resume --epochs 2 2>&1) || fail "--resume (head_dim 4): $out"
 grep -q "^resumed .* at epoch 1" <<<"$out" || fail "--resume (head_dim 4): $out"
 out=$("$exe" "${toks[@]}" --out "$work/hd" --eval-only 2>&1) || fail "--eval-only (head_dim 4): $out"
-out=$("$exe" --out "$work/hd" --generate "1 2" --sample-tokens 3 2>&1) || fail "--generate (head_dim 4): $out"
+out=$("$exe" --out "$work/hd" --generate "1 2" --sample-tokens 3 --top-k 5 2>&1) || fail "--generate (head_dim 4): $out"
 out=$("$exe" --out "$work/hd" --export-authors "$work/hd-authors" 2>&1) || fail "--export-authors (head_dim 4): $out"
 grep -q '"head_dim": 4' "$work/hd-authors/config.json" || fail "head_dim: $(cat "$work/hd-authors/config.json")"
 echo "authors runs: all checks passed"
