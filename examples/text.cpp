@@ -69,7 +69,8 @@ void declareOptions(ddl::cli::CommandLine& cli) {
       .option("init-from", "DIR", "the authors' model folder DIR (config.json + model.safetensors or a sharded index, "
               "docs/authors_models.md) is the model: trained from its weights, or evaluated (--eval-only) or sampled "
               "(--generate); the model options above are the folder's")
-      .option("export-authors", "DIR", "write the checkpoint in --out as the authors' model folder DIR and exit");
+      .option("export-authors", "DIR", "write the checkpoint in --out as the authors' model folder DIR and exit (a "
+              "folder that holds a model: replaced whole with --overwrite, never the run's --init-from folder)");
   // Chosen on the validation text (docs/text_defaults.md).
   TrainingDefaults d;  // bytes: no augmentation, no label smoothing
   d.epochs = "10";
@@ -494,10 +495,32 @@ SavedRun freshRun(const ddl::cli::CommandLine& cli, const std::string& program) 
 }
 
 // --export-authors DIR: the checkpoint in --out as the authors' model folder (train/authors_model.hpp).
+// It trains nothing and reads no data, so any option but --out and --overwrite is refused, named; a folder
+// that holds a model is replaced only with --overwrite, and never the run's --init-from source (compared
+// by device and inode: under any name) nor --out itself.
 int exportAuthors(const ddl::cli::CommandLine& cli) {
+  for (const auto& option : cli.values())
+    if (cli.has(option.first) && option.first != "out" && option.first != "export-authors" && option.first != "overwrite")
+      throw ddl::ValueError("--" + option.first + " with --export-authors: the export writes the checkpoint in --out as "
+                            "it is (it trains, evaluates and reads nothing else); leave --" + option.first + " out");
   const std::string ckpt = cli.text("out") + "/checkpoint.safetensors", dir = cli.text("export-authors");
+  const std::string target = ddl::fileIdentity(dir);
+  if (!target.empty() && target == ddl::fileIdentity(cli.text("out")))
+    throw ddl::ValueError("--export-authors " + dir + " is the run folder --out: export into a folder of its own");
+  const ddl::CheckpointMeta meta = ddl::readCheckpointMetadata(ckpt);
+  const auto source = meta.extra.find("init_from_identity");
+  if (!target.empty() && source != meta.extra.end() && source->second == target)
+    throw ddl::ValueError("--export-authors " + dir + " is the folder this run started from (--init-from " +
+                          meta.extra.at("init_from") + "): its weights are not replaced, even with --overwrite; "
+                          "export into another folder");
   ddl::DeltaLM<float> lm = ddl::loadModel<ddl::DeltaLM<float>>(ckpt);
-  ddl::saveAuthorsModel(dir, lm);  // refuses (exit 1) a configuration their code has no model for
+  ddl::AuthorsSaveOptions save;
+  save.overwrite = cli.has("overwrite");
+  try {
+    ddl::saveAuthorsModel(dir, lm, save);  // refuses (exit 1) a configuration their code has no model for
+  } catch (const ddl::IoError& e) {        // the folder (exit 2), not the checkpoint
+    throw OptionFileError(std::string(e.what()) + " (--export-authors)");
+  }
   std::cout << "ddl-text: wrote " << dir << "/config.json and " << dir << "/model.safetensors (the authors' "
             << ddl::toString(ddl::authorsVariantOf(lm.config())) << " model) from " << ckpt << "\n";
   return 0;
@@ -538,6 +561,11 @@ int run(const ddl::cli::CommandLine& cli) {
   Sampling sampling = samplingOptions(cli, "prompt", cfg, tok);
   std::optional<std::int64_t> warmup;
   ddl::TrainerOptions opt = trainingOptions(cli, saved, [](ddl::TrainerOptions&) {}, warmup);
+  // The folder a run started from, by name and identity, so that --export-authors never replaces it.
+  if (initFrom) opt.extraMeta["init_from"] = cli.text("init-from");
+  if (initFrom) opt.extraMeta["init_from_identity"] = ddl::fileIdentity(cli.text("init-from"));
+  for (const char* key : {"init_from", "init_from_identity"})
+    if (saved.resume && saved.meta.extra.count(key)) opt.extraMeta[key] = saved.meta.extra.at(key);
   opt.clipNorm = cli.number("clip", 0, kMaxReal);
   opt.evalBatch = opt.batchSize;
   const ddl::Index evalBytes = cli.integer<ddl::Index>("eval-bytes", 0, kMaxCount);

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -24,6 +25,8 @@
 #include "ddl/core/token_batch.hpp"
 #include "ddl/io/safetensors.hpp"
 #include "ddl/train/authors_model.hpp"
+
+#include <sys/stat.h>  // mkfifo
 
 namespace test_authors_model {  // each test file in its own namespace: a group of files compiles as one unit
 
@@ -748,6 +751,146 @@ TEST_CASE("authors' folders: a configuration their code has no model for is refu
   auto back = ddl::loadAuthorsModel<double>(dir);
   CHECK(back.config().toKeyValues() == lm.config().toKeyValues());
   CHECK(ddl_test::bitIdentical(paramsOf(lm), paramsOf(back)));
+}
+
+TEST_CASE("authors' config.json: a field left out takes their default, not ddl's") {
+  // block_size 1024 (ddl's context default is 256): no tensor depends on it, so the folder loads.
+  const std::string noBlock = editedCopy("absent_block", "dv1", [](nlohmann::json& j) { j.erase("block_size"); }, nullptr);
+  CHECK(ddl::loadAuthorsModel<double>(noBlock).config().context == 1024);
+  // hidden_size 768 (ddl's d default is 256): the tensors, of width 12, then disagree with it.
+  std::string m = loadError<double>(editedCopy("absent_hidden", "dv1", [](nlohmann::json& j) {
+    j.erase("hidden_size");
+    j.erase("head_dim");
+  }, nullptr));
+  CHECK(contains(m, "tensor \"transformer.wte.weight\" has shape [31, 12], expected [31, 768]"));
+  // Their other defaults: 12 layers, head_dim 128, ddl_value_channels 4, vocab 50304.
+  m = loadError<double>(editedCopy("absent_layers", "dv1", [](nlohmann::json& j) { j.erase("num_hidden_layers"); }, nullptr));
+  CHECK(contains(m, "missing tensor \"transformer.h.2.attn.c_q.weight\""));
+  m = loadError<double>(editedCopy("absent_head_dim", "dv1", [](nlohmann::json& j) { j.erase("head_dim"); }, nullptr));
+  CHECK(contains(m, "tensor \"transformer.h.0.attn.c_q.weight\" has shape [12, 12], expected [256, 12]"));
+  m = loadError<double>(editedCopy("absent_vocab", "dv1", [](nlohmann::json& j) { j.erase("vocab_size"); }, nullptr));
+  CHECK(contains(m, "expected [50304, 12]"));
+  // A cc-ec config that names neither the channels nor the kernel: their 4 and 4.
+  const ddl::DeltaLMConfig cc = ddl::loadAuthorsModel<double>(editedCopy("absent_dv", "cc-ec", [](nlohmann::json& j) {
+    j.erase("ddl_value_channels");
+    j.erase("ddl_state_shortconv_kernel_size");
+  }, nullptr)).config();
+  CHECK(cc.dv == 4);
+  CHECK(cc.block.compressorKernel == 4);
+}
+
+TEST_CASE("authors' tensors: a NaN or Inf weight is refused at load, naming the tensor and the flat index") {
+  const auto poke = [](const char* name, std::size_t element, double value) {
+    return [=](std::vector<RawTensor>& ts) {
+      RawTensor* t = findRaw(ts, name);
+      REQUIRE(t->dtype == "F64");
+      std::memcpy(t->bytes.data() + 8 * element, &value, 8);
+    };
+  };
+  std::string m = loadError<double>(editedCopy("nan", "dv1", nullptr, poke("transformer.h.0.attn.c_q.weight", 13, std::nan(""))));
+  CHECK(contains(m, "tensor \"transformer.h.0.attn.c_q.weight\" holds nan at flat index 13"));
+  m = loadError<float>(editedCopy("inf", "dv1", nullptr, poke("ln_f.weight", 2, -HUGE_VAL)));
+  CHECK(contains(m, "tensor \"ln_f.weight\" holds -inf at flat index 2"));
+  // A finite F64 beyond float's range is Inf in a float model.
+  m = loadError<float>(editedCopy("overflow", "dv1", nullptr, poke("ln_f.weight", 1, 1e300)));
+  CHECK(contains(m, "tensor \"ln_f.weight\" holds 1e+300 at flat index 1, beyond the range of float"));
+  CHECK_NOTHROW(ddl::loadAuthorsModel<double>(editedCopy("overflow_double", "dv1", nullptr, poke("ln_f.weight", 1, 1e300))));
+}
+
+TEST_CASE("authors' JSON files: nesting is limited, values are quoted by a bounded excerpt, only regular files") {
+  const auto deep = [](std::size_t levels) { return std::string(levels, '[') + "1" + std::string(levels, ']'); };
+  const auto withConfigText = [](const std::string& name, const std::string& text) {
+    const std::string dir = editedCopy(name, "dv1", nullptr, nullptr);
+    std::ofstream(dir + "/config.json", std::ios::trunc) << text;
+    return dir;
+  };
+  // 5000 levels made a 10 KB message of brackets; 200 000 overflowed the stack in the message's dump.
+  for (const std::size_t levels : {std::size_t(5000), std::size_t(200000)}) {
+    INFO(levels);
+    const std::string m = loadError<double>(withConfigText("deep_" + std::to_string(levels), "{\"vocab_size\": " + deep(levels) + "}"));
+    CHECK(contains(m, "config.json: byte offset 142: JSON nested deeper than 128 levels"));
+    CHECK(m.size() < 400);
+  }
+  // 127 levels parse, and the wrong type is quoted by its first 80 bytes.
+  std::string m = loadError<double>(withConfigText("deep_127", "{\"vocab_size\": " + deep(127) + "}"));
+  CHECK(contains(m, "field 'vocab_size' = " + std::string(80, '[') + "... ("));
+  CHECK(m.size() < 400);
+  m = loadError<double>(editedCopy("long_value", "dv1", [](nlohmann::json& j) { j["q_activation"] = std::string(100000, 'x'); }, nullptr));
+  CHECK(contains(m, "field 'q_activation' = \"" + std::string(79, 'x') + "... (100002 bytes): expected null"));
+  m = loadError<double>(editedCopy("long_key", "dv1", [](nlohmann::json& j) { j[std::string(100000, 'k')] = 1; }, nullptr));
+  CHECK(contains(m, "unknown field '" + std::string(80, 'k') + "... (100000 bytes)' = 1"));
+  CHECK(m.size() < 400);
+  m = loadError<double>(withConfigText("long_syntax", "{\"vocab_size\": \"" + std::string(100000, 's')));
+  CHECK(contains(m, "config.json: invalid JSON"));
+  CHECK(m.size() < 500);
+  // The shard index: the same limits.
+  const std::string dir = editedCopy("deep_index", "tc", nullptr, nullptr);
+  std::filesystem::remove(dir + "/model.safetensors");
+  { std::ofstream(dir + "/model.safetensors.index.json") << "{\"weight_map\": {\"a\": " << deep(200000) << "}}"; }
+  m = loadError<double>(dir);
+  CHECK(contains(m, "model.safetensors.index.json: byte offset 147: JSON nested deeper than 128 levels"));
+  { std::ofstream(dir + "/model.safetensors.index.json", std::ios::trunc) << "{\"weight_map\": {\"a\": " << deep(100) << "}}"; }
+  m = loadError<double>(dir);
+  CHECK(contains(m, "weight_map[\"a\"] = " + std::string(80, '[') + "... (201 bytes): expected a file name"));
+  // config.json that is a folder or a FIFO: "not a regular file" (a FIFO used to block the read forever).
+  const std::string folder = editedCopy("config_folder", "dv1", nullptr, nullptr);
+  std::filesystem::remove(folder + "/config.json");
+  std::filesystem::create_directory(folder + "/config.json");
+  CHECK(contains(loadError<double>(folder), "config.json: not a regular file (a folder)"));
+  const std::string fifo = editedCopy("config_fifo", "dv1", nullptr, nullptr);
+  std::filesystem::remove(fifo + "/config.json");
+  REQUIRE(::mkfifo((fifo + "/config.json").c_str(), 0600) == 0);
+  CHECK(contains(loadError<double>(fifo), "config.json: not a regular file (a FIFO, device or socket)"));
+  // Both a single file and a shard index: which is the model is not guessed.
+  const std::string both = editedCopy("both", "dv1", nullptr, nullptr);
+  { std::ofstream(both + "/model.safetensors.index.json") << "{\"weight_map\": {}}"; }
+  CHECK(contains(loadError<double>(both), "holds both model.safetensors and model.safetensors.index.json"));
+}
+
+TEST_CASE("authors' folders: a folder that holds a model is replaced only with overwrite, whole and at once") {
+  auto tc = ddl::loadAuthorsModel<double>(fixture("tc"));
+  auto dv1 = ddl::loadAuthorsModel<double>(fixture("dv1"));
+  const std::string dir = ddl_test::freshTestDir("authors_overwrite");
+  ddl::saveAuthorsModel(dir, tc, false);
+  { std::ofstream(dir + "/tokenizer.json") << "{}"; }  // not part of the model: kept
+  std::string m = ddl_test::thrownMessage<ddl::IoError>([&] { ddl::saveAuthorsModel(dir, dv1, false); });
+  CHECK(contains(m, "already holds a model (config.json, ...); replacing it needs overwrite"));
+  CHECK(ddl::loadAuthorsModel<double>(dir).config().variant() == "tc");
+  // A sharded folder: the new model.safetensors would sit beside the shards; with overwrite they go.
+  const std::string sharded = ddl_test::freshTestDir("authors_overwrite_sharded");
+  std::filesystem::copy_file(fixture("tc") + "/config.json", sharded + "/config.json");
+  const std::vector<RawTensor> all = readRaw(fixture("tc") + "/model.safetensors");
+  writeRaw(sharded + "/model-00001-of-00002.safetensors", std::vector<RawTensor>(all.begin(), all.begin() + 3));
+  writeRaw(sharded + "/model-00002-of-00002.safetensors", std::vector<RawTensor>(all.begin() + 3, all.end()));
+  writeRaw(sharded + "/extra-shard.safetensors", {});  // named by the index only
+  nlohmann::json index = {{"weight_map", nlohmann::json::object()}};
+  for (std::size_t i = 0; i < all.size(); ++i)
+    index["weight_map"][all[i].name] = i < 3 ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
+  index["weight_map"]["unused"] = "extra-shard.safetensors";
+  writeJson(sharded + "/model.safetensors.index.json", index);
+  { std::ofstream(sharded + "/README.md") << "mine"; }
+  CHECK(contains(ddl_test::thrownMessage<ddl::IoError>([&] { ddl::saveAuthorsModel(sharded, dv1, false); }),
+                 "already holds a model"));
+  ddl::AuthorsSaveOptions over;
+  over.float32 = false;
+  over.overwrite = true;
+  ddl::saveAuthorsModel(sharded, dv1, over);
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(sharded)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  CHECK(names == std::vector<std::string>{"README.md", "config.json", "model.safetensors"});
+  auto back = ddl::loadAuthorsModel<double>(sharded);
+  CHECK(ddl_test::bitIdentical(paramsOf(dv1), paramsOf(back)));
+  { std::ifstream in(sharded + "/README.md"); std::string t; in >> t; CHECK(t == "mine"); }
+  // Nothing is left beside the folder (the temporary folder of the swap is gone).
+  const std::string parent = std::filesystem::path(sharded).parent_path().string();
+  for (const auto& e : std::filesystem::directory_iterator(parent))
+    CHECK(e.path().filename().string().rfind("authors_overwrite_sharded.", 0) != 0);
+  // A subfolder cannot be carried over by a swap of the folder: refused, nothing changed.
+  std::filesystem::create_directory(sharded + "/checkpoints");
+  m = ddl_test::thrownMessage<ddl::IoError>([&] { ddl::saveAuthorsModel(sharded, tc, over); });
+  CHECK(contains(m, "holds checkpoints, a folder that a replacement of the folder at once cannot carry over"));
+  CHECK(ddl::loadAuthorsModel<double>(sharded).config().variant() == "dv1");
 }
 
 // Last in the file: it ends the program with 77 (ctest: skipped) unless DDL_AUTHORS_DIR names their model/.

@@ -239,7 +239,14 @@ TEST_CASE("JSON reader: escapes, surrogate pairs and offsets of what it refuses"
   CHECK(contains(err("[01]"), "byte offset 2: a number may not have a leading zero"));
   CHECK(contains(err("[1] x"), "byte offset 4: expected the end of the text"));
   CHECK(contains(err("\"a\tb\""), "byte offset 2: control character 9"));
-  CHECK(contains(err(std::string(300, '[')), "nesting deeper than 256 levels"));
+  CHECK(contains(err(std::string(300, '[')), "nesting deeper than 128 levels"));  // core/json_text.hpp's limit
+  CHECK(contains(err(std::string(129, '[') + std::string(129, ']')), "byte offset 128: nesting deeper than 128"));
+  CHECK_NOTHROW(ddl::JsonReader(std::string(128, '[') + std::string(128, ']'), "x.json").parse());
+  // Keys and numbers are quoted by a bounded excerpt: a 100 000-byte key makes a short message.
+  const std::string key(100000, 'k');
+  const std::string dup = err("{\"" + key + "\": 1, \"" + key + "\": 2}");
+  CHECK(contains(dup, "duplicate key \"" + std::string(80, 'k') + "... (100000 bytes)\""));
+  CHECK(dup.size() < 300);
   CHECK(contains(err("{\"a\": tru}"), "byte offset 6: expected 'true'"));
 }
 

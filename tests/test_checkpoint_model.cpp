@@ -9,6 +9,7 @@
 
 #include "catch_compat.hpp"
 #include "fixtures.hpp"
+#include "ddl/core/token_batch.hpp"
 #include "ddl/io/checkpoint.hpp"
 #include "ddl/nn/models/conv_delta_net_config.hpp"
 #include "ddl/nn/models/delta_lm.hpp"
@@ -324,6 +325,51 @@ TEST_CASE("checkpoint: the per-feature structured kernel and its read start roun
   net.forwardInference(X, a);
   back.forwardInference(X, b);
   CHECK(a == b);
+}
+
+TEST_CASE("checkpoint: a DeltaLM whose head_dim x heads is not d round-trips (the authors' head_dim)",
+          "[io][checkpoint]") {
+  ddl::DeltaLMConfig c;
+  c.vocab = 11;
+  c.d = 12;
+  c.heads = 2;
+  c.attention.headDim = 5;  // q, k, v: [10, 12], o: [12, 10]
+  c.depth = 2;
+  c.context = 8;
+  ddl::DeltaLM<double> lm(c, 3);
+  const std::string path = tmpPath("head_dim.safetensors");
+  ddl::saveModel(path, lm);
+  CHECK(ddl::readSafetensorsHeader(path).find("blocks.1.attn.q.weight")->shape == std::vector<std::int64_t>{10, 12});
+  auto back = ddl::loadModel<ddl::DeltaLM<double>>(path);
+  CHECK(back.config().headDim() == 5);
+  ddl::TokenBatch batch{{1, 2, 3, 4, 5, 6}, ddl::TokenLayout::sequence(2, 3)};
+  MatX<double> a, b;
+  lm.forwardInference(batch, a);
+  back.forwardInference(batch, b);
+  CHECK(a == b);
+}
+
+TEST_CASE("checkpoint metadata: JSON nested deeper than 128 levels is refused, values quoted by a bounded excerpt",
+          "[io][checkpoint][hostile]") {
+  const auto deep = [](std::size_t levels) { return std::string(levels, '[') + std::string(levels, ']'); };
+  const auto metaError = [](const std::map<std::string, std::string>& m) {
+    return thrownMessage<ddl::IoError>([&] { ddl::CheckpointMeta::fromMetadata(m, "ck.safetensors"); });
+  };
+  // 200 000 levels: before the limit a recursive dump of the parsed value overflowed the stack.
+  for (const char* key : {"model_config", "train_options", "train_position"}) {
+    INFO(key);
+    const std::string m = metaError({{key, deep(200000)}});
+    CHECK(contains(m, std::string("metadata \"") + key + "\" must be text nested at most 128 levels"));
+    CHECK(m.size() < 300);  // the value is quoted by its first 80 bytes
+  }
+  CHECK_NOTHROW(ddl::CheckpointMeta::fromMetadata({{"model_config", deep(128)}}, "ck.safetensors"));
+  const std::string m = metaError({{"epoch", std::string(5000, '7')}});
+  CHECK(contains(m, "metadata \"epoch\" must be a 64-bit integer, found \"" + std::string(80, '7') + "... (5000 bytes)\""));
+  ddl::CheckpointMeta meta;
+  meta.modelConfig = "{\"d\": " + deep(5000) + "}";
+  const std::string configError = thrownMessage<ddl::Error>([&] { ddl::configFromCheckpoint<ddl::DeltaLMConfig>(meta, "ck"); });
+  CHECK(contains(configError, "nested deeper than 128 levels"));
+  CHECK(configError.size() < 300);
 }
 
 }  // namespace test_checkpoint_model

@@ -9,7 +9,7 @@ build=${1:?usage: tools/run-fuzz.sh BUILD_DIR SECONDS [TARGET...]}
 seconds=${2:?usage: tools/run-fuzz.sh BUILD_DIR SECONDS [TARGET...]}
 shift 2
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(idx cifar safetensors text_corpus token_files tokenizer)
+[ ${#targets[@]} -gt 0 ] || targets=(idx cifar safetensors text_corpus token_files tokenizer authors_config)
 cmake -S . -B "$build" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Release -DDDL_BUILD_FUZZ=ON \
   -DDDL_BUILD_TESTS=OFF -DDDL_BUILD_BENCH=OFF -DDDL_BUILD_EXAMPLES=OFF -DDDL_INSTALL=OFF -DDDL_USE_OPENMP=OFF >/dev/null
 cmake --build "$build" -j2 --target "${targets[@]/#/fuzz_}"

@@ -4,7 +4,9 @@
 # that folder evaluates to the checkpoint's test loss, samples the checkpoint's text, and trains from its
 # weights (with --lr 0 the final test loss is the folder's); with MPIEXEC two ranks train from it too.
 # Model options with --init-from, --init-from with --resume, a missing folder, a folder of tokens given
-# bytes and the export of a model their code lacks (write_only) are refused, each named.
+# bytes and the export of a model their code lacks (write_only) are refused, each named; an export refuses
+# the options it would ignore and replaces a model only with --overwrite, never the run's --init-from
+# folder; a model whose heads x head_dim is not its width resumes, evaluates, samples and exports.
 set -euo pipefail
 exe=$1 work=$2 text=$3 mpiexec=${4:-}
 rm -rf "$work"
@@ -66,4 +68,48 @@ refused 2 "nothere/config.json: cannot open for reading (--init-from)" --init-fr
   --out "$work/wo" >/dev/null 2>&1 || fail "write_only training failed"
 refused 1 "residual 'write_only' has no counterpart in the authors' models" --out "$work/wo" --export-authors "$work/wo-a"
 [ ! -e "$work/wo-a/model.safetensors" ] || fail "a refused export wrote $work/wo-a/model.safetensors"
+
+# --export-authors: options it would ignore are refused by name; a folder that holds a model is replaced only
+# with --overwrite (the folder's other files stay, nothing is left beside it), never the run's --init-from
+# folder, under any name, nor --out itself.
+for opt in --resume "--epochs 3" "--lr 0.1" "--init-from $work/authors" "--data $text" "--threads 2"; do
+  refused 1 "^ddl-text: ${opt%% *} with --export-authors: the export writes the checkpoint in --out as it is" \
+    --out "$work/run" --export-authors "$work/x2" $opt
+done
+[ ! -e "$work/x2" ] || fail "a refused export created $work/x2"
+refused 2 "authors: already holds a model (config.json, ...); replacing it needs overwrite" \
+  --out "$work/run" --export-authors "$work/authors"
+cp -r "$work/authors" "$work/authors2"
+echo '{}' >"$work/authors2/tokenizer.json"
+out=$("$exe" --out "$work/run" --export-authors "$work/authors2" --overwrite 2>&1) || fail "--overwrite failed: $out"
+[ "$(ls "$work/authors2" | tr '\n' ' ')" = "config.json model.safetensors tokenizer.json " ] ||
+  fail "--overwrite left: $(ls "$work/authors2")"
+[ -z "$(ls -d "$work"/authors2.* 2>/dev/null)" ] || fail "left beside the folder: $(ls -d "$work"/authors2.*)"
+sum=$(cat "$work/authors"/* | cksum)
+ln -s authors "$work/alias"
+for target in "$work/authors" "$work/alias" "$work/authors/"; do  # cont2 started from it and was resumed since
+  refused 1 "is the folder this run started from (--init-from $work/authors)" \
+    --out "$work/cont2" --export-authors "$target" --overwrite
+done
+mv "$work/authors" "$work/moved"
+refused 1 "is the folder this run started from" --out "$work/cont2" --export-authors "$work/moved" --overwrite
+mv "$work/moved" "$work/authors"
+[ "$(cat "$work/authors"/* | cksum)" = "$sum" ] || fail "the --init-from folder changed"
+refused 1 "is the run folder --out" --out "$work/run" --export-authors "$work/run" --overwrite
+
+# A model whose heads x head_dim is not its width (their head_dim defaults to 128), here the fixture of 2
+# heads of 4 in width 12 over 31 token ids: a run from it saves a checkpoint that resumes, evaluates, samples
+# and exports.
+fixture=$(cd "$(dirname "$0")/../../tests/fixtures/authors/dv1+attn" && pwd)
+perl -e 'print pack("v*", map { ($_ * 7 + 3) % 31 } 0 .. 3999)' >"$work/ids31.bin"
+toks=(--tokens "$work/ids31.bin" --val-tokens "$work/ids31.bin" --test-tokens "$work/ids31.bin")
+small=(--batch 2 --steps 2 --threads 1 --sample-tokens 3 --top-k 5)  # top-k at most the 31 ids
+out=$("$exe" --init-from "$fixture" "${toks[@]}" --out "$work/hd" "${small[@]}" --epochs 1 2>&1) ||
+  fail "--init-from head_dim 4 failed: $out"
+out=$("$exe" "${toks[@]}" --out "$work/hd" "${small[@]}" --resume --epochs 2 2>&1) || fail "--resume (head_dim 4): $out"
+grep -q "^resumed .* at epoch 1" <<<"$out" || fail "--resume (head_dim 4): $out"
+out=$("$exe" "${toks[@]}" --out "$work/hd" --eval-only 2>&1) || fail "--eval-only (head_dim 4): $out"
+out=$("$exe" --out "$work/hd" --generate "1 2" --sample-tokens 3 --top-k 5 2>&1) || fail "--generate (head_dim 4): $out"
+out=$("$exe" --out "$work/hd" --export-authors "$work/hd-authors" 2>&1) || fail "--export-authors (head_dim 4): $out"
+grep -q '"head_dim": 4' "$work/hd-authors/config.json" || fail "head_dim: $(cat "$work/hd-authors/config.json")"
 echo "authors runs: all checks passed"

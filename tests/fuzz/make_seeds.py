@@ -163,3 +163,18 @@ put("tokenizer", "huge_id", tokenizer_pair(1, dict(bpe_vocab, zz=2147483646), me
 put("tokenizer", "added_beyond_vocab", tokenizer_json(bpe_vocab, bpe_merges, edit=lambda d: d["added_tokens"].append(
     {"id": 300, "content": "<|pad|>", "special": True})))
 put("tokenizer", "normalizer", tokenizer_json(bpe_vocab, bpe_merges, edit=lambda d: d.update(normalizer={"type": "NFC"})))
+
+# fuzz_authors_config: a reader byte (0..5 the variants baseline, dv1, cc, cc-ec, tc, tc-ec; 6 the shard
+# index), then the file: the committed fixtures' config.json (tests/fixtures/authors), and near misses.
+AUTHORS = os.path.join(HERE, "..", "fixtures", "authors")
+for reader, variant in enumerate(["baseline", "dv1", "cc", "cc-ec", "tc", "tc-ec"]):
+    with open(os.path.join(AUTHORS, variant, "config.json"), "rb") as f:
+        put("authors_config", variant, bytes([reader]) + f.read())
+with open(os.path.join(AUTHORS, "cc-ec+attn", "config.json"), "rb") as f:
+    put("authors_config", "cc-ec+attn", bytes([3]) + f.read())
+put("authors_config", "sparse", bytes([1]) + b'{"vocab_size": 31, "hidden_size": 12, "num_attention_heads": 2}')
+put("authors_config", "deep", bytes([1]) + b'{"vocab_size": ' + b"[" * 200 + b"]" * 200 + b"}")
+put("authors_config", "index", bytes([6]) + json.dumps({"metadata": {"total_size": 96}, "weight_map": {
+    "transformer.wte.weight": "model-00001-of-00002.safetensors",
+    "ln_f.weight": "model-00002-of-00002.safetensors"}}).encode())
+put("authors_config", "index_outside", bytes([6]) + b'{"weight_map": {"a": "../b.safetensors"}}')

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "ddl/core/error.hpp"
+#include "ddl/core/json_text.hpp"
 #include "ddl/data/bpe_vocab.hpp"
 #include "ddl/data/gpt2_pretokenizer.hpp"
 
@@ -245,7 +246,7 @@ inline BpeTokenizer::BpeTokenizer(const BpeVocabulary& v) {
   for (const std::string& s : v.specials) {
     const auto it = m_idOf.find(s);
     if (it == m_idOf.end())
-      throw IoError(message(fn, "file '", v.vocabSource, "': special token \"", s, "\" is not in the vocabulary"));
+      throw IoError(message(fn, "file '", v.vocabSource, "': special token \"", excerpt(s), "\" is not in the vocabulary"));
     m_specials.emplace_back(s, it->second);
   }
   std::stable_sort(m_specials.begin(), m_specials.end(),

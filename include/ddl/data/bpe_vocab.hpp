@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "ddl/core/error.hpp"
+#include "ddl/core/json_text.hpp"
 #include "ddl/data/file_bytes.hpp"
 #include "ddl/data/gpt2_pretokenizer.hpp"
 #include "ddl/data/json_reader.hpp"
@@ -82,7 +83,7 @@ inline std::string gpt2TokenBytes(std::string_view spelled, const char* fn, cons
     const Utf8Char c = utf8CharAt(spelled, i);
     const int b = c.len == 1 && c.cp >= 0x80 ? -1 : gpt2UnicodeToByte(c.cp);  // a lone non-UTF-8 byte
     if (b < 0)
-      throwFileError(fn, source, offset, "token \"", std::string(spelled), "\" has a character (code point ",
+      throwFileError(fn, source, offset, "token \"", excerpt(spelled), "\" has a character (code point ",
                      static_cast<std::uint32_t>(c.cp), ") outside GPT-2's byte-level alphabet");
     out += static_cast<char>(b);
     i += c.len;
@@ -146,7 +147,7 @@ inline void readMergesTxt(std::string_view text, const std::string& source, BpeV
     if (line.empty() || space == 0 || space == std::string_view::npos || space + 1 == line.size() ||
         line.find(' ', space + 1) != std::string_view::npos)
       throwFileError(fn, source, pos, "expected a merge \"left right\" (two tokens, one space), found \"",
-                     std::string(line), "\"");
+                     excerpt(line), "\"");
     detail::addMerge(line.substr(0, space), line.substr(space + 1), pos, fn, source, into);
     pos = end + 1;
   }
@@ -221,7 +222,7 @@ inline void readTokenizerJson(std::string_view text, const std::string& source, 
     if (m.isString()) {
       const std::size_t space = m.text.find(' ');
       if (space == std::string::npos || space == 0 || space + 1 == m.text.size() || m.text.find(' ', space + 1) != std::string::npos)
-        throwFileError(fn, source, m.offset, "expected a merge \"left right\" (two tokens, one space), found \"", m.text, "\"");
+        throwFileError(fn, source, m.offset, "expected a merge \"left right\" (two tokens, one space), found \"", excerpt(m.text), "\"");
       detail::addMerge(std::string_view(m.text).substr(0, space), std::string_view(m.text).substr(space + 1), m.offset, fn,
                        source, into);
     } else if (m.isArray() && m.items.size() == 2 && m.items[0].isString() && m.items[1].isString()) {

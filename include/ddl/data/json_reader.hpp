@@ -7,7 +7,8 @@
 // only by white space; no comments, trailing commas, NaN, leading zeros or control characters in
 // strings; \u escapes must pair surrogates; duplicate object keys are refused. Numbers keep their text:
 // the caller converts them with the range it expects (readJsonInteger). Nesting is limited to
-// kMaxJsonDepth so a hostile file cannot exhaust the stack.
+// kMaxJsonDepth (core/json_text.hpp) so a hostile file cannot exhaust the stack; messages quote keys and
+// numbers by a bounded excerpt.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -17,10 +18,9 @@
 #include <vector>
 
 #include "ddl/core/error.hpp"
+#include "ddl/core/json_text.hpp"
 
 namespace ddl {
-
-inline constexpr int kMaxJsonDepth = 256;
 
 struct JsonValue {
   enum class Kind { Null, Bool, Number, String, Array, Object };
@@ -75,7 +75,7 @@ inline long long readJsonInteger(const JsonValue& v, long long lo, long long hi,
     if (t[0] == '-') value = -value;
     ok = value >= lo && value <= hi;
   }
-  if (!ok) throwFileError(fn, source, v.offset, what, " must be an integer in [", lo, ", ", hi, "], found ", t);
+  if (!ok) throwFileError(fn, source, v.offset, what, " must be an integer in [", lo, ", ", hi, "], found ", excerpt(t));
   return value;
 }
 
@@ -156,7 +156,7 @@ class JsonReader {
       const std::size_t keyAt = m_pos;
       if (atEnd() || peek() != '"') fail("expected a string key in the object");
       std::string key = string();
-      if (!keys.insert(key).second) throwFileError(kFn, m_source, keyAt, "duplicate key \"", key, "\" in the object");
+      if (!keys.insert(key).second) throwFileError(kFn, m_source, keyAt, "duplicate key \"", excerpt(key), "\" in the object");
       skipSpace();
       expect(':');
       skipSpace();

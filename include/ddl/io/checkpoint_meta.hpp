@@ -13,6 +13,7 @@
 
 #include "ddl/core/config.hpp"
 #include "ddl/core/error.hpp"
+#include "ddl/core/json_text.hpp"
 #include "ddl/core/rng.hpp"
 #include "ddl/io/safetensors_header.hpp"
 
@@ -61,7 +62,8 @@ struct CheckpointMeta {
     m["ddl_version"] = ddlVersion;
     if (!preset.empty()) m["preset"] = preset;
     if (!modelConfig.empty()) {
-      require(nlohmann::json::accept(modelConfig), fn, "modelConfig is not valid JSON: ", modelConfig);
+      require(jsonTooDeepAt(modelConfig) == std::string::npos && nlohmann::json::accept(modelConfig), fn,
+              "modelConfig is not valid JSON nested at most ", kMaxJsonDepth, " levels: ", excerpt(modelConfig));
       m["model_config"] = modelConfig;
     }
     m["epoch"] = std::to_string(epoch);
@@ -81,7 +83,7 @@ struct CheckpointMeta {
   static CheckpointMeta fromMetadata(const std::map<std::string, std::string>& m, const std::string& source) {
     const auto bad = [&](const std::string& key, const std::string& expected) {
       return IoError("ddl::CheckpointMeta::fromMetadata: " + source + ": metadata \"" + key + "\" must be " +
-                     expected + ", found \"" + m.at(key).substr(0, 200) + (m.at(key).size() > 200 ? "...\"" : "\""));
+                     expected + ", found \"" + excerpt(m.at(key)) + "\"");
     };
     const auto toInt = [&](const std::string& key) {
       const std::string& s = m.at(key);
@@ -93,6 +95,10 @@ struct CheckpointMeta {
     CheckpointMeta c;
     for (const auto& kv : m) {
       const std::string& key = kv.first;
+      // Any value may be JSON someone parses (train_options, train_position, caller keys): none may nest so
+      // deep that a dump or a message about it overflows the stack (core/json_text.hpp).
+      if (jsonTooDeepAt(kv.second) != std::string::npos)
+        throw bad(key, "text nested at most " + std::to_string(kMaxJsonDepth) + " levels of [ and {");
       if (!reservedKeys().count(key)) {
         c.extra[key] = kv.second;
       } else if (key == "format") {

@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ddl/core/error.hpp"
+#include "ddl/core/json_text.hpp"
 #include "ddl/core/types.hpp"
 #include "ddl/nn/blocks/attention_options.hpp"
 #include "ddl/nn/layers/qkv_activation.hpp"
@@ -83,7 +84,7 @@ struct AuthorsConfigRead {
 
 [[noreturn]] inline void authorsFieldError(const AuthorsConfigRead& r, const char* field, const nlohmann::json& v,
                                            const std::string& expected) {
-  throw ValueError(message("ddl::authorsConfigToDeltaLM", r.source, ": field '", field, "' = ", v.dump(),
+  throw ValueError(message("ddl::authorsConfigToDeltaLM", r.source, ": field '", field, "' = ", jsonExcerpt(v),
                            ": expected ", expected));
 }
 inline Index authorsInt(const AuthorsConfigRead& r, const char* field, const nlohmann::json& v, Index lo) {
@@ -339,12 +340,20 @@ inline DeltaLMConfig authorsConfigToDeltaLM(const nlohmann::json& j, AuthorsVari
   if (variant == AuthorsVariant::Baseline) c.block.residual.residual = ResidualKind::Additive;
   detail::AuthorsConfigRead r{c, variant, source};
   const auto& fields = authorsConfigFields();
+  // A field the file leaves out has their default (their GPTConfig's, or getattr's), not ddl's: every
+  // Mapped field the variant reads starts at its default; only what the file gives counts as given.
+  for (const auto& f : fields) {
+    const bool reads = f.scope == kAuthorsUndeclared || (f.scope & authorsScopeBit(variant)) != 0;
+    if (f.use == AuthorsFieldUse::Mapped && reads) f.read(r, nlohmann::json::parse(f.defaultJson));
+  }
+  r.stateKernelGiven = r.channelsGiven = false;
+  r.rmsNormEps.reset();
   for (auto it = j.begin(); it != j.end(); ++it) {
     const AuthorsField* f = nullptr;
     for (const auto& e : fields)
       if (it.key() == e.name) f = &e;
     if (f == nullptr)
-      throw ValueError(message(fn, source, ": unknown field '", it.key(), "' = ", it.value().dump(),
+      throw ValueError(message(fn, source, ": unknown field '", excerpt(it.key()), "' = ", jsonExcerpt(it.value()),
                                " (not a field of the authors' GPTConfig; docs/authors_models.md)"));
     if (f->use == AuthorsFieldUse::Bookkeeping) continue;
     const bool declared = f->scope == kAuthorsUndeclared || (f->scope & authorsScopeBit(variant)) != 0;
@@ -354,7 +363,7 @@ inline DeltaLMConfig authorsConfigToDeltaLM(const nlohmann::json& j, AuthorsVari
     }
     const nlohmann::json def = nlohmann::json::parse(f->defaultJson);
     if (it.value() != def)
-      throw ValueError(message(fn, source, ": field '", f->name, "' = ", it.value().dump(),
+      throw ValueError(message(fn, source, ": field '", f->name, "' = ", jsonExcerpt(it.value()),
                                " is not supported (accepted: only its default ", def.dump(), "; ", f->meaning,
                                declared ? "" : std::string("; not read by the ") + toString(variant) + " model",
                                ")"));
@@ -366,7 +375,7 @@ inline DeltaLMConfig authorsConfigToDeltaLM(const nlohmann::json& j, AuthorsVari
   const bool baseline = variant == AuthorsVariant::Baseline, gateNorm = detail::authorsGateNorm(c.attention);
   const double rmsEps = r.rmsNormEps.value_or(1e-5);
   if (r.rmsNormEps && !baseline && !gateNorm && rmsEps != 1e-5)
-    throw ValueError(message(fn, source, ": field 'rms_norm_eps' = ", j["rms_norm_eps"].dump(),
+    throw ValueError(message(fn, source, ": field 'rms_norm_eps' = ", jsonExcerpt(j.at("rms_norm_eps")),
                              " is not supported (accepted: only its default 1e-05; the ", toString(variant),
                              " model reads it only for the output gate's o_norm, use_output_gate without "
                              "using_groupnorm, which this config.json does not have)"));

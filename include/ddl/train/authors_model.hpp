@@ -4,7 +4,8 @@
 //
 //   auto lm = ddl::loadAuthorsModel<double>("ckpt/");   // config.json + model.safetensors (or a sharded
 //                                                       // model.safetensors.index.json) -> DeltaLM<double>
-//   ddl::saveAuthorsModel("out/", lm);                   // config.json + model.safetensors, F32 by default
+//   ddl::saveAuthorsModel("out/", lm);                   // config.json + model.safetensors, F32 by default;
+//                                                       // a folder that holds a model: only with overwrite
 //
 // The variant (baseline, dv1, cc, cc-ec, tc, tc-ec) is read from the tensor names (their modules' names
 // differ: compress.weight for CC, compress.shortconv.weight for TC, input_embed.conv.weight for EC,
@@ -20,22 +21,27 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <set>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "ddl/core/error.hpp"
+#include "ddl/core/json_text.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/types.hpp"
 #include "ddl/io/atomic_file.hpp"
+#include "ddl/io/atomic_folder.hpp"
 #include "ddl/io/safetensors.hpp"
 #include "ddl/io/safetensors_header.hpp"
 #include "ddl/nn/models/delta_lm.hpp"
 #include "ddl/train/authors_config.hpp"
+#include "ddl/train/authors_folder.hpp"
 
 namespace ddl {
 
@@ -126,34 +132,18 @@ class AuthorsWeights {
     const std::string single = (fs::path(dir) / "model.safetensors").string();
     const std::string index = (fs::path(dir) / "model.safetensors.index.json").string();
     std::error_code ec;
-    if (fs::exists(single, ec)) {
+    const bool hasSingle = fs::exists(fs::symlink_status(single, ec)), hasIndex = fs::exists(fs::symlink_status(index, ec));
+    if (hasSingle && hasIndex)  // which one is the model? Refused rather than guessed
+      throw IoError(message(fn, dir, ": holds both model.safetensors and model.safetensors.index.json; remove the "
+                            "one that is not the model"));
+    if (hasSingle) {
       add(single);
       return;
     }
-    if (!fs::exists(index, ec))
+    if (!hasIndex)
       throw IoError(message(fn, dir, ": neither model.safetensors nor model.safetensors.index.json (a "
                             "pytorch_model.bin must be converted to safetensors first)"));
-    std::ifstream in(index);
-    std::stringstream text;
-    text << in.rdbuf();
-    if (!in) throw IoError(message(fn, index, ": cannot read"));
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(text.str());
-    } catch (const nlohmann::json::exception& e) {
-      throw IoError(message(fn, index, ": invalid JSON: ", e.what()));
-    }
-    if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
-      throw IoError(message(fn, index, ": expected an object with a \"weight_map\" object"));
-    std::map<std::string, std::string> owner;  // tensor -> shard file name
-    for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
-      const std::string file = it.value().is_string() ? it.value().get<std::string>() : std::string();
-      if (file.empty() || file.find('/') != std::string::npos || file.find('\\') != std::string::npos ||
-          file == "." || file == "..")
-        throw IoError(message(fn, index, ": weight_map[\"", it.key(), "\"] = ", it.value().dump(),
-                              ": expected a file name inside the folder"));
-      owner[it.key()] = file;
-    }
+    const std::map<std::string, std::string> owner = parseAuthorsShardIndex(readAuthorsJsonFile(index, fn), index);
     std::set<std::string> files;
     for (const auto& kv : owner) files.insert(kv.second);
     for (const auto& f : files) add((fs::path(dir) / f).string());
@@ -161,11 +151,12 @@ class AuthorsWeights {
       const auto it = owner.find(kv.first);
       const std::string& path = m_shards[kv.second.shard]->header.path;
       if (it == owner.end() || (fs::path(dir) / it->second).string() != path)
-        throw IoError(message(fn, path, ": tensor \"", kv.first, "\" is not listed for this file in ", index));
+        throw IoError(message(fn, path, ": tensor \"", excerpt(kv.first), "\" is not listed for this file in ", index));
     }
     for (const auto& kv : owner)
       if (m_where.count(kv.first) == 0)
-        throw IoError(message(fn, index, ": tensor \"", kv.first, "\" is listed for ", kv.second, " but missing there"));
+        throw IoError(message(fn, index, ": tensor \"", excerpt(kv.first), "\" is listed for ", kv.second,
+                              " but missing there"));
   }
 
   bool has(const std::string& name) const { return m_where.count(name) != 0; }
@@ -216,6 +207,11 @@ class AuthorsWeights {
           std::memcpy(&h, p, 2);
           v = t.dtype == DType::BF16 ? bf16ToFloat(h) : f16ToFloat(h);
         }
+        // A NaN or Inf weight would reach the loss at the first step and read as a learning-rate problem.
+        if (!std::isfinite(v) || std::abs(v) > static_cast<double>(std::numeric_limits<S>::max()))
+          throw IoError(message(fn, sh.header.path, ": tensor \"", name, "\" holds ", v, " at flat index ", i * c + j,
+                                std::isfinite(v) ? std::string(", beyond the range of ") + (sizeof(S) == 4 ? "float" : "double")
+                                                 : std::string(), " (a model's weights must be finite)"));
         m(i, j) = static_cast<S>(v);
       }
     return m;
@@ -313,16 +309,7 @@ template <class S>
 DeltaLM<S> loadAuthorsModel(const std::string& dir) {
   const char* fn = "ddl::loadAuthorsModel";
   const std::string configPath = (std::filesystem::path(dir) / "config.json").string();
-  std::ifstream in(configPath);
-  if (!in) throw IoError(message(fn, configPath, ": cannot open for reading"));
-  std::stringstream text;
-  text << in.rdbuf();
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text.str());
-  } catch (const nlohmann::json::exception& e) {
-    throw IoError(message(fn, configPath, ": invalid JSON: ", e.what()));
-  }
+  const nlohmann::json j = parseJsonText<nlohmann::json>(detail::readAuthorsJsonFile(configPath, fn), fn, configPath);
   detail::AuthorsWeights weights(dir);
   const AuthorsVariant variant = detail::authorsVariantFromTensors(weights);
   const DeltaLMConfig config = authorsConfigToDeltaLM(j, variant, configPath);
@@ -357,13 +344,22 @@ DeltaLM<S> loadAuthorsModel(const std::string& dir) {
   return model;
 }
 
+// How saveAuthorsModel writes.
+struct AuthorsSaveOptions {
+  bool float32 = true;     // F32 tensors; false: the model's scalar
+  bool overwrite = false;  // replace the model a folder already holds (refused otherwise)
+};
+
 // Writes model as the authors' model folder `dir` (created if needed): model.safetensors (their names,
-// the tied head once, F32 or, with float32 = false, the model's scalar), then config.json, each file
-// atomically. Throws ValueError before writing anything when their code has no model of this
-// configuration (requireAuthorsExpressible), IoError when a file cannot be written.
+// the tied head once, F32 or, with float32 = false, the model's scalar) and config.json. Throws ValueError
+// before writing anything when their code has no model of this configuration (requireAuthorsExpressible),
+// IoError when dir already holds a model (authorsModelFiles) and options.overwrite is false, or when a file
+// cannot be written. The folder changes at once (io/atomic_folder.hpp): the new model replaces the whole
+// old one (its shards and index too); the folder's other files stay.
 template <class S>
-void saveAuthorsModel(const std::string& dir, DeltaLM<S>& model, bool float32 = true) {
+void saveAuthorsModel(const std::string& dir, DeltaLM<S>& model, const AuthorsSaveOptions& options) {
   const char* fn = "ddl::saveAuthorsModel";
+  const bool float32 = options.float32;
   const nlohmann::json config = authorsConfigJson(model.config(), float32 || sizeof(S) == 4 ? "float32" : "float64");
   struct Entry {
     std::string name;
@@ -386,24 +382,38 @@ void saveAuthorsModel(const std::string& dir, DeltaLM<S>& model, bool float32 = 
     zeros.push_back(MatX<S>::Zero(r, cols));
     entries.push_back({t.first, t.second, &zeros.back()});
   }
-  const std::string weightsPath = (std::filesystem::path(dir) / "model.safetensors").string();
-  prepareOutputFolder(dir, weightsPath, fn);
+  const std::set<std::string> old = authorsModelFiles(dir);
+  if (!old.empty() && !options.overwrite)
+    throw IoError(message(fn, dir, ": already holds a model (", *old.begin(), old.size() > 1 ? ", ..." : "",
+                          "); replacing it needs overwrite (ddl-text: --overwrite), or choose another folder"));
+  std::error_code ec;
+  const std::filesystem::path parent = std::filesystem::absolute(dir, ec).lexically_normal().parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  if (ec) throw IoError(message(fn, "cannot create the folder ", parent.string(), ": ", ec.message()));
   SafetensorsWriter w;
   w.setMetadata({{"format", "pt"}});
   const DType dtype = float32 ? DType::F32 : DTypeOf<S>::value;
   for (const auto& e : entries) w.declare(e.name, dtype, e.shape);
-  writeFileAtomically(weightsPath, [&](std::ostream& os) {
-    w.writeHeader(os);
-    for (const auto& e : entries) {
-      if (float32)
-        w.writeTensor(os, e.name, e.shape, e.value->template cast<float>());
-      else
-        w.writeTensor(os, e.name, e.shape, *e.value);
-    }
-    w.finish();
-  });
-  writeFileAtomically((std::filesystem::path(dir) / "config.json").string(),
-                      [&](std::ostream& os) { os << config.dump(2) << "\n"; });
+  replaceFolderAtomically(
+      dir, [&](const std::string& name) { return old.count(name) != 0; },
+      [&](const std::string& tmp) {
+        writeFileAtomically((std::filesystem::path(tmp) / "model.safetensors").string(), [&](std::ostream& os) {
+          w.writeHeader(os);
+          for (const auto& e : entries) {
+            if (float32)
+              w.writeTensor(os, e.name, e.shape, e.value->template cast<float>());
+            else
+              w.writeTensor(os, e.name, e.shape, *e.value);
+          }
+          w.finish();
+        });
+        writeFileAtomically((std::filesystem::path(tmp) / "config.json").string(),
+                            [&](std::ostream& os) { os << config.dump(2) << "\n"; });
+      });
+}
+template <class S>
+void saveAuthorsModel(const std::string& dir, DeltaLM<S>& model, bool float32 = true) {
+  saveAuthorsModel(dir, model, AuthorsSaveOptions{float32, false});
 }
 
 }  // namespace ddl

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ddl/core/error.hpp"
+#include "ddl/core/json_text.hpp"
 #include "ddl/core/parse.hpp"
 #include "ddl/core/types.hpp"
 #include "ddl/train/lr_schedule.hpp"
@@ -28,7 +29,7 @@ Int jsonInteger(const std::string& what, const nlohmann::json& v, Int lo, Int hi
   if (v.is_number_unsigned()) return integerInRange<Int>(what, v.get<std::uint64_t>(), lo, hi);
   if (v.is_number_integer()) return integerInRange<Int>(what, v.get<std::int64_t>(), lo, hi);
   if (v.is_number_float()) return integerFromDouble<Int>(what, v.get<double>(), lo, hi);
-  throw ValueError(what + " expects an integer, got " + v.dump());
+  throw ValueError(what + " expects an integer, got " + jsonExcerpt(v));
 }
 
 // Reads the keys of an options object that are present into their fields (missing keys keep the

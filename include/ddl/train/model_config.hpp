@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ddl/core/error.hpp"
+#include "ddl/core/json_text.hpp"
 #include "ddl/core/types.hpp"
 #include "ddl/io/checkpoint.hpp"
 #include "ddl/io/safetensors.hpp"
@@ -89,7 +90,8 @@ inline void checkConfigShapes(const DeltaLMConfig& c, const SafetensorsHeader& h
     requireTensorShape(h, "head.weight", {c.vocab, c.d});
   for (Index i = 0; i < c.depth; ++i) {
     const std::string b = "blocks." + std::to_string(i);
-    requireTensorShape(h, b + ".attn.q.weight", {c.d, c.d});
+    // q, k, v map d to heads * head_dim features (head_dim need not be d / heads: the authors' default is 128).
+    requireTensorShape(h, b + ".attn.q.weight", {c.heads * c.headDim(), c.d});
     requireTensorShape(h, b + ".mlp.fc1.weight", {c.resolvedHidden(), c.d});
   }
   requireNoTensor(h, "blocks." + std::to_string(c.depth) + ".attn_norm.weight",
@@ -113,10 +115,11 @@ Config configFromCheckpoint(const CheckpointMeta& meta, const std::string& path)
   const char* fn = "ddl::configFromCheckpoint";
   if (meta.modelConfig.empty()) throw IoError(message(fn, path, ": the checkpoint has no model_config metadata"));
   std::map<std::string, std::string> kv;
+  const nlohmann::json j = parseJsonText<nlohmann::json>(meta.modelConfig, fn, path + ": model_config");
   try {
-    kv = nlohmann::json::parse(meta.modelConfig).get<std::map<std::string, std::string>>();
+    kv = j.get<std::map<std::string, std::string>>();
   } catch (const nlohmann::json::exception& e) {
-    throw IoError(message(fn, path, ": model_config is not a JSON object of strings: ", e.what()));
+    throw IoError(message(fn, path, ": model_config is not a JSON object of strings: ", excerpt(e.what(), 2 * kExcerptBytes)));
   }
   const Config config = Config::fromKeyValues(kv);
   detail::checkConfigShapes(config, readSafetensorsHeader(path));

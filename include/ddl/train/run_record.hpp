@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ddl/core/error.hpp"
+#include "ddl/core/json_text.hpp"
 #include "ddl/core/parse.hpp"
 #include "ddl/core/types.hpp"
 #include "ddl/io/checkpoint.hpp"
@@ -68,7 +69,7 @@ inline void requireSameRunOptions(const char* fn, const std::string& path, const
   // A malformed text parses to "discarded", which has no keys: it must not pass as "same options".
   const nlohmann::json savedJson = nlohmann::json::parse(it->second, nullptr, false);
   if (!savedJson.is_object())
-    throw IoError(message(fn, path, ": the train_options metadata is not a JSON object: ", it->second.substr(0, 200)));
+    throw IoError(message(fn, path, ": the train_options metadata is not a JSON object: ", excerpt(it->second)));
   LoopOptions saved = now;
   saved.updateFromJson(savedJson);  // checks the types and ranges of the loop's keys
   nlohmann::json savedAll = runOptionsJson(saved, parts);
@@ -80,12 +81,12 @@ inline void requireSameRunOptions(const char* fn, const std::string& path, const
     const bool same = savedAll.contains(kv.key()) && savedAll.at(kv.key()) == kv.value();
     if (same || std::find(mayChange.begin(), mayChange.end(), kv.key()) != mayChange.end()) continue;
     differing += (differing.empty() ? "" : ", ") + kv.key() + " (saved " +
-                 (savedAll.contains(kv.key()) ? savedAll.at(kv.key()).dump() : std::string("none")) + ", now " +
-                 kv.value().dump() + ")";
+                 (savedAll.contains(kv.key()) ? jsonExcerpt(savedAll.at(kv.key())) : std::string("none")) + ", now " +
+                 jsonExcerpt(kv.value()) + ")";
   }
   if (!differing.empty())
     throw ValueError(message(fn, path, ": the training options differ from the saved run: ", differing,
-                             "\n  saved: ", savedAll.dump(), "\n  now:   ", current.dump()));
+                             "\n  saved: ", jsonExcerpt(savedAll, 16 * kExcerptBytes), "\n  now:   ", current.dump()));
 }
 
 // The train_position metadata of head (absent = the start of the epoch), checked against a training
@@ -99,7 +100,7 @@ inline EpochPosition readEpochPosition(const char* fn, const std::string& path, 
   if (it == head.extra.end()) return pos;
   const nlohmann::json j = nlohmann::json::parse(it->second, nullptr, false);
   try {
-    if (!j.is_object()) throw ValueError("it is not a JSON object: " + it->second);
+    if (!j.is_object()) throw ValueError("it is not a JSON object: " + excerpt(it->second));
     pos.batch = detail::jsonInteger<Index>("batch", j.at("batch"), 0, finished ? 0 : batches);
     const Index seen = samplesIn(pos.batch);
     pos.seen = detail::jsonInteger<Index>("seen", j.at("seen"), seen, seen);
