@@ -224,22 +224,8 @@ class SafetensorsWriter {
   // Writes the next declared tensor; its name, dtype and shape must match the declaration.
   template <class Derived>
   void writeMatrix(std::ostream& os, const std::string& name, const Eigen::MatrixBase<Derived>& m) {
-    using T = typename Derived::Scalar;
-    const char* fn = "ddl::SafetensorsWriter::writeMatrix";
-    require(m_headerWritten, fn, "writeHeader() must come first");
-    require(m_written < m_tensors.size(), fn, "tensor \"", name, "\" was not declared (", m_tensors.size(),
-            " declared, all written)");
-    const TensorInfo& t = m_tensors[m_written];
-    const std::vector<std::int64_t> shape{static_cast<std::int64_t>(m.rows()), static_cast<std::int64_t>(m.cols())};
-    require(t.name == name && t.dtype == DTypeOf<T>::value && t.shape == shape, fn, "expected tensor \"", t.name,
-            "\" ", dtypeName(t.dtype), " ", shapeString(t.shape), " next, found \"", name, "\" ",
-            dtypeName(DTypeOf<T>::value), " ", shapeString(shape), " (did the walk change between passes?)");
-    Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> rowMajor = m;
-    if (!detail::hostIsLittleEndian())
-      detail::swapBytes(reinterpret_cast<char*>(rowMajor.data()), static_cast<std::size_t>(rowMajor.size()), sizeof(T));
-    os.write(reinterpret_cast<const char*>(rowMajor.data()), static_cast<std::streamsize>(t.end - t.begin));
-    if (!os) throw IoError(std::string(fn) + ": writing tensor \"" + name + "\" failed");
-    ++m_written;
+    writeNext("ddl::SafetensorsWriter::writeMatrix", os, name,
+              {static_cast<std::int64_t>(m.rows()), static_cast<std::int64_t>(m.cols())}, m);
   }
 
   // Writes the next declared tensor of logical `shape` held as matrix m (rows = shape[0], cols =
@@ -247,8 +233,21 @@ class SafetensorsWriter {
   template <class Derived>
   void writeTensor(std::ostream& os, const std::string& name, const std::vector<std::int64_t>& shape,
                    const Eigen::MatrixBase<Derived>& m) {
+    writeNext("ddl::SafetensorsWriter::writeTensor", os, name, shape, m);
+  }
+
+  // Checks that every declared tensor was written.
+  void finish() const {
+    require(m_headerWritten && m_written == m_tensors.size(), "ddl::SafetensorsWriter::finish", "wrote ",
+            m_written, " of ", m_tensors.size(), " declared tensors");
+  }
+
+ private:
+  // writeMatrix and writeTensor (fn names the caller): the checks, then m row-major.
+  template <class Derived>
+  void writeNext(const char* fn, std::ostream& os, const std::string& name, const std::vector<std::int64_t>& shape,
+                 const Eigen::MatrixBase<Derived>& m) {
     using T = typename Derived::Scalar;
-    const char* fn = "ddl::SafetensorsWriter::writeTensor";
     require(m_headerWritten, fn, "writeHeader() must come first");
     require(m_written < m_tensors.size(), fn, "tensor \"", name, "\" was not declared (", m_tensors.size(),
             " declared, all written)");
@@ -267,13 +266,6 @@ class SafetensorsWriter {
     ++m_written;
   }
 
-  // Checks that every declared tensor was written.
-  void finish() const {
-    require(m_headerWritten && m_written == m_tensors.size(), "ddl::SafetensorsWriter::finish", "wrote ",
-            m_written, " of ", m_tensors.size(), " declared tensors");
-  }
-
- private:
   std::map<std::string, std::string> m_metadata;
   std::vector<TensorInfo> m_tensors;
   std::set<std::string> m_names;

@@ -1,8 +1,9 @@
 #pragma once
-// ddl/ops/gate.hpp: the gate beta = 2 sigma(z) in (0, 2) and its two logit heads (docs/spec.md §2), with backward.
+// ddl/ops/gate.hpp: the gate beta = betaMax sigma(z) in (0, betaMax), betaMax = 2 by default, and its two logit
+// heads (docs/spec.md §2), with backward; nn/layers/beta_gate.hpp makes them one module.
 //   linear:    z = w c + b                 w: (1, d), b: (1, 1)
 //   two-layer: z = w2 tanh(W1 c) + b2      W1: (h, d), w2: (1, h), b2: (1, 1); no bias inside
-// d beta / d z = 2 sigma(z) sigma(-z), computed from z (not from the rounded beta, whose 2 - beta
+// d beta / d z = betaMax sigma(z) sigma(-z), computed from z (not from the rounded beta, whose 2 - beta
 // cancels: in float beta (2 - beta) / 2 is 0.9 % off at z = 12 and exactly 0 beyond z ~ 17).
 // Parameter gradients accumulate (+=), input gradients are overwritten, as everywhere in ddl.
 // Per-token loops run over OpenMP threads above detail::kParallelMinWork; sums over tokens do not, and
@@ -27,43 +28,46 @@ S stableSigmoid(S z) {
   return e / (S(1) + e);
 }
 
-// Gate bias from the initial gate value: b = logit(clamp(beta0, 0, 2) / 2), with the probability
-// clamped to [1e-6, 1 - 1e-6] so beta0 = 0 or 2 stays finite. beta0 = 0 gives a nearly dead gate
-// (d beta/d z ~ 2e-6) and beta0 = 2 a nearly frozen reflection: allowed, but they barely train.
-inline double gateBiasFromBeta0(double beta0) {
+// Gate bias from the initial gate value: b = logit(clamp(beta0, 0, betaMax) / betaMax), with the probability
+// clamped to [1e-6, 1 - 1e-6] so beta0 = 0 or betaMax stays finite. beta0 = 0 gives a nearly dead gate
+// (d beta/d z ~ 1e-6 betaMax) and beta0 = betaMax a nearly frozen gate: allowed, but they barely train.
+inline double gateBiasFromBeta0(double beta0, double betaMax = 2.0) {
   require(!std::isnan(beta0), "ddl::gateBiasFromBeta0", "beta0 is NaN");
-  const double p = std::clamp(std::clamp(beta0, 0.0, 2.0) / 2.0, 1e-6, 1.0 - 1e-6);
+  require(betaMax > 0, "ddl::gateBiasFromBeta0", "betaMax must be > 0, got ", betaMax);
+  const double p = std::clamp(std::clamp(beta0, 0.0, betaMax) / betaMax, 1e-6, 1.0 - 1e-6);
   return std::log(p / (1.0 - p));
 }
 
-// Z: (1, N) logits -> Beta: (1, N), beta = 2 sigma(z)
+// Z: (1, N) logits -> Beta: (1, N), beta = betaMax sigma(z)
 template <class DZ>
-void gateFromLogits(const Eigen::MatrixBase<DZ>& Z, RowX<typename DZ::Scalar>& Beta) {
+void gateFromLogits(const Eigen::MatrixBase<DZ>& Z, RowX<typename DZ::Scalar>& Beta,
+                    typename DZ::Scalar betaMax = 2) {
   checkShape("ddl::gateFromLogits", "Z", Z, 1, -1);
   if (Beta.cols() != Z.cols()) Beta.resize(1, Z.cols());
   const Index N = Z.cols();
   DDL_OMP(parallel for schedule(static) if (N >= detail::kParallelMinWork))
-  for (Index n = 0; n < N; ++n) Beta(0, n) = 2 * stableSigmoid(Z(0, n));
+  for (Index n = 0; n < N; ++n) Beta(0, n) = betaMax * stableSigmoid(Z(0, n));
 }
 
-// d beta / d z = 2 sigma(z) sigma(-z) = 2 e / (1 + e)^2 with e = exp(-|z|): no cancellation, no overflow.
+// d beta / d z = betaMax sigma(z) sigma(-z) = betaMax e / (1 + e)^2 with e = exp(-|z|): no cancellation, no
+// overflow.
 template <class S>
-S gateSlope(S z) {
+S gateSlope(S z, S betaMax = S(2)) {
   const S e = std::exp(-std::abs(z));
   const S onePlus = S(1) + e;
-  return S(2) * e / (onePlus * onePlus);
+  return betaMax * e / (onePlus * onePlus);
 }
 
-// Z (the forward's logits), dBeta: (1, N) -> dZ: (1, N) overwritten, dZ = dBeta * 2 sigma(z) sigma(-z)
+// Z (the forward's logits), dBeta: (1, N) -> dZ: (1, N) overwritten, dZ = dBeta * betaMax sigma(z) sigma(-z)
 template <class DZ, class DG>
 void gateFromLogitsBackward(const Eigen::MatrixBase<DZ>& Z, const Eigen::MatrixBase<DG>& dBeta,
-                            RowX<typename DZ::Scalar>& dZ) {
+                            RowX<typename DZ::Scalar>& dZ, typename DZ::Scalar betaMax = 2) {
   checkShape("ddl::gateFromLogitsBackward", "Z", Z, 1, -1);
   checkShape("ddl::gateFromLogitsBackward", "dBeta", dBeta, 1, Z.cols());
   if (dZ.cols() != Z.cols()) dZ.resize(1, Z.cols());
   const Index N = Z.cols();
   DDL_OMP(parallel for schedule(static) if (N >= detail::kParallelMinWork))
-  for (Index n = 0; n < N; ++n) dZ(0, n) = dBeta(0, n) * gateSlope(Z(0, n));
+  for (Index n = 0; n < N; ++n) dZ(0, n) = dBeta(0, n) * gateSlope(Z(0, n), betaMax);
 }
 
 // Linear logit head. w: (1, d), b: (1, 1), C: (d, N) -> Z: (1, N)

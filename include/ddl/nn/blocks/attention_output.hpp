@@ -12,11 +12,13 @@
 // When neither option is on, active() is false and the attention bypasses this module.
 #include <optional>
 #include <string>
+#include <tuple>
 
 #include "ddl/core/error.hpp"
 #include "ddl/core/gemm.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/rng.hpp"
+#include "ddl/core/swap_each.hpp"
 #include "ddl/core/types.hpp"
 #include "ddl/nn/blocks/attention_options.hpp"
 #include "ddl/nn/layers/forward_mode.hpp"
@@ -63,11 +65,8 @@ class AttentionOutput {
   // Exchanges backward's scratch (dead once addInputGradient has run) and the layers' with other's, a
   // module of the same shape (docs/decisions.md, "Scratch shared between blocks").
   void swapScratch(AttentionOutput& other) noexcept {
-    m_dn.swap(other.m_dn);
-    m_du.swap(other.m_du);
-    m_dnHeads.swap(other.m_dnHeads);
-    m_tmp.swap(other.m_tmp);
-    m_norm.swapScratch(other.m_norm);
+    swapEach(std::tie(m_dn, m_du, m_dnHeads, m_tmp, m_norm),
+             std::tie(other.m_dn, other.m_du, other.m_dnHeads, other.m_tmp, other.m_norm));
     if (m_g && other.m_g) m_g->swapScratch(*other.m_g);
   }
 

@@ -53,6 +53,7 @@
 #include <cmath>
 #include <optional>
 #include <string>
+#include <tuple>
 
 #include "ddl/core/alias.hpp"
 #include "ddl/core/config.hpp"
@@ -60,6 +61,7 @@
 #include "ddl/core/gemm.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/rng.hpp"
+#include "ddl/core/swap_each.hpp"
 #include "ddl/core/token_layout.hpp"
 #include "ddl/core/types.hpp"
 #include "ddl/nn/layers/forward_mode.hpp"
@@ -151,19 +153,7 @@ class CausalSelfAttention {
   // configuration: the blocks of a model then share one set (docs/decisions.md, "Scratch shared
   // between blocks"). Parameters and Activations stay.
   void swapScratch(CausalSelfAttention& other) noexcept {
-    m_dA.swap(other.m_dA);
-    m_dV.swap(other.m_dV);
-    m_dQ.swap(other.m_dQ);
-    m_dK.swap(other.m_dK);
-    m_dY.swap(other.m_dY);
-    m_q.swapScratch(other.m_q);
-    m_k.swapScratch(other.m_k);
-    m_v.swapScratch(other.m_v);
-    m_o.swapScratch(other.m_o);
-    m_qNorm.swapScratch(other.m_qNorm);
-    m_kNorm.swapScratch(other.m_kNorm);
-    m_out.swapScratch(other.m_out);
-    m_core.swapScratch(other.m_core);
+    swapEach(scratch(), other.scratch());
   }
 
   // Parameters in a fixed order: q, k, v weights [D, d], o [d, D], then q_norm, k_norm gains [d_h]
@@ -189,6 +179,7 @@ class CausalSelfAttention {
   Index ropeDim() const { return m_ropeDim; }
 
  private:
+  auto scratch() { return std::tie(m_dA, m_dV, m_dQ, m_dK, m_dY, m_q, m_k, m_v, m_o, m_qNorm, m_kNorm, m_out, m_core); }
   using TokenMap = Eigen::Map<const MatX<S>>;
   using TokenMapMut = Eigen::Map<MatX<S>>;
 

@@ -24,6 +24,7 @@
 #include "ddl/nn/layers/forward_mode.hpp"
 #include "ddl/nn/blocks/compressor.hpp"
 #include "ddl/nn/blocks/delta_residual.hpp"
+#include "ddl/nn/blocks/delta_sublayer.hpp"
 #include "ddl/nn/blocks/mlp_branch.hpp"
 #include "ddl/nn/layers/rms_norm.hpp"
 
@@ -46,7 +47,7 @@ class DeltaBlock {
  public:
   DeltaBlock(Index d, Index dv, const DeltaBlockOptions& opt)
       : m_d(checked(d, dv, opt)), m_dv(dv), m_compress(d, dv, opt.compressor, opt.compressorKernel, opt.compressorReadInit),
-        m_norm(d, opt.normEps), m_branch(d, opt.branch()), m_delta(d, dv, opt.residual) {}
+        m_sub(d, dv, opt.normEps, opt.residual, Branch(d, opt.branch())) {}
 
   // Seeded initialisation; draw order: the branch (MlpBranch: fc1, fc2), the residual's params, the
   // structured compressor's kernel (dv > 1).
@@ -78,14 +79,14 @@ class DeltaBlock {
   template <class F>
   void visitParams(const std::string& prefix, F&& f) {
     if (m_dv > 1) m_compress.visitParams(joinName(prefix, "compress"), f);
-    m_norm.visitParams(joinName(prefix, "norm"), f);
-    m_branch.visitParams(joinName(prefix, Branch::name()), f);
-    m_delta.visitParams(joinName(prefix, "delta"), f);
+    m_sub.norm.visitParams(joinName(prefix, "norm"), f);
+    m_sub.branch.visitParams(joinName(prefix, Branch::name()), f);
+    m_sub.delta.visitParams(joinName(prefix, "delta"), f);
   }
 
-  const DeltaResidual<S>& residual() const { return m_delta; }
-  const Branch& branch() const { return m_branch; }
-  Index hidden() const { return m_branch.hidden(); }
+  const DeltaResidual<S>& residual() const { return m_sub.delta; }
+  const Branch& branch() const { return m_sub.branch; }
+  Index hidden() const { return m_sub.branch.hidden(); }
   Index dim() const { return m_d; }
   Index valueChannels() const { return m_dv; }
 
@@ -108,18 +109,16 @@ class DeltaBlock {
 
   Index m_d, m_dv;
   Compressor<S> m_compress;
-  RmsNorm<S> m_norm;
-  Branch m_branch;
-  DeltaResidual<S> m_delta;
+  DeltaSublayer<S, Branch> m_sub;  // norm, branch, rewrite
   Activations m_acts;       // of the last forward, read by backward
   Activations m_inferActs;  // of the last forwardInference
-  MatX<S> m_dXin, m_dC, m_dH, m_dTmp, m_dXc;  // backward workspaces
+  SublayerScratch<S> m_scratch;  // backward's
 };
 
 template <class S, class Branch>
 void DeltaBlock<S, Branch>::init(Rng& rng) {
-  m_branch.init(rng);
-  m_delta.init(rng);
+  m_sub.branch.init(rng);
+  m_sub.delta.init(rng);
   if (m_dv > 1) m_compress.init(rng);  // last: a free compressor draws nothing, so its nets keep their draws
 }
 
@@ -128,26 +127,13 @@ void DeltaBlock<S, Branch>::run(const char* fn, const Eigen::Ref<const MatX<S>>&
                                 MatX<S>& Y, Activations& a, ForwardMode mode) {
   requireNoAlias(fn, "X", X, "Y", Y);
   checkInput(fn, X, layout);
-  if (m_dv > 1) forwardAs(mode, m_compress, X, a.xin);
-  const Eigen::Ref<const MatX<S>> xin = m_dv == 1 ? X : Eigen::Ref<const MatX<S>>(a.xin);
-  forwardAs(mode, m_norm, xin, a.c);
-  forwardAs(mode, m_branch, a.c, layout, a.h);
-  forwardAs(mode, m_delta, X, xin, a.c, a.h, Y);
+  m_sub.forward(mode, X, layout, Y, a.xin, a.c, a.h,
+                [&](const Eigen::Ref<const MatX<S>>& x, MatX<S>& xin) { forwardAs(mode, m_compress, x, xin); });
 }
 
 template <class S, class Branch>
 void DeltaBlock<S, Branch>::backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) {
-  m_delta.backward(dY, dX, m_dXin, m_dC, m_dH);
-  m_branch.backward(m_dH, m_dTmp);
-  m_dC += m_dTmp;
-  m_norm.backward(m_dC, m_dTmp);
-  m_dXin += m_dTmp;
-  if (m_dv == 1) {
-    dX += m_dXin;
-  } else {
-    m_compress.backward(m_dXin, m_dXc);  // its own buffer: (d, dv*N), not (d, N) like m_dTmp
-    dX += m_dXc;
-  }
+  m_sub.backward(dY, dX, m_scratch, [&](const MatX<S>& dXin, MatX<S>& dXc) { m_compress.backward(dXin, dXc); });
 }
 
 template <class S, class Branch>

@@ -7,7 +7,7 @@
 //   k~   = h                          (DirectionSource::BranchOutput, "k-Map", default)
 //        | MLP_k(Pool X)              (DirectionSource::AuxiliaryMlp, v1; Pool = mean over value channels)
 //   k    = normalize(k~)              (DirectionNorm::SqrtEps default, eps_k = 1e-5 | AddEps)
-//   beta = 2 sigma(w c + b)           (GateKind::Linear default | TwoLayerTanh: 2 sigma(w2 tanh(W1 c) + b2))
+//   beta = 2 sigma(z(c))              (the gate, nn/layers/beta_gate.hpp: z = w c + b by default)
 //   v    = s sigma(W_v x_in + b_v)    (ValueKind::SigmoidScaled, s = 4; x_in is the raw state for dv = 1)
 //        | W_v x_in + b_v             (LinearOnInput: the authors' ddl_v_sigmoid = False, on the same raw input)
 //        | W_v c + b_v                (LinearOnC, latest paper)
@@ -17,15 +17,15 @@
 //        | X + beta k v^T             (WriteOnly control)
 //        | X + h                      (Additive baseline: no direction, gate or value parameters exist)
 //
-// Parameters (names under the residual's prefix): gate.weight (1, d), gate.bias [1]
-// [TwoLayerTanh: gate.fc1.weight (hg, d), gate.fc2.weight (1, hg), gate.fc2.bias [1]],
-// value.weight (dv, d), value.bias (dv, 1), [AuxiliaryMlp: direction.fc1.*, direction.fc2.*].
-// Initialisation (seeded): gate and value weights as torch.nn.Linear (U(+-1/sqrt(fan_in))), value bias 0,
-// gate bias = logit(beta0/2) (docs/spec.md §2), so every token starts near beta0; aux MLP as torch.nn.Linear.
+// Parameters (names under the residual's prefix): [AuxiliaryMlp: direction.fc1.*, direction.fc2.*], gate.*
+// (nn/layers/beta_gate.hpp), value.weight (dv, d), value.bias (dv, 1).
+// Initialisation (seeded): value weights as torch.nn.Linear (U(+-1/sqrt(fan_in))), value bias 0, the gate
+// as its header says (bias logit(beta0/2), docs/spec.md §2), aux MLP as torch.nn.Linear.
 // initValueBiasAsLinear(rng) redraws the value bias as torch.nn.Linear's (the authors' start; DeltaLM's
 // init "authors").
 #include <cmath>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -35,9 +35,12 @@
 #include "ddl/core/error.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/rng.hpp"
+#include "ddl/core/swap_each.hpp"
 #include "ddl/core/types.hpp"
 #include "ddl/core/view.hpp"
+#include "ddl/nn/blocks/delta_residual_options.hpp"
 #include "ddl/nn/layers/activation.hpp"
+#include "ddl/nn/layers/beta_gate.hpp"
 #include "ddl/nn/layers/init.hpp"
 #include "ddl/nn/layers/linear.hpp"
 #include "ddl/ops/delta_write.hpp"
@@ -46,105 +49,13 @@
 
 namespace ddl {
 
-enum class ResidualKind { Delta, WriteOnly, Additive };
-enum class DirectionSource { BranchOutput, AuxiliaryMlp };
-enum class GateKind { Linear, TwoLayerTanh };
-enum class ValueKind { SigmoidScaled, LinearOnC, FromBranch, Constant, LinearOnInput };
-
-inline const char* toString(ResidualKind k) {
-  return k == ResidualKind::Delta ? "delta" : k == ResidualKind::WriteOnly ? "write_only" : "additive";
-}
-inline const char* toString(DirectionSource k) { return k == DirectionSource::BranchOutput ? "kmap" : "aux_mlp"; }
-inline const char* toString(GateKind k) { return k == GateKind::Linear ? "linear" : "two_layer_tanh"; }
-inline const char* toString(ValueKind k) {
-  switch (k) {
-    case ValueKind::SigmoidScaled: return "sigmoid_scaled";
-    case ValueKind::LinearOnC: return "linear_on_c";
-    case ValueKind::FromBranch: return "from_branch";
-    case ValueKind::Constant: return "constant";
-    case ValueKind::LinearOnInput: return "linear_on_input";
-  }
-  return "?";
-}
-
-namespace detail {
-template <class E, std::size_t N>
-E parseEnum(const char* fn, const std::string& name, const E (&all)[N]) {
-  std::string choices;
-  for (E e : all) {
-    if (name == toString(e)) return e;
-    choices += (choices.empty() ? "" : ", ") + std::string(toString(e));
-  }
-  throw ValueError(message(fn, "unknown value '", name, "', expected one of ", choices));
-}
-}  // namespace detail
-
-inline ResidualKind parseResidualKind(const std::string& s) {
-  const ResidualKind all[] = {ResidualKind::Delta, ResidualKind::WriteOnly, ResidualKind::Additive};
-  return detail::parseEnum("ddl::parseResidualKind", s, all);
-}
-inline DirectionSource parseDirectionSource(const std::string& s) {
-  const DirectionSource all[] = {DirectionSource::BranchOutput, DirectionSource::AuxiliaryMlp};
-  return detail::parseEnum("ddl::parseDirectionSource", s, all);
-}
-inline GateKind parseGateKind(const std::string& s) {
-  const GateKind all[] = {GateKind::Linear, GateKind::TwoLayerTanh};
-  return detail::parseEnum("ddl::parseGateKind", s, all);
-}
-inline ValueKind parseValueKind(const std::string& s) {
-  const ValueKind all[] = {ValueKind::SigmoidScaled, ValueKind::LinearOnC, ValueKind::FromBranch, ValueKind::Constant,
-                          ValueKind::LinearOnInput};
-  return detail::parseEnum("ddl::parseValueKind", s, all);
-}
-
-// Every option of the rewrite step. Defaults are the authors' code (preset "code").
-struct DeltaResidualOptions {
-  ResidualKind residual = ResidualKind::Delta;
-  DirectionSource direction = DirectionSource::BranchOutput;
-  DirectionNorm norm = DirectionNorm::SqrtEps;
-  double epsK = 1e-5;
-  GateKind gate = GateKind::Linear;
-  Index gateHidden = 128;  // TwoLayerTanh only
-  double beta0 = 1.0;      // initial gate value in [0, 2]; 0 gives a dead gate (d beta/dz ~ 2e-6)
-  ValueKind value = ValueKind::SigmoidScaled;
-  double valueScale = 4.0;     // s of SigmoidScaled
-  double valueConstant = 2.0;  // Constant
-  Index auxHidden = 0;         // AuxiliaryMlp hidden width; 0 means d / 4 (at least 1)
-  Activation auxActivation = Activation::GELU;
-
-  // Throws ValueError naming the option and its value.
-  void validate(const char* fn) const {
-    require(epsK >= 0 && std::isfinite(epsK), fn, "epsK must be finite and >= 0, got ", epsK);
-    require(beta0 >= 0 && beta0 <= 2, fn, "beta0 must lie in [0, 2], got ", beta0);
-    require(gateHidden >= 1, fn, "gateHidden must be >= 1, got ", gateHidden);
-    require(auxHidden >= 0, fn, "auxHidden must be >= 0, got ", auxHidden);
-    require(std::isfinite(valueScale) && valueScale > 0, fn, "valueScale must be finite and > 0, got ", valueScale);
-    require(std::isfinite(valueConstant), fn, "valueConstant must be finite, got ", valueConstant);
-    require(!(direction == DirectionSource::BranchOutput && value == ValueKind::FromBranch), fn,
-            "value 'from_branch' needs direction 'aux_mlp' (with k-Map the branch output is the direction)");
-    require(!(norm == DirectionNorm::AddEps && epsK == 0), fn, "add_eps normalization needs epsK > 0");
-  }
-};
-
 template <class S>
 class DeltaResidual {
  public:
   // d >= 1 features, dv >= 1 value channels.
   DeltaResidual(Index d, Index dv, const DeltaResidualOptions& opt)
-      : m_d(d), m_dv(dv), m_opt(opt), m_value(d, dv), m_auxFc1(d, auxHiddenOf(d, opt)), m_auxFc2(auxHiddenOf(d, opt), d),
-        m_auxAct(opt.auxActivation) {
-    const char* fn = "ddl::DeltaResidual";
-    require(d >= 1, fn, "d must be >= 1, got ", d);
-    require(dv >= 1, fn, "dv must be >= 1, got ", dv);
-    opt.validate(fn);
-    if (opt.gate == GateKind::Linear) {
-      m_gateW = Param<S>(1, d);
-    } else {
-      m_gateW1 = Param<S>(opt.gateHidden, d);
-      m_gateW = Param<S>(1, opt.gateHidden);
-    }
-    m_gateB = Param<S>(std::vector<Index>{1}, /*withDecay=*/false);
-  }
+      : m_d(d), m_dv(dv), m_opt(checked(d, dv, opt)), m_value(d, dv), m_auxFc1(d, auxHiddenOf(d, opt)),
+        m_auxFc2(auxHiddenOf(d, opt), d), m_auxAct(opt.auxActivation), m_gate(d, opt.gateOptions()) {}
 
   // Seeded initialisation; draw order: aux MLP (fc1, fc2), gate (fc1, weight), value.
   void init(Rng& rng);
@@ -186,10 +97,9 @@ class DeltaResidual {
     MatX<S> Kt;       // (d, N) raw directions k~ of the aux MLP (the branch output H otherwise)
     MatX<S> V;        // (dv, N) values v
     MatX<S> delta;    // (dv, N) v - X^T k (Delta kind)
-    MatX<S> gateHid;  // (hg, N) tanh(W1 c) (TwoLayerTanh)
+    typename BetaGate<S>::Tensors gate;  // logits z and beta (1, N), the gate's own
     MatX<S> pool, auxPre, auxHid;  // (d, N), (ha, N), (ha, N): aux MLP input, pre-activation, hidden
     RowX<S> kNorm;    // (1, N) n (SqrtEps) or |k~| (AddEps)
-    RowX<S> Z, beta;  // (1, N) gate logits and beta = 2 sigma(Z)
   };
   // Everything the const forwardInference writes: one per caller, so callers on several threads can
   // share one residual (decoding, nn/models/lm_decoder.hpp).
@@ -214,18 +124,7 @@ class DeltaResidual {
       m_auxFc1.visitParams(joinName(prefix, "direction.fc1"), f);
       m_auxFc2.visitParams(joinName(prefix, "direction.fc2"), f);
     }
-    if (hasGate()) {
-      // Named as a PyTorch module builds them: nn.Linear(d, 1) for the linear gate, and
-      // nn.Sequential-like fc1 = nn.Linear(d, hg, bias=False), fc2 = nn.Linear(hg, 1) for the two-layer one.
-      if (m_opt.gate == GateKind::TwoLayerTanh) {
-        f(joinName(prefix, "gate.fc1.weight"), m_gateW1);
-        f(joinName(prefix, "gate.fc2.weight"), m_gateW);
-        f(joinName(prefix, "gate.fc2.bias"), m_gateB);
-      } else {
-        f(joinName(prefix, "gate.weight"), m_gateW);
-        f(joinName(prefix, "gate.bias"), m_gateB);
-      }
-    }
+    if (hasGate()) m_gate.visitParams(joinName(prefix, "gate"), f);
     if (hasValueParams()) m_value.visitParams(joinName(prefix, "value"), f);
   }
 
@@ -236,22 +135,11 @@ class DeltaResidual {
   // Exchanges backward's scratch and the layers' product workspaces with other's, a residual of the same
   // shape and options (docs/decisions.md, "Scratch shared between blocks"); what forward keeps stays.
   void swapScratch(DeltaResidual& other) noexcept {
-    m_dK.swap(other.m_dK);
-    m_dKt.swap(other.m_dKt);
-    m_dV.swap(other.m_dV);
-    m_dTmp.swap(other.m_dTmp);
-    m_gateDPre.swap(other.m_gateDPre);
-    m_dAuxHid.swap(other.m_dAuxHid);
-    m_dPool.swap(other.m_dPool);
-    m_dBeta.swap(other.m_dBeta);
-    m_dZ.swap(other.m_dZ);
-    m_value.swapScratch(other.m_value);
-    m_auxFc1.swapScratch(other.m_auxFc1);
-    m_auxFc2.swapScratch(other.m_auxFc2);
+    swapEach(scratch(), other.scratch());
   }
 
   // Diagnostics of the last forward or forwardInference (empty for the additive baseline).
-  const RowX<S>& beta() const { return last().beta; }     // (1, N)
+  const RowX<S>& beta() const { return last().gate.beta; }  // (1, N)
   const MatX<S>& directions() const { return last().K; }  // (d, N)
   const RowX<S>& directionNorms() const { return last().kNorm; }  // (1, N): n (SqrtEps) or |k~| (AddEps)
   const MatX<S>& values() const { return last().V; }      // (dv, N)
@@ -260,6 +148,9 @@ class DeltaResidual {
 
  private:
   const Tensors& last() const { return m_lastInference ? m_inference.t : m_train.t; }
+  auto scratch() {  // backward's buffers and the sub-modules' (swapScratch)
+    return std::tie(m_dK, m_dKt, m_dV, m_dTmp, m_dAuxHid, m_dPool, m_dBeta, m_gate, m_value, m_auxFc1, m_auxFc2);
+  }
 
   // The forward of both modes, written once (fn names the public caller in errors). Self is the
   // residual itself in Train mode, which runs the sub-layers' forward and keeps what backward reads in
@@ -269,6 +160,13 @@ class DeltaResidual {
                   const Eigen::Ref<const MatX<S>>& C, const Eigen::Ref<const MatX<S>>& H, MatX<S>& Y, Workspace& ws);
 
   static Index auxHiddenOf(Index d, const DeltaResidualOptions& opt);
+  static const DeltaResidualOptions& checked(Index d, Index dv, const DeltaResidualOptions& opt) {
+    const char* fn = "ddl::DeltaResidual";
+    require(d >= 1, fn, "d must be >= 1, got ", d);
+    require(dv >= 1, fn, "dv must be >= 1, got ", dv);
+    opt.validate(fn);
+    return opt;
+  }
   bool usesAuxMlp() const {
     return m_opt.residual != ResidualKind::Additive && m_opt.direction == DirectionSource::AuxiliaryMlp;
   }
@@ -284,14 +182,14 @@ class DeltaResidual {
   Linear<S> m_value;  // (dv, d): on x_in, c or h by ValueKind
   Linear<S> m_auxFc1, m_auxFc2;
   ActivationLayer<S> m_auxAct;
-  Param<S> m_gateW, m_gateW1, m_gateB;
+  BetaGate<S> m_gate;
   // forward caches; m_inference holds what forwardInference computes (diagnostics only)
   ConstView<S> m_X, m_C;  // the state and c of the last forward, owned by the caller
   Workspace m_train, m_inference;
   bool m_lastInference = false;
   // backward workspaces
-  MatX<S> m_dK, m_dKt, m_dV, m_dTmp, m_gateDPre, m_dAuxHid, m_dPool;
-  RowX<S> m_dBeta, m_dZ;
+  MatX<S> m_dK, m_dKt, m_dV, m_dTmp, m_dAuxHid, m_dPool;
+  RowX<S> m_dBeta;
 };
 
 template <class S>
@@ -300,11 +198,7 @@ void DeltaResidual<S>::init(Rng& rng) {
     m_auxFc1.init(rng);
     m_auxFc2.init(rng);
   }
-  if (hasGate()) {
-    if (m_opt.gate == GateKind::TwoLayerTanh) initLinearParams<S>(m_gateW1.value, nullptr, rng, InitScheme::pytorchDefault());
-    initLinearParams<S>(m_gateW.value, nullptr, rng, InitScheme::pytorchDefault());
-    m_gateB.value(0, 0) = static_cast<S>(gateBiasFromBeta0(m_opt.beta0));
-  }
+  if (hasGate()) m_gate.init(rng);
   if (hasValueParams()) {
     initLinearParams<S>(m_value.weight().value, nullptr, rng, InitScheme::pytorchDefault());
     m_value.bias().value.setZero();
@@ -326,16 +220,10 @@ void DeltaResidual<S>::backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX
     return;
   }
   if (m_opt.residual == ResidualKind::Delta)
-    deltaWriteBackward(t.K, t.beta, m_X.map(), t.delta, dY, dX, m_dK, m_dBeta, m_dV);
+    deltaWriteBackward(t.K, t.gate.beta, m_X.map(), t.delta, dY, dX, m_dK, m_dBeta, m_dV);
   else
-    writeOnlyBackward(t.K, t.beta, t.V, dY, dX, m_dK, m_dBeta, m_dV);
-  // gate -> dC
-  gateFromLogitsBackward(t.Z, m_dBeta, m_dZ);
-  if (m_opt.gate == GateKind::Linear)
-    linearGateLogitsBackward(m_gateW.value, m_C.map(), m_dZ, dC, m_gateW.grad, m_gateB.grad);
-  else
-    twoLayerGateLogitsBackward(m_gateW1.value, m_gateW.value, m_C.map(), t.gateHid, m_dZ, dC, m_gateW1.grad,
-                               m_gateW.grad, m_gateB.grad, m_gateDPre);
+    writeOnlyBackward(t.K, t.gate.beta, t.V, dY, dX, m_dK, m_dBeta, m_dV);
+  m_gate.backward(m_C.map(), t.gate, m_dBeta, dC);  // gate -> dC
   // direction -> dH (k-Map, written in place) or dX (aux MLP)
   normalizeDirectionsBackward(t.K, t.kNorm, m_opt.norm, static_cast<S>(m_opt.epsK), m_dK,
                               usesAuxMlp() ? m_dKt : dH);
@@ -407,12 +295,7 @@ void DeltaResidual<S>::run(Self& self, const char* fn, const Eigen::Ref<const Ma
   } else {
     normalizeDirections(H, opt.norm, static_cast<S>(opt.epsK), t.K, t.kNorm);
   }
-  // gate
-  if (opt.gate == GateKind::Linear)
-    linearGateLogits(self.m_gateW.value, self.m_gateB.value(0, 0), C, t.Z);
-  else
-    twoLayerGateLogits(self.m_gateW1.value, self.m_gateW.value, self.m_gateB.value(0, 0), C, t.gateHid, t.Z);
-  gateFromLogits(t.Z, t.beta);
+  self.m_gate.forward(C, t.gate);
   // value
   switch (opt.value) {
     case ValueKind::SigmoidScaled: {
@@ -432,9 +315,9 @@ void DeltaResidual<S>::run(Self& self, const char* fn, const Eigen::Ref<const Ma
   }
   // rewrite
   if (opt.residual == ResidualKind::Delta)
-    deltaWrite(t.K, t.beta, t.V, X, Y, t.delta);
+    deltaWrite(t.K, t.gate.beta, t.V, X, Y, t.delta);
   else
-    writeOnly(t.K, t.beta, t.V, X, Y);
+    writeOnly(t.K, t.gate.beta, t.V, X, Y);
 }
 
 template <class S>

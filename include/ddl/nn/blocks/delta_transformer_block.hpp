@@ -16,6 +16,7 @@
 // decisions.md, "Modules applied more than once per step").
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "ddl/core/alias.hpp"
@@ -23,6 +24,7 @@
 #include "ddl/core/error.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/rng.hpp"
+#include "ddl/core/swap_each.hpp"
 #include "ddl/core/token_layout.hpp"
 #include "ddl/core/types.hpp"
 #include "ddl/nn/layers/forward_mode.hpp"
@@ -31,6 +33,7 @@
 #include "ddl/nn/blocks/compressor.hpp"
 #include "ddl/nn/blocks/delta_block.hpp"
 #include "ddl/nn/blocks/delta_residual.hpp"
+#include "ddl/nn/blocks/delta_sublayer.hpp"
 #include "ddl/nn/layers/rms_norm.hpp"
 #include "ddl/nn/blocks/swiglu_branch.hpp"
 #include "ddl/nn/blocks/token_compressor.hpp"
@@ -68,8 +71,9 @@ class DeltaTransformerBlock {
  public:
   explicit DeltaTransformerBlock(const DeltaTransformerBlockConfig& cfg)
       : m_d(validated(cfg).d), m_dv(cfg.dv), m_overTokens(cfg.dv > 1 && cfg.compressor == StateCompressorKind::OverTokens),
-        m_attn(cfg.d, cfg.dv, cfg.block, CausalSelfAttention<S>(attentionConfig(cfg))),
-        m_mlp(cfg.d, cfg.dv, cfg.block, SwiGluBranch<S>(cfg.d, DeltaBlockBranchOptions{cfg.hidden, Activation::SiLU})) {
+        m_attn(cfg.d, cfg.dv, cfg.block.normEps, cfg.block.residual, CausalSelfAttention<S>(attentionConfig(cfg))),
+        m_mlp(cfg.d, cfg.dv, cfg.block.normEps, cfg.block.residual,
+              SwiGluBranch<S>(cfg.d, DeltaBlockBranchOptions{cfg.hidden, Activation::SiLU})) {
     if (m_overTokens)
       m_tc.emplace(cfg.d, cfg.dv, cfg.convKernel, cfg.block.compressorReadInit);
     else if (cfg.dv > 1)
@@ -151,15 +155,8 @@ class DeltaTransformerBlock {
   // blocks of a model run one after another, so they share one set: the model moves it to the block
   // about to run (docs/decisions.md, "Scratch shared between blocks"). Parameters and Activations stay.
   void swapScratch(DeltaTransformerBlock& other) noexcept {
-    m_h.swap(other.m_h);
-    m_dMid.swap(other.m_dMid);
-    m_dXin.swap(other.m_dXin);
-    m_dC.swap(other.m_dC);
-    m_dH.swap(other.m_dH);
-    m_dTmp.swap(other.m_dTmp);
-    m_dXc.swap(other.m_dXc);
-    swapSublayerScratch(m_attn, other.m_attn);
-    swapSublayerScratch(m_mlp, other.m_mlp);
+    swapEach(std::tie(m_h, m_dMid, m_scratch, m_attn, m_mlp),
+             std::tie(other.m_h, other.m_dMid, other.m_scratch, other.m_attn, other.m_mlp));
   }
 
   const DeltaResidual<S>& attentionResidual() const { return m_attn.delta; }
@@ -171,25 +168,9 @@ class DeltaTransformerBlock {
   Index valueChannels() const { return m_dv; }
 
  private:
-  // One Delta sublayer: its norm, branch and rewrite.
   template <class Branch>
-  struct Sublayer {
-    Sublayer(Index d, Index dv, const DeltaBlockOptions& opt, Branch&& b)
-        : norm(d, opt.normEps), branch(std::move(b)), delta(d, dv, opt.residual) {}
-    RmsNorm<S> norm;
-    Branch branch;
-    DeltaResidual<S> delta;
-  };
-
-  template <class Branch>
-  static void swapSublayerScratch(Sublayer<Branch>& a, Sublayer<Branch>& b) noexcept {
-    a.norm.swapScratch(b.norm);
-    a.branch.swapScratch(b.branch);
-    a.delta.swapScratch(b.delta);
-  }
-
-  // Train keeps what backward reads (the modules' forward); Inference keeps nothing.
-  using Mode = ForwardMode;  // nn/layers/forward_mode.hpp
+  using Sublayer = DeltaSublayer<S, Branch>;  // nn/blocks/delta_sublayer.hpp
+  using Mode = ForwardMode;                   // nn/layers/forward_mode.hpp
 
   static const DeltaTransformerBlockConfig& validated(const DeltaTransformerBlockConfig& cfg);
   static CausalSelfAttentionConfig attentionConfig(const DeltaTransformerBlockConfig& cfg);
@@ -199,24 +180,6 @@ class DeltaTransformerBlock {
   // The one forward of forward and forwardInference.
   void run(const char* fn, const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y,
            Activations& acts, Mode mode);
-
-  // One sublayer, the four steps of the header comment, every path's: compress(X, xin) (dv > 1 only),
-  // norm(x_in, c), branch(c, h), rewrite(X, x_in, c, h, Y); for dv = 1 x_in is X.
-  template <class Compress, class Norm, class BranchF, class Rewrite>
-  void sublayer(const Eigen::Ref<const MatX<S>>& X, MatX<S>& Y, MatX<S>& xin, MatX<S>& c, MatX<S>& h,
-                Compress&& compress, Norm&& norm, BranchF&& branch, Rewrite&& rewrite) const {
-    const auto rest = [&](const auto& in) {  // in is X itself (not a copy of the Ref: views bind to it)
-      norm(in, c);
-      branch(c, h);
-      rewrite(X, in, c, h, Y);
-    };
-    if (m_dv == 1) {
-      rest(X);
-    } else {
-      compress(X, xin);
-      rest(xin);
-    }
-  }
 
   template <class Branch>
   void runSublayer(Sublayer<Branch>& s, const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y,
@@ -236,9 +199,7 @@ class DeltaTransformerBlock {
   Activations m_infer;  // of forwardInference
   MatX<S> m_h;          // (d, N) a branch output no backward reads, dead once its rewrite has run
   MatX<S> m_dMid;       // the gradient of the state after the attention sublayer
-  // One sublayer's backward scratch, used by the two in turn: (d, N) gradients of x_in, c and h, a
-  // term, and (dv > 1) the compressor's (d, dv*N) gradient of the state.
-  MatX<S> m_dXin, m_dC, m_dH, m_dTmp, m_dXc;
+  SublayerScratch<S> m_scratch;  // one sublayer's backward scratch, used by the two in turn
 };
 
 template <class S>
@@ -294,12 +255,12 @@ void DeltaTransformerBlock<S>::forwardStep(const Eigen::Ref<const MatX<S>>& Xt, 
       r.forwardInference(X, in, c, h, Y, ws);
     };
   };
-  sublayer(Xt, st.mid, st.xin, st.c, st.h, compress(st.attnTc),
+  sublayerSteps<S>(m_dv, Xt, st.mid, st.xin, st.c, st.h, compress(st.attnTc),
            [&](const auto& in, MatX<S>& c) { m_attn.norm.forwardInference(in, c); },
            [&](const MatX<S>& c, MatX<S>& h) { m_attn.branch.forwardStep(c, st.attention, h); },
            rewrite(m_attn.delta, st.attnDelta));
   const TokenLayout one = TokenLayout::sequence(1, 1);
-  sublayer(st.mid, Yt, st.xin, st.c, st.h, compress(st.mlpTc),
+  sublayerSteps<S>(m_dv, st.mid, Yt, st.xin, st.c, st.h, compress(st.mlpTc),
            [&](const auto& in, MatX<S>& c) { m_mlp.norm.forwardInference(in, c); },
            [&](const MatX<S>& c, MatX<S>& h) { m_mlp.branch.forwardInference(c, one, h, st.mlp); },
            rewrite(m_mlp.delta, st.mlpDelta));
@@ -318,43 +279,25 @@ template <class S>
 template <class Branch>
 void DeltaTransformerBlock<S>::runSublayer(Sublayer<Branch>& s, const Eigen::Ref<const MatX<S>>& X,
                                            const TokenLayout& layout, MatX<S>& Y, SublayerActivations& a, Mode mode) {
-  const bool train = mode == Mode::Train;
   MatX<S>& h = s.delta.readsBranchOutput() ? a.h : m_h;
-  sublayer(
-      X, Y, a.xin, a.c, h,
-      [&](const Eigen::Ref<const MatX<S>>& x, MatX<S>& xin) {
-        if (m_overTokens)
-          train ? m_tc->forward(x, layout, xin, a.tc) : m_tc->forwardInference(x, layout, xin);
-        else
-          train ? m_compress->forward(x, xin, a.cc) : m_compress->forwardInference(x, xin);
-      },
-      [&](const auto& in, MatX<S>& c) { train ? s.norm.forward(in, c) : s.norm.forwardInference(in, c); },
-      [&](const MatX<S>& c, MatX<S>& h) {
-        train ? s.branch.forward(c, layout, h) : s.branch.forwardInference(c, layout, h);
-      },
-      [&](const auto& x, const auto& in, const MatX<S>& c, const MatX<S>& h, MatX<S>& y) {
-        train ? s.delta.forward(x, in, c, h, y) : s.delta.forwardInference(x, in, c, h, y);
-      });
+  s.forward(mode, X, layout, Y, a.xin, a.c, h, [&](const Eigen::Ref<const MatX<S>>& x, MatX<S>& xin) {
+    if (m_overTokens)
+      forwardKeepingAs(mode, *m_tc, a.tc, x, layout, xin);
+    else
+      forwardKeepingAs(mode, *m_compress, a.cc, x, xin);
+  });
 }
 
 template <class S>
 template <class Branch>
 void DeltaTransformerBlock<S>::runBackward(Sublayer<Branch>& s, const SublayerActivations& a,
                                            const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) {
-  s.delta.backward(dY, dX, m_dXin, m_dC, m_dH);
-  s.branch.backward(m_dH, m_dTmp);
-  m_dC += m_dTmp;
-  s.norm.backward(m_dC, m_dTmp);
-  m_dXin += m_dTmp;
-  if (m_dv == 1) {
-    dX += m_dXin;
-  } else {
+  s.backward(dY, dX, m_scratch, [&](const MatX<S>& dXin, MatX<S>& dXc) {
     if (m_overTokens)
-      m_tc->backward(m_dXin, m_dXc, a.tc);
+      m_tc->backward(dXin, dXc, a.tc);
     else
-      m_compress->backward(m_dXin, m_dXc, a.cc);
-    dX += m_dXc;
-  }
+      m_compress->backward(dXin, dXc, a.cc);
+  });
 }
 
 template <class S>

@@ -13,6 +13,7 @@
 // Parameter names under the block (PyTorch shapes): mlp.fc1.weight [hidden, d] (W1, through silu),
 // mlp.fc2.weight [d, hidden] (W2, output), mlp.fc3.weight [hidden, d] (W3, the gate's partner).
 #include <string>
+#include <tuple>
 #include <type_traits>
 
 #include "ddl/core/alias.hpp"
@@ -20,6 +21,7 @@
 #include "ddl/core/error.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/rng.hpp"
+#include "ddl/core/swap_each.hpp"
 #include "ddl/core/token_layout.hpp"
 #include "ddl/core/types.hpp"
 #include "ddl/nn/layers/activation.hpp"
@@ -85,12 +87,8 @@ class SwiGluBranch {
   // Exchanges backward's scratch and the layers' product workspaces with other's, a branch of the same
   // shape (docs/decisions.md, "Scratch shared between blocks"); Activations stay.
   void swapScratch(SwiGluBranch& other) noexcept {
-    m_dA.swap(other.m_dA);
-    m_dB.swap(other.m_dB);
-    m_dC3.swap(other.m_dC3);
-    m_fc1.swapScratch(other.m_fc1);
-    m_fc2.swapScratch(other.m_fc2);
-    m_fc3.swapScratch(other.m_fc3);
+    swapEach(std::tie(m_dA, m_dB, m_dC3, m_fc1, m_fc2, m_fc3),
+             std::tie(other.m_dA, other.m_dB, other.m_dC3, other.m_fc1, other.m_fc2, other.m_fc3));
   }
 
   Index hidden() const { return m_hidden; }

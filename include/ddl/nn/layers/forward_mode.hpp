@@ -16,4 +16,14 @@ decltype(auto) forwardAs(ForwardMode mode, M& m, A&&... args) {
   return m.forwardInference(std::forward<A>(args)...);
 }
 
+// The same for a module applied more than once per step, whose forward keeps what backward reads in a
+// cache of the caller's: m.forward(args..., cache) in Train mode, m.forwardInference(args...) in Inference.
+template <class M, class Cache, class... A>
+void forwardKeepingAs(ForwardMode mode, M& m, Cache& cache, A&&... args) {
+  if (mode == ForwardMode::Train)
+    m.forward(std::forward<A>(args)..., cache);
+  else
+    m.forwardInference(std::forward<A>(args)...);
+}
+
 }  // namespace ddl

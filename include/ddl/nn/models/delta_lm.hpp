@@ -18,7 +18,8 @@
 // E's after backward (a V x d copy per step), so the head is one Linear for both choices. Decoding
 // (nn/models/lm_decoder.hpp) reads E itself through the head's product code instead: the same bits.
 // One forward: forward and forwardInference are one run() in two modes; the input expansion and the
-// readout are chosen in one place each (input(), readout()), which the decoder's step uses too.
+// readout are chosen in one place each (input(), readout()), which the decoding step (stepInput,
+// stepOutput: the interface LmDecoder reads) uses too.
 // Parameter names: embed.weight, expand.weight (EC), blocks.<l>.* (nn/blocks/delta_transformer_block.hpp),
 // readout.* (dv > 1), norm.weight, head.weight (untied only).
 #include <algorithm>
@@ -92,6 +93,19 @@ class DeltaLM {
   // The same with named options (SampleOptions, nn/models/lm_decoder.hpp).
   std::vector<int> generate(const std::vector<int>& prompt, Index n, const SampleOptions& options = SampleOptions()) const;
 
+  // One position of decoding, reading the model only (LmDecoder, with the blocks' forwardStep between
+  // the two steps). StepState holds what the input and the output write (nn/models/lm_decoder.hpp).
+  using StepState = LmStepState<S>;
+  // Empties st's windows (EC, TC) for a new sequence.
+  void startStep(StepState& st) const {
+    if (m_ec) m_convExpand->startStep(st.expand);
+    if (m_overTokens) m_tcReadout->startStep(st.readout);
+  }
+  // id in [0, vocab) at the next position -> X0: (d, dv) its state before block 0.
+  void stepInput(int id, StepState& st, MatX<S>& X0) const;
+  // X: (d, dv) the last block's output at that position -> logits: (vocab, 1), the bits of the head.
+  void stepOutput(const MatX<S>& X, StepState& st, MatX<S>& logits) const;
+
   template <class F>
   void visitParams(const std::string& prefix, F&& f) {
     m_embed.visitParams(joinName(prefix, "embed"), f);
@@ -154,8 +168,6 @@ class DeltaLM {
     require(batch.sequences() >= 1, fn, "a token batch needs B >= 1 sequences, got ", batch.sequences());
     return batch.layout;
   }
-
-  friend class LmDecoder<S>;
 
   // Train keeps what backward reads (the modules' forward); Inference keeps nothing.
   using Mode = ForwardMode;  // nn/layers/forward_mode.hpp
@@ -303,34 +315,44 @@ void DeltaLM<S>::run(const char* fn, const TokenBatch& batch, MatX<S>& logits, A
   const bool train = mode == Mode::Train;
   const auto state = [&](std::size_t i) -> MatX<S>& { return a.states[train ? i : i % 2]; };
   input(
-      a.x, state(0),
-      [&](MatX<S>& x) { train ? m_embed.forward(batch.ids, x) : m_embed.forwardInference(batch.ids, x); },
-      [&](const MatX<S>& x, MatX<S>& X0) { train ? m_expand.forward(x, X0) : m_expand.forwardInference(x, X0); },
-      [&](const MatX<S>& x, MatX<S>& X0) {
-        train ? m_convExpand->forward(x, layout, X0) : m_convExpand->forwardInference(x, layout, X0);
-      });
+      a.x, state(0), [&](MatX<S>& x) { forwardAs(mode, m_embed, batch.ids, x); },
+      [&](const MatX<S>& x, MatX<S>& X0) { forwardAs(mode, m_expand, x, X0); },
+      [&](const MatX<S>& x, MatX<S>& X0) { forwardAs(mode, *m_convExpand, x, layout, X0); });
   for (std::size_t i = 0; i < m_blocks.size(); ++i) {
     moveScratchTo(i);
-    if (train)
-      m_blocks[i].forward(state(i), layout, state(i + 1));
-    else
-      m_blocks[i].forwardInference(state(i), layout, state(i + 1));
+    forwardAs(mode, m_blocks[i], state(i), layout, state(i + 1));
   }
   readout(
-      state(m_blocks.size()), a.xin, a.z,
-      [&](const MatX<S>& X, MatX<S>& xin) { train ? m_readout->forward(X, xin) : m_readout->forwardInference(X, xin); },
-      [&](const MatX<S>& X, MatX<S>& xin) {
-        train ? m_tcReadout->forward(X, layout, xin) : m_tcReadout->forwardInference(X, layout, xin);
-      },
-      [&](const MatX<S>& in, MatX<S>& z) { train ? m_norm.forward(in, z) : m_norm.forwardInference(in, z); });
+      state(m_blocks.size()), a.xin, a.z, [&](const MatX<S>& X, MatX<S>& xin) { forwardAs(mode, *m_readout, X, xin); },
+      [&](const MatX<S>& X, MatX<S>& xin) { forwardAs(mode, *m_tcReadout, X, layout, xin); },
+      [&](const MatX<S>& in, MatX<S>& z) { forwardAs(mode, m_norm, in, z); });
   refreshTiedHead();
-  if (!train) {
-    m_head.forwardInference(a.z, logits);
-    return;
-  }
-  m_head.forward(a.z, logits);
+  forwardAs(mode, m_head, a.z, logits);
+  if (!train) return;
   m_layout = layout;
   m_hasForward = true;
+}
+
+template <class S>
+void DeltaLM<S>::stepInput(int id, StepState& st, MatX<S>& X0) const {
+  require(id >= 0 && id < m_cfg.vocab, "ddl::DeltaLM::stepInput", "id ", id, " is outside [0, ", m_cfg.vocab, ")");
+  st.id.assign(1, id);
+  input(
+      st.x, X0, [&](MatX<S>& x) { m_embed.forwardInference(st.id, x); },
+      [&](const MatX<S>& x, MatX<S>& X) { m_expand.forwardInference(x, X); },
+      [&](const MatX<S>& x, MatX<S>& X) { m_convExpand->forwardStep(x, st.expand, X); });
+}
+
+template <class S>
+void DeltaLM<S>::stepOutput(const MatX<S>& X, StepState& st, MatX<S>& logits) const {
+  readout(
+      X, st.xin, st.z, [&](const MatX<S>& in, MatX<S>& xin) { m_readout->forwardInference(in, xin, st.cc); },
+      [&](const MatX<S>& in, MatX<S>& xin) { m_tcReadout->forwardStep(in, st.readout, xin); },
+      [&](const MatX<S>& in, MatX<S>& z) { m_norm.forwardInference(in, z); });
+  if (m_cfg.tiedHead)  // the head's product code on E itself: the bits of the refreshed head
+    Linear<S>::apply(m_embed.weight().value, nullptr, st.z, logits, st.head);
+  else
+    m_head.forwardInference(st.z, logits, st.head);
 }
 
 template <class S>

@@ -3,10 +3,12 @@
 // DeltaLM (docs/spec.md §8, "Generation"), outside the model.
 //
 // The decoder holds a const DeltaLM& and owns everything decoding writes: per block the attention's
-// keys and values of the positions so far (and, for TC, the last K states each compressor read), EC's
-// and the TC readout's last K inputs, one position's scratch, the head's product workspace and the
-// sampling scratch. The model is only read, so several decoders (one per thread) may decode from one
-// model at once; the model must outlive its decoders and keep its weights while they decode.
+// keys and values of the positions so far (and, for TC, the last K states each compressor read), the
+// model's StepState (EC's and the TC readout's last K inputs, one position's scratch, the head's product
+// workspace) and the sampling scratch. It reads the model through its public interface only: config(),
+// blocks() and the step of the input and of the output (DeltaLM::stepInput, stepOutput). The model is
+// only read, so several decoders (one per thread) may decode from one model at once; the model must
+// outlive its decoders and keep its weights while they decode.
 //
 // A position costs O(t d) attention plus the per-token layers: step(id) runs the modules' step
 // arithmetic and gives that position's column of DeltaLM::forwardInference over the sequence so far, to
@@ -43,6 +45,18 @@ struct SampleOptions {
   std::uint64_t seed = 0;    // Rng(seed): the same options give the same tokens
 };
 
+// What one position of decoding writes besides the blocks (DeltaLM::StepState: DeltaLM::stepInput and
+// stepOutput write it, reading the model only).
+template <class S>
+struct LmStepState {
+  typename ConvExpansion<S>::StepCache expand;     // EC's last K embeddings
+  typename TokenCompressor<S>::StepCache readout;  // TC's last K states
+  typename Compressor<S>::Workspace cc;            // the CC readout's
+  typename Linear<S>::Workspace head;
+  std::vector<int> id;
+  MatX<S> x, xin, z;  // one position: embedding, readout, final norm
+};
+
 template <class S>
 class LmDecoder {
  public:
@@ -76,27 +90,23 @@ class LmDecoder {
 
   const DeltaLM<S>& m_model;
   std::vector<typename DeltaTransformerBlock<S>::DecodeState> m_blocks;
-  typename ConvExpansion<S>::StepCache m_expand;     // EC's last K embeddings
-  typename TokenCompressor<S>::StepCache m_readout;  // TC's last K states
-  typename Compressor<S>::Workspace m_cc;            // the CC readout's
+  LmStepState<S> m_step;                  // the input's and the output's
   Index m_length = 0, m_capacity = 0;
-  std::vector<int> m_id;                             // the step's id
-  MatX<S> m_x, m_a, m_b, m_xin, m_z;                 // one position: embedding, states (in turn), readout, norm
-  typename Linear<S>::Workspace m_head;
-  MatX<S> m_logits;                                  // generate's
+  MatX<S> m_a, m_b;                       // one position's states, in turn
+  MatX<S> m_logits;                       // generate's
   std::vector<int> m_order;                          // sampling scratch
   std::vector<double> m_weights;
 };
 
 template <class S>
 void LmDecoder<S>::start(Index capacity) {
-  const DeltaLM<S>& lm = m_model;
-  require(capacity >= 1 && capacity <= lm.m_cfg.context, "ddl::LmDecoder::start", "capacity must be in [1, ",
-          lm.m_cfg.context, "] (the context), got ", capacity);
-  m_blocks.resize(lm.m_blocks.size());
-  for (std::size_t i = 0; i < lm.m_blocks.size(); ++i) lm.m_blocks[i].startDecode(m_blocks[i], capacity);
-  if (lm.m_ec) lm.m_convExpand->startStep(m_expand);
-  if (lm.m_overTokens) lm.m_tcReadout->startStep(m_readout);
+  const Index context = m_model.config().context;
+  require(capacity >= 1 && capacity <= context, "ddl::LmDecoder::start", "capacity must be in [1, ", context,
+          "] (the context), got ", capacity);
+  const auto& blocks = m_model.blocks();
+  m_blocks.resize(blocks.size());
+  for (std::size_t i = 0; i < blocks.size(); ++i) blocks[i].startDecode(m_blocks[i], capacity);
+  m_model.startStep(m_step);
   m_length = 0;
   m_capacity = capacity;
 }
@@ -104,36 +114,26 @@ void LmDecoder<S>::start(Index capacity) {
 template <class S>
 void LmDecoder<S>::step(int id, MatX<S>& logits) {
   const char* fn = "ddl::LmDecoder::step";
-  const DeltaLM<S>& lm = m_model;
   require(m_capacity > 0, fn, "call start first");
   require(m_length < m_capacity, fn, "the decoder holds ", m_length, " of its capacity of ", m_capacity,
           " positions (start again)");
-  require(id >= 0 && id < lm.m_cfg.vocab, fn, "id ", id, " is outside [0, ", lm.m_cfg.vocab, ")");
-  m_id.assign(1, id);
+  const Index V = m_model.config().vocab;
+  require(id >= 0 && id < V, fn, "id ", id, " is outside [0, ", V, ")");
   MatX<S>* cur = &m_a;
   MatX<S>* next = &m_b;
-  lm.input(
-      m_x, m_a, [&](MatX<S>& x) { lm.m_embed.forwardInference(m_id, x); },
-      [&](const MatX<S>& x, MatX<S>& X0) { lm.m_expand.forwardInference(x, X0); },
-      [&](const MatX<S>& x, MatX<S>& X0) { lm.m_convExpand->forwardStep(x, m_expand, X0); });
-  for (std::size_t i = 0; i < lm.m_blocks.size(); ++i) {
-    lm.m_blocks[i].forwardStep(*cur, m_blocks[i], *next);
+  m_model.stepInput(id, m_step, m_a);
+  const auto& blocks = m_model.blocks();
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    blocks[i].forwardStep(*cur, m_blocks[i], *next);
     std::swap(cur, next);
   }
-  lm.readout(
-      *cur, m_xin, m_z, [&](const MatX<S>& X, MatX<S>& xin) { lm.m_readout->forwardInference(X, xin, m_cc); },
-      [&](const MatX<S>& X, MatX<S>& xin) { lm.m_tcReadout->forwardStep(X, m_readout, xin); },
-      [&](const MatX<S>& in, MatX<S>& z) { lm.m_norm.forwardInference(in, z); });
-  if (lm.m_cfg.tiedHead)  // the head's product code on E itself: the bits of the refreshed head
-    Linear<S>::apply(lm.m_embed.weight().value, nullptr, m_z, logits, m_head);
-  else
-    lm.m_head.forwardInference(m_z, logits, m_head);
+  m_model.stepOutput(*cur, m_step, logits);
   ++m_length;
 }
 
 template <class S>
 std::vector<int> LmDecoder<S>::generate(const std::vector<int>& prompt, Index n, const SampleOptions& options) {
-  const Index V = m_model.m_cfg.vocab;
+  const Index V = m_model.config().vocab;
   return generate(prompt, n, options.temperature, options.topK == 0 ? V : options.topK, options.seed);
 }
 
@@ -141,7 +141,8 @@ template <class S>
 std::vector<int> LmDecoder<S>::generate(const std::vector<int>& prompt, Index n, double temperature, Index topK,
                                         std::uint64_t seed) {
   const char* fn = "ddl::LmDecoder::generate";
-  const Index P = static_cast<Index>(prompt.size()), context = m_model.m_cfg.context, V = m_model.m_cfg.vocab;
+  const Index P = static_cast<Index>(prompt.size()), context = m_model.config().context,
+              V = m_model.config().vocab;
   require(P >= 1, fn, "the prompt is empty (accepted: 1 .. ", context, " ids)");
   require(P <= context, fn, "the prompt has ", P, " ids, more than the context ", context, " (accepted: 1 .. ",
           context, " ids)");
