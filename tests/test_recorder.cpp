@@ -496,6 +496,11 @@ TEST_CASE("audit CSV and JSON hold every field and read back exactly", "[recorde
   std::ofstream(tmpPath("strversion.json")) << "{\"format\": \"ddl-audit\", \"version\": \"1\", \"rows\": []}";
   CHECK(ddl_test::contains(ddl_test::thrownMessage<ddl::IoError>([&] { ddl::readAuditJson(tmpPath("strversion.json")); }),
                            "unsupported version \"1\""));
+  // A version nested 200 000 levels crashed the message's dump; nesting is limited (core/json_text.hpp).
+  std::ofstream(tmpPath("deepversion.json")) << "{\"format\": \"ddl-audit\", \"rows\": [], \"version\": "
+                                             << std::string(200000, '[') << std::string(200000, ']') << "}";
+  CHECK(ddl_test::contains(ddl_test::thrownMessage<ddl::IoError>([&] { ddl::readAuditJson(tmpPath("deepversion.json")); }),
+                           "JSON nested deeper than 128 levels"));
   CHECK(ddl_test::contains(ddl_test::thrownMessage<ddl::IoError>([&] { ddl::readAuditJson(tmpPath("missing.json")); }),
                            "cannot open"));
   std::vector<ddl::AuditRow> mixed = rows;

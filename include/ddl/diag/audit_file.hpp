@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ddl/core/error.hpp"
+#include "ddl/core/json_text.hpp"
 #include "ddl/core/types.hpp"
 #include "ddl/diag/recorder.hpp"
 #include "ddl/io/atomic_file.hpp"
@@ -157,10 +158,10 @@ inline double auditJsonDouble(const std::string& what, const nlohmann::json& v) 
   if (v.is_null()) return std::numeric_limits<double>::quiet_NaN();
   if (v.is_number()) return v.get<double>();
   if (v.is_string() && (v == "inf" || v == "-inf")) return (v == "inf" ? 1 : -1) * std::numeric_limits<double>::infinity();
-  throw IoError(what + " expects a number, null, \"inf\" or \"-inf\", got " + v.dump());
+  throw IoError(what + " expects a number, null, \"inf\" or \"-inf\", got " + jsonExcerpt(v));
 }
 inline std::int64_t auditJsonInteger(const std::string& what, const nlohmann::json& v) {
-  if (!v.is_number_integer()) throw IoError(what + " expects an integer, got " + v.dump());
+  if (!v.is_number_integer()) throw IoError(what + " expects an integer, got " + jsonExcerpt(v));
   return v.get<std::int64_t>();
 }
 }  // namespace detail
@@ -187,6 +188,7 @@ inline std::vector<AuditRow> readAuditJson(const std::string& path) {
   if (!in) throw IoError(message("ddl::readAuditJson", "cannot open ", path));
   std::stringstream buf;
   buf << in.rdbuf();
+  requireJsonDepth(buf.str(), "ddl::readAuditJson", path);
   const nlohmann::json j = nlohmann::json::parse(buf.str(), nullptr, false);
   const std::string where = "ddl::readAuditJson: " + path;
   // Compared as JSON values: j.value("format", "") would throw nlohmann's type_error on a number.
@@ -194,7 +196,7 @@ inline std::vector<AuditRow> readAuditJson(const std::string& path) {
       !j["rows"].is_array())
     throw IoError(where + ": not a ddl audit file (expected a JSON object with \"format\": \"ddl-audit\" and \"rows\")");
   if (!j.contains("version") || j["version"] != 1)
-    throw IoError(where + ": unsupported version " + (j.contains("version") ? j["version"].dump() : "(none)"));
+    throw IoError(where + ": unsupported version " + (j.contains("version") ? jsonExcerpt(j["version"]) : "(none)"));
   std::vector<AuditRow> rows;
   for (std::size_t i = 0; i < j["rows"].size(); ++i) {
     const nlohmann::json& o = j["rows"][i];

@@ -107,13 +107,20 @@ inline void replaceFolderAtomically(const std::string& dir, const std::function<
     fs::remove_all(tmp, ec);
     throw;
   }
+  bool exchanged = false;
+  try {
+    exchanged = exists && detail::exchangeFolders(tmp, path.string());
+  } catch (...) {
+    fs::remove_all(tmp, ec);
+    throw;
+  }
   if (!exists) {
     if (::rename(tmp.c_str(), path.c_str()) != 0) {
       const int err = errno;
       fs::remove_all(tmp, ec);
       throw IoError(message(fn, "cannot rename ", tmp, " to ", path.string(), ": ", detail::errnoText(err)));
     }
-  } else if (detail::exchangeFolders(tmp, path.string())) {
+  } else if (exchanged) {
     fs::remove_all(tmp, ec);  // now the old set
   } else {
     if (::rename(path.c_str(), old.c_str()) != 0) {
