@@ -1,5 +1,8 @@
 #pragma once
-// ddl/ddl.hpp: the umbrella header. Include this, or only the headers you need.
+// ddl/ddl.hpp: the umbrella header. Include this, or only the headers you need. It includes what the
+// configuration has: with Eigen alone (ddl::ddl) the library's core, operators, modules, models, data,
+// diagnostics and training pieces; the headers that read or write JSON (checkpoints, safetensors, audit
+// files, the trainers) with ddl::json (DDL_WITH_JSON), the MPI communicator with ddl::mpi (DDL_WITH_MPI).
 #include "ddl/core/alias.hpp"
 #include "ddl/core/collective.hpp"
 #include "ddl/core/config.hpp"
@@ -24,6 +27,7 @@
 #include "ddl/ops/rotary.hpp"
 
 #include "ddl/nn/layers/activation.hpp"
+#include "ddl/nn/layers/beta_gate.hpp"
 #include "ddl/nn/blocks/causal_self_attention.hpp"
 #include "ddl/nn/blocks/compressor.hpp"
 #include "ddl/nn/layers/conv2d.hpp"
@@ -36,8 +40,11 @@
 #include "ddl/nn/models/delta_lm_config.hpp"
 #include "ddl/nn/models/delta_net.hpp"
 #include "ddl/nn/models/delta_net_config.hpp"
+#include "ddl/nn/models/lm_decoder.hpp"
 #include "ddl/nn/models/preset.hpp"
 #include "ddl/nn/blocks/delta_residual.hpp"
+#include "ddl/nn/blocks/delta_residual_options.hpp"
+#include "ddl/nn/blocks/delta_sublayer.hpp"
 #include "ddl/nn/blocks/delta_transformer_block.hpp"
 #include "ddl/nn/layers/dropout.hpp"
 #include "ddl/nn/layers/embedding.hpp"
@@ -55,7 +62,6 @@
 #include "ddl/nn/layers/token_conv.hpp"
 #include "ddl/nn/layers/window2d.hpp"
 
-#include "ddl/diag/audit_file.hpp"
 #include "ddl/diag/confidence_intervals.hpp"
 #include "ddl/diag/exact_tests.hpp"
 #include "ddl/diag/gate_audit.hpp"
@@ -81,29 +87,18 @@
 #endif
 
 #include "ddl/io/atomic_file.hpp"
-#include "ddl/io/checkpoint.hpp"
-#include "ddl/io/checkpoint_meta.hpp"
 #include "ddl/io/metrics_csv.hpp"
-#include "ddl/io/safetensors.hpp"
 
 #include "ddl/train/adamw.hpp"
-#include "ddl/train/authors_config.hpp"
-#include "ddl/train/authors_model.hpp"
 #include "ddl/train/batch_source.hpp"
 #include "ddl/train/data_parallel.hpp"
 #include "ddl/train/epoch_metrics.hpp"
-#include "ddl/train/epoch_audit.hpp"
 #include "ddl/train/finite_guard.hpp"
 #include "ddl/train/grad_clip.hpp"
 #include "ddl/train/lr_schedule.hpp"
-#include "ddl/train/model.hpp"
-#include "ddl/train/model_config.hpp"
 #include "ddl/train/next_token_task.hpp"
-#include "ddl/train/optimizer.hpp"
 #include "ddl/train/optimizer_state.hpp"
-#include "ddl/train/run_record.hpp"
 #include "ddl/train/progress.hpp"
-#include "ddl/train/saved_model.hpp"
 #include "ddl/train/sgd.hpp"
 #include "ddl/train/sharded_batches.hpp"
 #include "ddl/train/step_hooks.hpp"
@@ -112,8 +107,23 @@
 #include "ddl/train/task_step.hpp"
 #include "ddl/train/text_windows.hpp"
 #include "ddl/train/train_step.hpp"
+
+#include "ddl/testing/grad_check.hpp"
+
+#if DDL_WITH_JSON  // ddl::json: checkpoints, safetensors, audit files, the trainers
+#include "ddl/diag/audit_file.hpp"
+#include "ddl/io/checkpoint.hpp"
+#include "ddl/io/checkpoint_meta.hpp"
+#include "ddl/io/safetensors.hpp"
+#include "ddl/train/authors_config.hpp"
+#include "ddl/train/authors_model.hpp"
+#include "ddl/train/epoch_audit.hpp"
+#include "ddl/train/model.hpp"
+#include "ddl/train/model_config.hpp"
+#include "ddl/train/optimizer.hpp"
+#include "ddl/train/run_record.hpp"
+#include "ddl/train/saved_model.hpp"
 #include "ddl/train/trainer.hpp"
 #include "ddl/train/trainer_options.hpp"
 #include "ddl/train/training_loop.hpp"
-
-#include "ddl/testing/grad_check.hpp"
+#endif

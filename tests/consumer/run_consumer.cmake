@@ -2,7 +2,9 @@
 # Builds tests/consumer against ddl and runs it; any failing step fails the test. Modes:
 #   core          the README's install line with Catch2, Google Benchmark and every optional package
 #                 hidden (their parts skipped with a notice); ddl::ddl must then work with the optional
-#                 packages (nlohmann-json, OpenMP, zlib, MPI) hidden from the consumer's CMake too
+#                 packages (nlohmann-json, OpenMP, zlib, MPI) hidden from the consumer's CMake too; and
+#                 README.md's snippet (<ddl/ddl.hpp>) must build and run with Eigen alone: DDL_WITH_JSON=0,
+#                 as where nlohmann-json's header is absent (on this machine it may be present)
 #   components    installed package, COMPONENTS given: each ddl::<c> switches its part on
 #   missing       installed package: a required component whose dependency is hidden fails find_package
 #                 with a message naming the Debian package; the same component as OPTIONAL gives no
@@ -43,6 +45,24 @@ if(MODE STREQUAL "core")
     endif()
   endforeach()
   step(${CMAKE_COMMAND} --install ${WORK_DIR}/ddl-build --prefix ${WORK_DIR}/prefix)
+  # The installed README's links into docs/ lead to installed files.
+  file(GLOB_RECURSE readmes ${WORK_DIR}/prefix/README.md)
+  list(LENGTH readmes n)
+  if(NOT n EQUAL 1)
+    message(FATAL_ERROR "the install holds ${n} README.md files, expected 1: ${readmes}")
+  endif()
+  get_filename_component(docdir ${readmes} DIRECTORY)
+  file(READ ${readmes} readme)
+  string(REGEX MATCHALL "\\(docs/[A-Za-z0-9_./-]+" links "${readme}")  # "(docs/x.md" of each [text](docs/x.md)
+  if(NOT links)
+    message(FATAL_ERROR "the installed README.md links nothing in docs/")
+  endif()
+  foreach(link IN LISTS links)
+    string(SUBSTRING "${link}" 1 -1 target)
+    if(NOT EXISTS ${docdir}/${target})
+      message(FATAL_ERROR "the installed README.md links ${target}, which the install lacks (${docdir})")
+    endif()
+  endforeach()
   list(APPEND consumer -DDDL_MODE=install -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix)
 elseif(MODE MATCHES "^(components|missing)$")
   # Installed on the machine as it is: what it found must not leak into the package.
@@ -75,3 +95,16 @@ else()
 endif()
 step(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
 step(${WORK_DIR}/build/consumer)
+if(MODE STREQUAL "core")  # the umbrella header with Eigen alone, as the README's snippet uses it
+  file(READ ${DDL_SOURCE_DIR}/README.md readme)
+  string(REGEX MATCH "<!-- snippet:begin -->[^`]*```cpp\n(.*)```[^`]*<!-- snippet:end -->" _ "${readme}")
+  if(NOT CMAKE_MATCH_1)
+    message(FATAL_ERROR "README.md has no ```cpp block between <!-- snippet:begin --> and <!-- snippet:end -->")
+  endif()
+  file(WRITE ${WORK_DIR}/readme_snippet.cpp "${CMAKE_MATCH_1}")
+  list(REMOVE_ITEM consumer -B ${WORK_DIR}/build)
+  step(${CMAKE_COMMAND} ${consumer} -B ${WORK_DIR}/build-readme ${hide_all}
+       -DDDL_CONSUMER_SOURCE=${WORK_DIR}/readme_snippet.cpp -DDDL_CONSUMER_DEFINITIONS=DDL_WITH_JSON=0)
+  step(${CMAKE_COMMAND} --build ${WORK_DIR}/build-readme)
+  step(${WORK_DIR}/build-readme/consumer)
+endif()

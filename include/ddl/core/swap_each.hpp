@@ -4,27 +4,23 @@
 // the same entry of another module's list: a sub-module by its swapScratch, a matrix by its swap.
 #include <cstddef>
 #include <tuple>
-#include <type_traits>
 #include <utility>
 
 namespace ddl {
 namespace detail {
-template <class T, class = void>
-struct HasSwapScratch : std::false_type {};
+// A sub-module (preferred, int beats long) by its swapScratch, anything else by its swap.
 template <class T>
-struct HasSwapScratch<T, std::void_t<decltype(std::declval<T&>().swapScratch(std::declval<T&>()))>> : std::true_type {};
-
+auto swapOne(T& a, T& b, int) noexcept -> decltype(a.swapScratch(b)) {
+  a.swapScratch(b);
+}
 template <class T>
-void swapOne(T& a, T& b) noexcept {
-  if constexpr (HasSwapScratch<T>::value)
-    a.swapScratch(b);
-  else
-    a.swap(b);
+void swapOne(T& a, T& b, long) noexcept {
+  a.swap(b);
 }
 
 template <class A, std::size_t... I>
 void swapEach(const A& a, const A& b, std::index_sequence<I...>) noexcept {
-  (swapOne(std::get<I>(a), std::get<I>(b)), ...);
+  (swapOne(std::get<I>(a), std::get<I>(b), 0), ...);
 }
 }  // namespace detail
 

@@ -2,9 +2,9 @@
 // ddl/nn/blocks/delta_block.hpp: one residual block, generic over its branch F (docs/decisions.md, "One block,
 // any branch"):
 //   x_in = X (dv = 1) | CC(X) (dv > 1);  c = RMSNorm(x_in);  h = F(c);  X' = rewrite(X, x_in, c, h)
-// The compress / norm / residual plumbing is written once here; the branch is MlpBranch (fc1 -> act
-// -> fc2, vectors), ConvBranch (conv 3x3 -> act -> conv 3x3, images) or anything with the branch
-// contract of mlp_branch.hpp. The token layout passed to forward tells a token-mixing branch what the
+// The compress / norm / residual plumbing is written once (DeltaSublayer, nn/blocks/delta_sublayer.hpp,
+// shared with DeltaTransformerBlock); the branch is MlpBranch (fc1 -> act -> fc2, vectors), ConvBranch
+// (conv 3x3 -> act -> conv 3x3, images) or anything with the branch contract of mlp_branch.hpp. The token layout passed to forward tells a token-mixing branch what the
 // columns are; the compressor, the norm and the rewrite are per token and only need its count.
 // With ResidualKind::Additive this is exactly the plain pre-norm residual block X' = X + h, so a
 // comparison against the baseline changes one option. Parameter names: compress.* (dv > 1), norm.weight,

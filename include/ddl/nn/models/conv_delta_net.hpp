@@ -47,7 +47,10 @@ class ConvDeltaNet {
   // Re-initialises every parameter exactly as a new net of this configuration and seed has it (RMSNorm
   // gains, free compressor, read vectors and expansion weights included, which are not drawn) and clears
   // the gradients.
-  void init(std::uint64_t seed);
+  void init(std::uint64_t seed) {
+    ConvDeltaNet fresh(m_cfg, seed);
+    assignParams(*this, fresh);
+  }
 
  private:
   // The seeded draws of a freshly constructed net.
@@ -183,12 +186,6 @@ ConvDeltaNet<S>::ConvDeltaNet(const ConvDeltaNetConfig& config, std::uint64_t se
   m_inferActs.states.resize(2 * static_cast<std::size_t>(stages));
   m_dStage.resize(2 * static_cast<std::size_t>(stages));
   drawParams(seed);
-}
-
-template <class S>
-void ConvDeltaNet<S>::init(std::uint64_t seed) {
-  ConvDeltaNet fresh(m_cfg, seed);
-  assignParams(*this, fresh);
 }
 
 template <class S>

@@ -58,7 +58,10 @@ class DeltaLM {
   explicit DeltaLM(const DeltaLMConfig& config, std::uint64_t seed = 0);
 
   // Re-initialises every parameter as a new model of this configuration and seed and clears the gradients.
-  void init(std::uint64_t seed);
+  void init(std::uint64_t seed) {
+    DeltaLM fresh(m_cfg, seed);
+    assignParams(*this, fresh);
+  }
 
   // What backward reads of the last forward, N = B*T.
   struct Activations {
@@ -280,12 +283,6 @@ DeltaLM<S>::DeltaLM(const DeltaLMConfig& config, std::uint64_t seed)
   m_acts.states.resize(static_cast<std::size_t>(config.depth) + 1);
   m_infer.states.resize(2);
   initialize(seed);
-}
-
-template <class S>
-void DeltaLM<S>::init(std::uint64_t seed) {
-  DeltaLM fresh(m_cfg, seed);
-  assignParams(*this, fresh);
 }
 
 template <class S>

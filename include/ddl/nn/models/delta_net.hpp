@@ -34,7 +34,10 @@ class DeltaNet {
   // Re-initialises every parameter exactly as a new net of this configuration and seed has it (RMSNorm
   // gains, free compressor, read vectors and expansion weights included, which are not drawn) and clears
   // the gradients.
-  void init(std::uint64_t seed);
+  void init(std::uint64_t seed) {
+    DeltaNet fresh(m_cfg, seed);
+    assignParams(*this, fresh);
+  }
 
  private:
   // The seeded draws of a freshly constructed net.
@@ -127,12 +130,6 @@ DeltaNet<S>::DeltaNet(const DeltaNetConfig& config, std::uint64_t seed)
   m_acts.states.resize(static_cast<std::size_t>(config.depth) + 1);
   m_inferActs.states.resize(2);
   drawParams(seed);
-}
-
-template <class S>
-void DeltaNet<S>::init(std::uint64_t seed) {
-  DeltaNet fresh(m_cfg, seed);
-  assignParams(*this, fresh);
 }
 
 template <class S>
