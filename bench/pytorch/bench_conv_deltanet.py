@@ -11,7 +11,8 @@ RMSNorm over channels -> global average pool -> Linear(w_last, 10). Block (per p
 Step: zero_grad + forward + cross-entropy + backward + AdamW, median of many steps after a warmup, in
 each of PyTorch's modes (modes.py: eager, torch.jit.script, bf16 autocast). Run fairly on 2 cores:
     OMP_WAIT_POLICY=passive /usr/bin/python3 bench/pytorch/bench_conv_deltanet.py --threads 2
-Output: "pytorch <mode> <residual> median_ms=<t> min_ms=<t> steps=<n>".
+Output: "pytorch <mode> <residual> median_ms=<t> min_ms=<t> steps=<n>" (wall time; with --clock cpu the
+process CPU time of all threads, as ddl_bench_conv_block BM_ConvNetParts' step_cpu_ms, for a loaded machine).
 """
 import argparse
 import math
@@ -93,7 +94,8 @@ class ConvDeltaNet(nn.Module):
         return self.head(self.norm(x).mean((2, 3)))
 
 
-def time_steps(model: nn.Module, mode: str, x: torch.Tensor, y: torch.Tensor, warmup: int, steps: int):
+def time_steps(model: nn.Module, mode: str, x: torch.Tensor, y: torch.Tensor, warmup: int, steps: int,
+               clock=time.perf_counter):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
 
     def step():
@@ -107,9 +109,9 @@ def time_steps(model: nn.Module, mode: str, x: torch.Tensor, y: torch.Tensor, wa
         step()
     times = []
     for _ in range(steps):
-        t0 = time.perf_counter()
+        t0 = clock()
         step()
-        times.append(time.perf_counter() - t0)
+        times.append(clock() - t0)
     return statistics.median(times), min(times)
 
 
@@ -124,6 +126,9 @@ def main():
     ap.add_argument("--stem-stride", type=int, default=2)
     ap.add_argument("--modes", default=modes.default_modes(), help="comma list of " + ", ".join(modes.MODES))
     ap.add_argument("--residuals", default="plain,delta")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="cpu: process CPU time of all threads per step (time.process_time), the load-robust "
+                         "figure beside ddl_bench_conv_block BM_ConvNetParts' step_cpu_ms")
     args = ap.parse_args()
     if os.environ.get("OMP_WAIT_POLICY", "").lower() != "passive":
         print("# warning: OMP_WAIT_POLICY=passive is not set; PyTorch spins and runs slower on 2 shared cores")
@@ -142,7 +147,8 @@ def main():
             torch.manual_seed(1)
             model = ConvDeltaNet(widths, depths, args.stem_stride, 10, delta=(residual == "delta"))
             model = modes.prepare(model, mode)
-            med, best = time_steps(model, mode, x, y, args.warmup, args.steps)
+            clock = time.process_time if args.clock == "cpu" else time.perf_counter
+            med, best = time_steps(model, mode, x, y, args.warmup, args.steps, clock)
             print(f"pytorch {mode} {residual} median_ms={med * 1e3:.3f} min_ms={best * 1e3:.3f} steps={args.steps}",
                   flush=True)
 
