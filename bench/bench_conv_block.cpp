@@ -14,11 +14,11 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <ctime>
 #include <functional>
 #include <memory>
 #include <string>
-#include <cstdint>
 #include <vector>
 
 #include "ddl/core/rng.hpp"
@@ -117,7 +117,6 @@ void BM_ConvNetStep(benchmark::State& state) {
   }
   state.SetItemsProcessed(state.iterations() * B);
 }
-
 
 // Where ddl-cifar's ConvDeltaNet step spends its time (B = 128, delta residual, the shapes of
 // BM_ConvNetStep): each part's forward + backward timed alone in the same loop, reported as its
