@@ -68,7 +68,8 @@ inline void replaceFolderAtomically(const std::string& dir, const std::function<
   std::error_code ec;
   fs::path path = fs::absolute(dir, ec).lexically_normal();
   if (path.filename().empty()) path = path.parent_path();  // "out/" -> "out"
-  if (!ec && fs::is_symlink(path, ec)) path = fs::canonical(path, ec);  // a link: replace the folder it names
+  std::error_code missing;  // a folder that does not exist yet is no link
+  if (!ec && fs::is_symlink(fs::symlink_status(path, missing))) path = fs::canonical(path, ec);  // the folder it names
   if (ec) throw IoError(message(fn, dir, ": cannot resolve the folder: ", ec.message()));
   const bool exists = fs::exists(path, ec);
   if (exists && !fs::is_directory(path, ec)) throw IoError(message(fn, dir, ": exists and is not a folder"));
