@@ -31,7 +31,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -110,16 +109,14 @@ struct LmFixture {
   // Under the bf16 policy the weights' bf16 copies are made once per step, as ddl::taskStep makes them.
   S step() {
     ddl::zeroGrad(params);
-    std::optional<ddl::Bf16WeightScope> scope;
-    if (ddl::productPrecision() == ddl::Precision::BF16) {
-      bf16.refresh(params);
-      scope.emplace(bf16);
-    }
+    const bool bf16Step = ddl::productPrecision() == ddl::Precision::BF16;
+    if (bf16Step) bf16.refresh(params);
+    ddl::Bf16WeightScope scope(bf16Step ? &bf16 : nullptr);
     model.forward(batch, logits);
     const S loss = ce.forward(logits, next);
     ce.backward(dLogits);
     model.backward(dLogits);
-    scope.reset();
+    scope.end();
     opt.step(params);
     return loss;
   }

@@ -16,6 +16,7 @@
 #include "ddl/core/gemm.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/precision.hpp"
+#include "ddl/train/task_step.hpp"
 
 namespace test_bf16 {  // each test file in its own namespace: a group of files compiles as one unit
 
@@ -198,6 +199,64 @@ TEST_CASE("parsePrecision reads float and bf16 and names what it refuses", "[cor
   CHECK(what.find("--precision") != std::string::npos);
   CHECK(what.find("half") != std::string::npos);
   CHECK(ddl::productPrecision() == ddl::Precision::Float);  // the default
+}
+
+// A one-matrix model that records, in its forward and backward, whether its weight's bf16 copy is visible.
+struct ProbeModel {
+  ddl::Param<float> w{6, 4};
+  ddl::GemmWorkspace<float> gemm;
+  ddl::MatX<float> X;
+  bool seenInForward = false, seenInBackward = false;
+  bool seen() const {
+    const ddl::Bf16Weights* active = ddl::detail::activeBf16Weights().load();
+    return active != nullptr && active->find(w.value.data(), w.value.rows()) != nullptr;
+  }
+  void forward(const ddl::MatX<float>& in, ddl::MatX<float>& out) {
+    seenInForward = seen();
+    X = in;
+    out.resize(6, in.cols());
+    gemm.product(w.value, false, in, false, out, 1.0f, false);
+  }
+  void backward(const ddl::MatX<float>& dOut) {
+    seenInBackward = seen();
+    gemm.product(dOut, false, X, true, w.grad, 1.0f, true);
+  }
+  template <class F>
+  void visitParams(const std::string& prefix, F&& f) {
+    f(ddl::joinName(prefix, "w"), w);
+  }
+};
+struct SumTask {  // loss = sum of the outputs
+  using Scalar = float;
+  using Target = int;
+  ddl::StepStats lossAndGradient(const ddl::MatX<float>& out, const Target&, ddl::MatX<float>& dOut) {
+    ddl::StepStats s;
+    s.loss = out.sum();
+    s.count = out.cols();
+    dOut.setOnes(out.rows(), out.cols());
+    return s;
+  }
+};
+struct SeenAtUpdate {  // an optimizer that records whether the copies are still visible when it updates
+  bool seen = true;
+  void step(ddl::ParamList<float>&) { seen = ddl::detail::activeBf16Weights().load() != nullptr; }
+};
+
+TEST_CASE("taskStep makes the weights' bf16 copies visible to forward and backward, not to the update", "[core][bf16]") {
+  ProbeModel model;
+  model.w.value.setRandom();
+  SumTask task;
+  SeenAtUpdate opt;
+  ddl::StepBuffers<float> buf;
+  const ddl::MatX<float> X = ddl::MatX<float>::Random(4, 3);
+  ddl::taskStep(model, task, opt, X, 0, buf);  // float: no copies at all
+  CHECK(!model.seenInForward);
+  CHECK(!model.seenInBackward);
+  emulatedBf16([&] { ddl::taskStep(model, task, opt, X, 0, buf); });
+  CHECK(model.seenInForward);
+  CHECK(model.seenInBackward);
+  CHECK(!opt.seen);
+  CHECK(ddl::detail::activeBf16Weights().load() == nullptr);
 }
 
 }  // namespace test_bf16

@@ -86,15 +86,25 @@ inline std::atomic<const Bf16Weights*>& activeBf16Weights() {
 }
 }  // namespace detail
 
-// Makes weights the copies products look up until the scope ends (then the previous ones again).
+// Makes weights the copies products look up until end() or the scope's end (then the previous ones again);
+// a null pointer makes a scope that does nothing (the float policy's step).
 class Bf16WeightScope {
  public:
-  explicit Bf16WeightScope(const Bf16Weights& weights) : m_previous(detail::activeBf16Weights().exchange(&weights)) {}
-  ~Bf16WeightScope() { detail::activeBf16Weights().store(m_previous); }
+  explicit Bf16WeightScope(const Bf16Weights& weights) : Bf16WeightScope(&weights) {}
+  explicit Bf16WeightScope(const Bf16Weights* weights)
+      : m_active(weights != nullptr), m_previous(weights ? detail::activeBf16Weights().exchange(weights) : nullptr) {}
+  ~Bf16WeightScope() { end(); }
   Bf16WeightScope(const Bf16WeightScope&) = delete;
   Bf16WeightScope& operator=(const Bf16WeightScope&) = delete;
 
+  void end() {
+    if (!m_active) return;
+    detail::activeBf16Weights().store(m_previous);
+    m_active = false;
+  }
+
  private:
+  bool m_active;
   const Bf16Weights* m_previous;
 };
 

@@ -9,7 +9,6 @@
 // anything with forward(X, out), backward(dOut) and visitParams; the optimizer anything with
 // step(params) for a ParamList. train/train_step.hpp is this step with a classification loss layer.
 #include <functional>
-#include <optional>
 #include <type_traits>
 #include <utility>
 
@@ -69,14 +68,15 @@ StepStats taskStep(Model& model, Task& task, Opt& optimizer, const Input& X, con
   require(options.clipNorm >= 0.0, "ddl::trainStep", "clipNorm must be >= 0 (0 = off), got ", options.clipNorm);
   // Under the bf16 policy the weights are converted once here, after the last update; the copies are read
   // by forward and backward only, the scope ends before the update.
-  std::optional<Bf16WeightScope> bf16Scope;
+  const Bf16Weights* stepWeights = nullptr;
   if constexpr (std::is_same<typename Task::Scalar, float>::value) {
     if (productPrecision() == Precision::BF16) {
       buf.params.refresh(model);
       buf.bf16.refresh(buf.params);
-      bf16Scope.emplace(buf.bf16);
+      stepWeights = &buf.bf16;
     }
   }
+  Bf16WeightScope bf16Scope(stepWeights);
   model.forward(X, buf.logits);
   // The loss's softmax, then the gradient, take the logits' place: one (classes, B) buffer, 196 MiB for
   // the 124M language model (docs/results.md).
@@ -85,7 +85,7 @@ StepStats taskStep(Model& model, Task& task, Opt& optimizer, const Input& X, con
   zeroGrad(buf.params);
   beforeBackward(s);
   model.backward(buf.logits);
-  bf16Scope.reset();
+  bf16Scope.end();
   beforeUpdate(s);
   if (options.clipNorm > 0.0) s.gradNorm = clipGradNorm(buf.params, options.clipNorm);
   optimizer.step(buf.params);
