@@ -6,6 +6,8 @@
 //
 //   OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive ./ddl_bench_lm --benchmark_repetitions=3
 //
+// BM_LmStep_Precision/variant/emulated alternates a variant's step in float and in bf16 (emulated: 1 for the
+// portable emulation, 0 for oneDNN's bf16 matmul, an error where the CPU has none); float_over_bf16 is the gain.
 // BM_LmStep_Paired alternates the three steps inside one loop, each timed on its own, and reports per
 // variant the median and minimum (ms) and the ratios delta/additive and cc/additive by medians and by
 // minima (robust to other load on a shared machine). bench/run_compare.sh --net lm reads it.
@@ -32,9 +34,11 @@
 #include <string>
 #include <vector>
 
+#include "ddl/core/bf16_weights.hpp"
 #include "ddl/core/config.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/param_list.hpp"
+#include "ddl/core/precision.hpp"
 #include "ddl/core/rng.hpp"
 #include "ddl/core/threading.hpp"
 #include "ddl/core/token_batch.hpp"
@@ -46,6 +50,10 @@
 #include "ddl/nn/models/delta_lm_config.hpp"
 #include "ddl/nn/layers/linear.hpp"
 #include "ddl/train/adamw.hpp"
+
+#if DDL_WITH_DNNL
+#include "ddl/dnnl/matmul.hpp"
+#endif
 
 #include "bench_util.hpp"
 #include "lm_configs.hpp"
@@ -98,15 +106,21 @@ struct LmFixture {
       }
     step();
   }
+  // Under the bf16 policy the weights' bf16 copies are made once per step, as ddl::taskStep makes them.
   S step() {
     ddl::zeroGrad(params);
+    const bool bf16Step = ddl::productPrecision() == ddl::Precision::BF16;
+    if (bf16Step) bf16.refresh(params);
+    ddl::Bf16WeightScope scope(bf16Step ? &bf16 : nullptr);
     model.forward(batch, logits);
     const S loss = ce.forward(logits, next);
     ce.backward(dLogits);
     model.backward(dLogits);
+    scope.end();
     opt.step(params);
     return loss;
   }
+  ddl::Bf16Weights bf16;
 };
 
 void BM_LmStep(benchmark::State& state) {
@@ -148,6 +162,47 @@ void BM_LmStep_Paired(benchmark::State& state) {
   state.counters["min_delta_over_additive"] = nd / na;
   state.counters["min_cc_over_additive"] = nc / na;
   state.counters["steps"] = static_cast<double>(ta.size());
+}
+
+// One variant's step in float and in bf16 (native: oneDNN's bf16 matmul; emulated with --emulated, i.e.
+// mode 1) alternately, each timed on its own: medians, minima and bf16/float.
+void BM_LmStep_Precision(benchmark::State& state) {
+  const int variant = static_cast<int>(state.range(0));
+  const bool emulated = state.range(1) != 0;
+#if DDL_WITH_DNNL
+  if (!emulated && !ddl::installDnnlBf16()) {
+    state.SkipWithError(ddl::dnnlBf16Refusal().c_str());
+    return;
+  }
+#else
+  if (!emulated) {
+    state.SkipWithError("this build has no oneDNN (ddl::dnnl)");
+    return;
+  }
+#endif
+  if (emulated) ddl::setBf16Kernel(nullptr);
+  LmFixture f(variant);
+  ddl::setProductPrecision(ddl::Precision::BF16);
+  LmFixture g(variant);
+  ddl::setProductPrecision(ddl::Precision::Float);
+  std::vector<double> tf, tb;
+  for (auto _ : state) {
+    Stopwatch a;
+    benchmark::DoNotOptimize(f.step());
+    tf.push_back(a.seconds());
+    ddl::setProductPrecision(ddl::Precision::BF16);
+    Stopwatch b;
+    benchmark::DoNotOptimize(g.step());
+    tb.push_back(b.seconds());
+    ddl::setProductPrecision(ddl::Precision::Float);
+  }
+  state.counters["float_ms"] = median(tf) * 1e3;
+  state.counters["bf16_ms"] = median(tb) * 1e3;
+  state.counters["float_over_bf16"] = median(tf) / median(tb);
+  state.counters["min_float_ms"] = minimum(tf) * 1e3;
+  state.counters["min_bf16_ms"] = minimum(tb) * 1e3;
+  state.counters["min_float_over_bf16"] = minimum(tf) / minimum(tb);
+  state.SetLabel(std::string(variantName(variant)) + (emulated ? ", bf16 emulated" : ", bf16 on oneDNN"));
 }
 
 // ---- attention --------------------------------------------------------------------------------------
@@ -332,5 +387,7 @@ BENCHMARK(BM_AttentionLayer)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Attention_Paired)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(3.0);
 BENCHMARK(BM_LmStep)->ArgNames({"variant"})->Arg(kAdditive)->Arg(kDeltaDv1)->Arg(kDeltaCc)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_LmStep_Paired)->UseRealTime()->Unit(benchmark::kMillisecond)->Iterations(7);
+BENCHMARK(BM_LmStep_Precision)->ArgNames({"variant", "emulated"})->Args({kAdditive, 0})->Args({kDeltaDv1, 0})
+    ->UseRealTime()->Unit(benchmark::kMillisecond)->Iterations(7);
 
 BENCHMARK_MAIN();

@@ -198,7 +198,7 @@ int run(const ddl::cli::CommandLine& cli) {
     ddl::normalize(train, st);
   }
   ddl::normalize(test, st);
-  opt.extraMeta = {{"input_mean", statsText(st.mean)}, {"input_std", statsText(st.stddev)}, {"data", dir}};
+  opt.extraMeta.insert({{"input_mean", statsText(st.mean)}, {"input_std", statsText(st.stddev)}, {"data", dir}});
   if (!saved.evalOnly) requireSameData(saved, identity, opt);
 
   Net net(cfg, opt.seed);

@@ -21,6 +21,7 @@
 
 #include "cli.hpp"
 #include "final_report.hpp"
+#include "precision_option.hpp"
 #include "run_folder.hpp"
 #include "ddl/diag/net_gate_audit.hpp"
 #include "ddl/train/epoch_audit.hpp"
@@ -240,8 +241,9 @@ inline void declareTrainingOptions(cli::CommandLine& cli, const TrainingDefaults
   if (d.augmentHelp)  // image programs only
     cli.option("augment", "A", d.augmentHelp, d.augment).option("label-smoothing", "E", "label smoothing in [0, 1)", d.labelSmoothing);
   cli.option("seed", "S", "initialisation and batch order", "1")
-      .option("threads", "T", "0 = all cores", "0")
-      .option("mpi-timeout", "S", "under mpirun: end the job (exit 4) when one collective call waits S seconds "
+      .option("threads", "T", "0 = all cores", "0");
+  declarePrecisionOption(cli);
+  cli.option("mpi-timeout", "S", "under mpirun: end the job (exit 4) when one collective call waits S seconds "
               "for a rank that stopped or hangs; 0 = wait forever", "600")
       .flag("no-nan-guard", "keep training through a NaN/Inf loss or gradient (default: stop with an error)");
 }
@@ -399,6 +401,7 @@ inline TrainerOptions trainingOptions(const cli::CommandLine& cli, const SavedRu
   }
   if (given("seed")) opt.seed = cli.integer<std::uint64_t>("seed", 0, std::numeric_limits<std::uint64_t>::max());
   opt.threads = cli.integer<int>("threads", 0, 4096);
+  opt.extraMeta["precision"] = applyPrecision(cli);
   opt.checkFinite = !cli.has("no-nan-guard");
   opt.outDir = cli.text("out");
   return opt;

@@ -170,8 +170,8 @@ int run(const ddl::cli::CommandLine& cli) {
   ddl::normalize(test, st);
   if (hog) test = ddl::withFeatures(test, standardized(testHog, hogMean, hogStd));
   cfg.inputDim = test.features();
-  opt.extraMeta = {{"input_mean", ddl::csvNumber(st.mean(0))}, {"input_std", ddl::csvNumber(st.stddev(0))},
-                   {"data", dir}, {"input", hog ? "pixels+hog" : "pixels"}};
+  opt.extraMeta.insert({{"input_mean", ddl::csvNumber(st.mean(0))}, {"input_std", ddl::csvNumber(st.stddev(0))},
+                   {"data", dir}, {"input", hog ? "pixels+hog" : "pixels"}});
   if (hog) {
     opt.extraMeta["hog_mean"] = ddl::csvNumber(hogMean);
     opt.extraMeta["hog_std"] = ddl::csvNumber(hogStd);

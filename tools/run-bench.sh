@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 threads=${1:-2}
 "$(dirname "$0")/install-deps.sh" build-essential cmake libeigen3-dev libbenchmark-dev nlohmann-json3-dev \
-  zlib1g-dev python3-torch libopenblas0-openmp jq libopenmpi-dev openmpi-bin
+  zlib1g-dev python3-torch libopenblas0-openmp jq libopenmpi-dev openmpi-bin libdnnl-dev
 cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=Release -DDDL_BUILD_TESTS=OFF -DDDL_BUILD_EXAMPLES=OFF \
   -DDDL_BUILD_BENCH=ON >/dev/null
 cmake --build build-bench -j "$(nproc)"

@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 "$(dirname "$0")/install-deps.sh" build-essential cmake libeigen3-dev catch2 libbenchmark-dev \
-  zlib1g-dev nlohmann-json3-dev python3-torch clang libopenmpi-dev openmpi-bin
+  zlib1g-dev nlohmann-json3-dev python3-torch clang libopenmpi-dev openmpi-bin libdnnl-dev
 # shellcheck disable=SC2086
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DDDL_WARNINGS_AS_ERRORS=ON -DDDL_NATIVE=OFF ${DDL_CMAKE_FLAGS:-}
 cmake --build "$build" -j "$(nproc)"

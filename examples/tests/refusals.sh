@@ -38,6 +38,12 @@ expect 1 "--batch expects an integer in [1, 1048576], got '0'" "${small[@]}" --b
 expect 1 "--width expects an integer in [1, 65536], got 'nan'" "${small[@]}" --width nan
 expect 1 "--lr expects a finite number in [0, 1.7976931348623157e+308], got 'nan'" "${small[@]}" --lr nan
 expect 1 "--seed expects an integer in [0, 18446744073709551615], got '-1'" "${small[@]}" --seed -1
+expect 1 "--precision expects one of float, bf16, bf16-emulated, auto, got 'half'" "${small[@]}" --precision half
+# bf16 where it cannot run natively (an AVX2 CPU, played by limiting oneDNN; or a build without oneDNN): refused
+# with the reason and the ways out.
+runEnv=(DNNL_MAX_CPU_ISA=AVX2)
+expect 1 "(--precision bf16-emulated gives its numerics on any CPU, slowly; auto keeps float)" "${small[@]}" --precision bf16
+runEnv=()
 expect 1 "--val 400 leaves no training samples (the training set has 400)" "${small[@]}" --val 400
 expect 1 "--audit gathers the gate statistics over the validation set after every epoch, and --val 0 holds none out" "${small[@]}" --val 0 --audit
 expect 1 "--label-smoothing expects a number in [0, 1), got '1'" "${small[@]}" --label-smoothing 1

@@ -1,10 +1,11 @@
 #pragma once
 // ddl/core/config.hpp: version and the one place where optional dependencies become macros.
 // The CMake targets of the optional parts define them (ddl::openmp DDL_WITH_OPENMP=1, ddl::zlib
-// DDL_WITH_ZLIB=1, ddl::mpi DDL_WITH_MPI=1, ddl::json DDL_WITH_JSON=1); ddl::ddl alone defines none.
+// DDL_WITH_ZLIB=1, ddl::mpi DDL_WITH_MPI=1, ddl::json DDL_WITH_JSON=1, ddl::dnnl DDL_WITH_DNNL=1); ddl::ddl
+// alone defines none.
 // Without them: OpenMP follows the compiler (-fopenmp), nlohmann-json is used when its header is
 // reachable, zlib and MPI are off (they need libraries at link time, so only an explicit choice turns
-// them on).
+// them on), and so is oneDNN.
 
 #define DDL_VERSION_MAJOR 0
 #define DDL_VERSION_MINOR 1
@@ -17,6 +18,11 @@
 
 #ifndef DDL_WITH_MPI
 #define DDL_WITH_MPI 0
+#endif
+
+// DDL_WITH_DNNL: oneDNN, the bf16 products' kernel (ddl/dnnl/matmul.hpp); set by ddl::dnnl.
+#ifndef DDL_WITH_DNNL
+#define DDL_WITH_DNNL 0
 #endif
 
 #ifndef DDL_WITH_JSON

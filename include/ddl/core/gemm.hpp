@@ -10,17 +10,41 @@
 // thread (nn/layers/linear.hpp does). This is the one place ddl uses Eigen's internal product kernel.
 //
 // Float products run ddl's packed AVX2 kernel instead when the CPU has it (core/packed_sgemm.hpp): faster,
-// and its bits do not depend on how a product is cut into row or column ranges.
+// and its bits do not depend on how a product is cut into row or column ranges. Under the bf16 policy
+// (core/precision.hpp) float products round their inputs to bf16 and run the installed bf16 kernel, or
+// are emulated; a weight's bf16 copy is read from the step's cache (core/bf16_weights.hpp).
+#include <cstdint>
 #include <memory>
 #include <type_traits>
 
 #include <Eigen/Core>
 
+#include "ddl/core/bf16.hpp"
+#include "ddl/core/bf16_weights.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/packed_sgemm.hpp"
+#include "ddl/core/precision.hpp"
 #include "ddl/core/types.hpp"
 
 namespace ddl {
+
+namespace detail {
+// A buffer of bf16 bits that only grows.
+class Bf16Buffer {
+ public:
+  std::uint16_t* reserve(std::size_t size) {
+    if (size > m_size) {
+      m_data.reset(new std::uint16_t[size]);
+      m_size = size;
+    }
+    return m_data.get();
+  }
+
+ private:
+  std::unique_ptr<std::uint16_t[]> m_data;
+  std::size_t m_size = 0;
+};
+}  // namespace detail
 
 template <class S>
 class GemmWorkspace {
@@ -46,25 +70,13 @@ class GemmWorkspace {
     if (k != kB || C.rows() != m || C.cols() != n)
       throw ShapeError(message("ddl::GemmWorkspace::product", "op(A) is ", shapeString(m, k), ", op(B) is ",
                                shapeString(kB, n), " and C is ", shapeOf(C), ": shapes do not chain"));
-#if DDL_PACKED_SGEMM_X86
     if constexpr (std::is_same_v<S, float>) {
-      if (m > 0 && n > 0 && k > 0 && packedSgemmEnabled()) {
-        detail::packedSgemm(m, n, k, A.data(), A.outerStride(), transA, B.data(), B.outerStride(), transB, C.data(),
-                            C.outerStride(), alpha, accumulate, m_packA, m_packB);
+      if (m > 0 && n > 0 && k > 0 && productPrecision() == Precision::BF16) {
+        bf16Product(m, n, k, A, transA, B, transB, C, alpha, accumulate);
         return;
       }
     }
-#endif
-    if (!accumulate) C.setZero();
-    if (m == 0 || n == 0 || k == 0) return;
-    reserve(m, n, k);
-    const int code = (transA ? 2 : 0) + (transB ? 1 : 0);
-    switch (code) {
-      case 0: kernel<Eigen::ColMajor, Eigen::ColMajor>(m, n, k, A, B, C, alpha); break;
-      case 1: kernel<Eigen::ColMajor, Eigen::RowMajor>(m, n, k, A, B, C, alpha); break;
-      case 2: kernel<Eigen::RowMajor, Eigen::ColMajor>(m, n, k, A, B, C, alpha); break;
-      default: kernel<Eigen::RowMajor, Eigen::RowMajor>(m, n, k, A, B, C, alpha); break;
-    }
+    nativeProduct(m, n, k, A, transA, B, transB, C, alpha, accumulate);
   }
 
   // (Re)builds the buffers for a product of op(A): (m, k) times op(B): (k, n) when the shape changes;
@@ -119,9 +131,74 @@ class GemmWorkspace {
                                                            *m_blocking, nullptr);
   }
 
+  // The product in S, every term in S: ddl's packed float kernel or Eigen's.
+  void nativeProduct(Index m, Index n, Index k, const ConstOperand& A, bool transA, const ConstOperand& B, bool transB,
+                     Output& C, S alpha, bool accumulate) {
+#if DDL_PACKED_SGEMM_X86
+    if constexpr (std::is_same_v<S, float>) {
+      if (m > 0 && n > 0 && k > 0 && packedSgemmEnabled()) {
+        detail::packedSgemm(m, n, k, A.data(), A.outerStride(), transA, B.data(), B.outerStride(), transB, C.data(),
+                            C.outerStride(), alpha, accumulate, m_packA, m_packB);
+        return;
+      }
+    }
+#endif
+    if (!accumulate) C.setZero();
+    if (m == 0 || n == 0 || k == 0) return;
+    reserve(m, n, k);
+    const int code = (transA ? 2 : 0) + (transB ? 1 : 0);
+    switch (code) {
+      case 0: kernel<Eigen::ColMajor, Eigen::ColMajor>(m, n, k, A, B, C, alpha); break;
+      case 1: kernel<Eigen::ColMajor, Eigen::RowMajor>(m, n, k, A, B, C, alpha); break;
+      case 2: kernel<Eigen::RowMajor, Eigen::ColMajor>(m, n, k, A, B, C, alpha); break;
+      default: kernel<Eigen::RowMajor, Eigen::RowMajor>(m, n, k, A, B, C, alpha); break;
+    }
+  }
+
+  // The bf16 policy: op(A), op(B) rounded to bf16 (a weight's copy from the step's cache, others converted
+  // here), then the installed bf16 kernel, or the emulation: the rounded values widened back to float
+  // (exactly) and multiplied by the float kernel, float products and sums.
+  void bf16Product(Index m, Index n, Index k, const ConstOperand& A, bool transA, const ConstOperand& B, bool transB,
+                   Output& C, S alpha, bool accumulate) {
+    const Bf16Weights* weights = detail::activeBf16Weights().load(std::memory_order_relaxed);
+    Bf16ProductArgs args;
+    args.m = m, args.n = n, args.k = k, args.transA = transA, args.transB = transB;
+    args.C = C.data(), args.ldc = C.outerStride(), args.alpha = alpha, args.accumulate = accumulate;
+    args.A = bf16Operand(A, weights, m_bitsA, args.lda);
+    args.B = bf16Operand(B, weights, m_bitsB, args.ldb);
+    if (const Bf16Kernel kernel = bf16Kernel()) {
+      kernel(args);
+      return;
+    }
+    const Index ra = A.rows(), ca = A.cols(), rb = B.rows(), cb = B.cols();
+    float* a = m_wideA.reserve(ra * ca);
+    float* b = m_wideB.reserve(rb * cb);
+    fromBf16(args.A, args.lda, ra, ca, a, ra);
+    fromBf16(args.B, args.ldb, rb, cb, b, rb);
+    using Map = Eigen::Map<const MatX<float>>;
+    nativeProduct(m, n, k, Map(a, ra, ca), transA, Map(b, rb, cb), transB, C, alpha, accumulate);
+  }
+
+  // X's bf16 bits and their column stride: the cached copy of a weight, else X converted into bits.
+  static const std::uint16_t* bf16Operand(const ConstOperand& X, const Bf16Weights* weights,
+                                          detail::Bf16Buffer& bits, Index& ld) {
+    if (weights != nullptr) {
+      if (const std::uint16_t* cached = weights->find(X.data(), X.outerStride())) {
+        ld = X.outerStride();
+        return cached;
+      }
+    }
+    std::uint16_t* out = bits.reserve(static_cast<std::size_t>(X.rows() * X.cols()));
+    toBf16(X.data(), X.outerStride(), X.rows(), X.cols(), out);
+    ld = X.rows();
+    return out;
+  }
+
   std::unique_ptr<Blocking> m_blocking;
   Index m_m = -1, m_n = -1, m_k = -1;
   detail::PackBuffer m_packA, m_packB;  // the packed kernel's blocks (float only)
+  detail::Bf16Buffer m_bitsA, m_bitsB;  // the bf16 policy's converted operands
+  detail::PackBuffer m_wideA, m_wideB;  // the emulation's rounded operands in float
 };
 
 }  // namespace ddl

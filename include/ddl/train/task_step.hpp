@@ -12,8 +12,10 @@
 #include <type_traits>
 #include <utility>
 
+#include "ddl/core/bf16_weights.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/param_list.hpp"
+#include "ddl/core/precision.hpp"
 #include "ddl/core/types.hpp"
 #include "ddl/train/grad_clip.hpp"
 
@@ -41,6 +43,7 @@ template <class S>
 struct StepBuffers {
   MatX<S> logits;       // (classes, B) of the last forward, then their softmax and gradient (backward reads no logits)
   ParamList<S> params;  // the model's parameter walk, taken once
+  Bf16Weights bf16;     // under the bf16 policy: the weights' bf16 copies of this step (core/bf16_weights.hpp)
 };
 
 // What one step measured, on the batch before the parameter update.
@@ -63,6 +66,17 @@ StepStats taskStep(Model& model, Task& task, Opt& optimizer, const Input& X, con
                    StepBuffers<typename Task::Scalar>& buf, const TrainStepOptions& options,
                    BeforeBackward&& beforeBackward, BeforeUpdate&& beforeUpdate) {
   require(options.clipNorm >= 0.0, "ddl::trainStep", "clipNorm must be >= 0 (0 = off), got ", options.clipNorm);
+  // Under the bf16 policy the weights are converted once here, after the last update; the copies are read
+  // by forward and backward only, the scope ends before the update.
+  const Bf16Weights* stepWeights = nullptr;
+  if constexpr (std::is_same<typename Task::Scalar, float>::value) {
+    if (productPrecision() == Precision::BF16) {
+      buf.params.refresh(model);
+      buf.bf16.refresh(buf.params);
+      stepWeights = &buf.bf16;
+    }
+  }
+  Bf16WeightScope bf16Scope(stepWeights);
   model.forward(X, buf.logits);
   // The loss's softmax, then the gradient, take the logits' place: one (classes, B) buffer, 196 MiB for
   // the 124M language model (docs/results.md).
@@ -71,6 +85,7 @@ StepStats taskStep(Model& model, Task& task, Opt& optimizer, const Input& X, con
   zeroGrad(buf.params);
   beforeBackward(s);
   model.backward(buf.logits);
+  bf16Scope.end();
   beforeUpdate(s);
   if (options.clipNorm > 0.0) s.gradNorm = clipGradNorm(buf.params, options.clipNorm);
   optimizer.step(buf.params);
