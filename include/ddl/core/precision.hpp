@@ -8,7 +8,7 @@
 // inputs rounded to bf16 (core/bf16.hpp), with float sums and float outputs, forward and backward, as
 // PyTorch's autocast does; everything else (weights, optimizer state, norms, softmax, gates, losses) stays
 // float. Who runs a bf16 product is the bf16 kernel installed here: oneDNN's bf16 matmul when a program
-// links ddl::dnnl and the CPU has it (ddl/dnnl/engine.hpp), else none, and the products are emulated (the
+// links ddl::dnnl and the CPU has it (ddl/dnnl/matmul.hpp), else none, and the products are emulated (the
 // rounded inputs widened back to float and multiplied by the float kernel): the same numerics, slower.
 // The policy is process-wide, like the thread count: set it before products run on other threads.
 #include <atomic>
@@ -70,7 +70,7 @@ inline Precision setProductPrecision(Precision p) {
 // The native bf16 kernel, or nullptr when bf16 products are emulated.
 inline Bf16Kernel bf16Kernel() { return detail::bf16KernelSlot().load(); }
 
-// Installs a native bf16 kernel (nullptr: emulate); returns the previous one. ddl/dnnl/engine.hpp calls it.
+// Installs a native bf16 kernel (nullptr: emulate); returns the previous one. ddl/dnnl/matmul.hpp calls it.
 inline Bf16Kernel setBf16Kernel(Bf16Kernel k) { return detail::bf16KernelSlot().exchange(k); }
 
 }  // namespace ddl
