@@ -102,7 +102,10 @@ refused 1 "is the run folder --out" --out "$work/run" --export-authors "$work/ru
 # and exports.
 fixture=$(cd "$(dirname "$0")/../../tests/fixtures/authors/dv1+attn" && pwd)
 perl -e 'print pack("v*", map { ($_ * 7 + 3) % 31 } 0 .. 3999)' >"$work/ids31.bin"
-toks=(--tokens "$work/ids31.bin" --val-tokens "$work/ids31.bin" --test-tokens "$work/ids31.bin")
+# Three files: ddl-text refuses a file that is in two of the sets.
+cp "$work/ids31.bin" "$work/val31.bin"
+cp "$work/ids31.bin" "$work/test31.bin"
+toks=(--tokens "$work/ids31.bin" --val-tokens "$work/val31.bin" --test-tokens "$work/test31.bin")
 small=(--batch 2 --steps 2 --threads 1 --sample-tokens 3 --top-k 5)  # top-k at most the 31 ids
 out=$("$exe" --init-from "$fixture" "${toks[@]}" --out "$work/hd" "${small[@]}" --epochs 1 2>&1) ||
   fail "--init-from head_dim 4 failed: $out"

@@ -206,12 +206,14 @@ inline BpeTokenizer::BpeTokenizer(const BpeVocabulary& v) {
   const char* fn = "ddl::BpeTokenizer";
   if (v.tokens.empty()) throw IoError(message(fn, "file '", v.vocabSource, "': the vocabulary is empty"));
   // The tables are indexed by id: an id far beyond the token count (a file's 2147483646) would ask
-  // for gigabytes, so at least half the ids below the largest must be tokens.
+  // for gigabytes, so beyond 2^18 ids (a 256 000-token vocabulary fits) at least half the ids below the
+  // largest must be tokens; below, a sparse vocabulary costs a few MB at most.
   const BpeVocabEntry* largest = &v.tokens.front();
   for (const BpeVocabEntry& t : v.tokens)
     if (t.id > largest->id) largest = &t;
   const int maxId = largest->id;
-  if (static_cast<std::size_t>(maxId) >= 2 * v.tokens.size() + 256)
+  constexpr std::size_t kSparseIds = std::size_t(1) << 18;
+  if (static_cast<std::size_t>(maxId) >= std::max(2 * v.tokens.size() + 256, kSparseIds))
     throwFileError(fn, v.vocabSource, largest->offset, "token id ", maxId, " leaves most ids below it without a token (",
                    v.tokens.size(), " tokens): a vocabulary numbers its tokens 0, 1, 2, ... with few gaps");
   m_bytes.assign(static_cast<std::size_t>(maxId) + 1, std::string());
