@@ -1,6 +1,9 @@
 // The gate as one object (nn/layers/beta_gate.hpp): every form's names in configurations and checkpoints,
 // its parameters, its start from beta0, its backward against central differences in double (with the
 // default cap 2 and a lower one), the default cap's bits equal to ops/gate.hpp's, bad options.
+#include <algorithm>
+#include <cmath>
+#include <limits>
 #include <map>
 #include <random>
 #include <string>
@@ -110,6 +113,54 @@ TEST_CASE("the gate's backward matches central differences for every form and ca
       });
     }
   }
+}
+
+TEST_CASE("the clamp at evaluation caps beta, has zero slope where it binds, and matches differences", "[nn][gate][grad]") {
+  const auto seed = GENERATE(take(4, random(1u, 1000000u)));
+  std::mt19937 rng(seed);
+  const Index d = std::uniform_int_distribution<int>(1, 6)(rng), N = std::uniform_int_distribution<int>(2, 8)(rng);
+  for (GateKind k : kAllKinds) {
+    GateOptions opt;
+    opt.kind = k;
+    opt.hidden = 3;
+    CAPTURE(seed, d, N, ddl::toString(k));
+    BetaGate<double> g(d, opt);
+    ddl::Rng init(seed);
+    g.init(init);
+    MatX<double> C = 3 * MatX<double>::Random(d, N), dC;
+    BetaGate<double>::Tensors t;
+    g.forward(C, t);
+    std::vector<double> sorted(t.beta.data(), t.beta.data() + N);
+    std::sort(sorted.begin(), sorted.end());
+    const double c = 0.5 * (sorted[N / 2 - 1] + sorted[N / 2]);  // binds for about half the tokens
+    CAPTURE(c);
+    const RowX<double> unclamped = t.beta;
+    g.setClamp(c);
+    CHECK(g.clamp() == c);
+    g.forward(C, t);
+    for (Index n = 0; n < N; ++n) CHECK(t.beta(0, n) == std::min(unclamped(0, n), c));
+    const RowX<double> Wl = RowX<double>::Random(1, N);
+    const auto loss = [&] {
+      BetaGate<double>::Tensors tt;
+      g.forward(C, tt);
+      return (Wl.array() * tt.beta.array()).sum();
+    };
+    g.backward(C, t, Wl, dC);
+    if (sorted[N / 2] - sorted[N / 2 - 1] > 1e-4) {  // no token within the differences' step of the kink
+      FD_CHECK(dC, ddl::testing::numericGrad(C, loss));
+      g.visitParams("gate", [&](const std::string& name, Param<double>& p) {
+        CAPTURE(name);
+        FD_CHECK(p.grad, ddl::testing::numericGrad(p.value, loss));
+      });
+    }
+    g.setClamp(std::numeric_limits<double>::infinity());
+    g.forward(C, t);
+    CHECK(t.beta == unclamped);
+  }
+  BetaGate<double> g(3, GateOptions{});
+  for (double bad : {0.0, -1.0, std::nan("")})
+    CHECK(ddl_test::contains(ddl_test::thrownMessage<ddl::ValueError>([&] { g.setClamp(bad); }),
+                             "ddl::BetaGate::setClamp: the clamp must be > 0"));
 }
 
 TEST_CASE("the gate with the default cap gives ops/gate.hpp's bits", "[nn][gate]") {

@@ -24,6 +24,7 @@
 // initValueBiasAsLinear(rng) redraws the value bias as torch.nn.Linear's (the authors' start; DeltaLM's
 // init "authors").
 #include <cmath>
+#include <limits>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -145,6 +146,14 @@ class DeltaResidual {
   const MatX<S>& values() const { return last().V; }      // (dv, N)
   const MatX<S>& discrepancy() const { return last().delta; }  // (dv, N): v - X^T k, Delta kind only
   const DeltaResidualOptions& options() const { return m_opt; }
+
+  // The evaluation intervention beta <- min(beta, c) (nn/layers/beta_gate.hpp); +inf removes it. Throws
+  // ValueError for the additive baseline, which has no gate.
+  void setBetaClamp(double c) {
+    require(hasGate(), "ddl::DeltaResidual::setBetaClamp", "the additive residual has no gate to clamp");
+    m_gate.setClamp(c);
+  }
+  double betaClamp() const { return hasGate() ? m_gate.clamp() : std::numeric_limits<double>::infinity(); }
 
  private:
   const Tensors& last() const { return m_lastInference ? m_inference.t : m_train.t; }

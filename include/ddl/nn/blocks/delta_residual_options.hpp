@@ -72,7 +72,8 @@ struct DeltaResidualOptions {
   double epsK = 1e-5;
   GateKind gate = GateKind::Linear;  // the gate's form, width and start (nn/layers/beta_gate.hpp)
   Index gateHidden = 128;            // TwoLayerTanh only
-  double beta0 = 1.0;                // initial gate value in [0, 2]; 0 gives a dead gate (d beta/dz ~ 2e-6)
+  double beta0 = 1.0;                // initial gate value in [0, betaMax]; 0 gives a dead gate (d beta/dz ~ 2e-6)
+  double betaMax = 2.0;              // the gate's cap, beta = betaMax sigma(z), in (0, 2]; 1 allows no reflection
   ValueKind value = ValueKind::SigmoidScaled;
   double valueScale = 4.0;     // s of SigmoidScaled
   double valueConstant = 2.0;  // Constant
@@ -91,7 +92,7 @@ struct DeltaResidualOptions {
     require(!(norm == DirectionNorm::AddEps && epsK == 0), fn, "add_eps normalization needs epsK > 0");
   }
 
-  GateOptions gateOptions() const { return GateOptions{gate, gateHidden, beta0}; }
+  GateOptions gateOptions() const { return GateOptions{gate, gateHidden, beta0, betaMax}; }
 };
 
 }  // namespace ddl

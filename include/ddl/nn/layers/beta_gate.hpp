@@ -5,11 +5,14 @@
 //   z = w c + b             GateKind::Linear (default): gate.weight (1, d), gate.bias [1], as nn.Linear(d, 1)
 //     | w2 tanh(W1 c) + b2  GateKind::TwoLayerTanh: gate.fc1.weight (hg, d) (no bias), gate.fc2.weight (1, hg),
 //                           gate.fc2.bias [1], as fc1 = nn.Linear(d, hg, bias=False), fc2 = nn.Linear(hg, 1)
+// An evaluation intervention, setClamp(c): beta <- min(betaMax sigma(z), c) in both modes, with d beta/dz = 0
+// where the clamp binds (docs/claims.md, "The clamp intervention"); c = +inf (the default) changes nothing.
 // Start (seeded): the weights as torch.nn.Linear (U(+-1/sqrt(fan_in))), the bias logit(beta0 / betaMax), so
 // every token starts near beta0. The arithmetic is ops/gate.hpp's.
 // A new form is an enumerator of GateKind and a case in each switch of this header: the switches have no
 // default, so -Wswitch (in ddl's warnings, an error with DDL_WARNINGS_AS_ERRORS) names every one it misses.
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -95,12 +98,16 @@ class BetaGate {
       case GateKind::TwoLayerTanh: twoLayerGateLogits(m_w1.value, m_w.value, m_b.value(0, 0), C, t.hid, t.Z); break;
     }
     gateFromLogits(t.Z, t.beta, static_cast<S>(m_opt.betaMax));
+    if (clamps()) t.beta = t.beta.cwiseMin(static_cast<S>(m_clamp));
   }
 
   // C and t of the forward, dBeta: (1, N) -> dC: (d, N) overwritten; parameter gradients accumulate.
   template <class DC>
   void backward(const Eigen::MatrixBase<DC>& C, const Tensors& t, const RowX<S>& dBeta, MatX<S>& dC) {
     gateFromLogitsBackward(t.Z, dBeta, m_dZ, static_cast<S>(m_opt.betaMax));
+    if (clamps())  // the clamp's own derivative: 0 where min(., c) chose c
+      for (Index n = 0; n < m_dZ.cols(); ++n)
+        if (static_cast<S>(m_opt.betaMax) * stableSigmoid(t.Z(0, n)) > static_cast<S>(m_clamp)) m_dZ(0, n) = S(0);
     switch (m_opt.kind) {
       case GateKind::Linear: linearGateLogitsBackward(m_w.value, C, m_dZ, dC, m_w.grad, m_b.grad); break;
       case GateKind::TwoLayerTanh:
@@ -133,8 +140,18 @@ class BetaGate {
 
   const GateOptions& options() const { return m_opt; }
 
+  // beta <- min(beta, c) from the next forward on; c > 0 (NaN refused), +inf removes the clamp.
+  void setClamp(double c) {
+    require(c > 0, "ddl::BetaGate::setClamp", "the clamp must be > 0 (or +inf for none), got ", c);
+    m_clamp = c;
+  }
+  double clamp() const { return m_clamp; }
+
  private:
+  bool clamps() const { return m_clamp < m_opt.betaMax; }
+
   GateOptions m_opt;
+  double m_clamp = std::numeric_limits<double>::infinity();
   Param<S> m_w, m_w1, m_b;  // the weight next to the bias (1, d | hg), fc1 (hg, d), the bias [1]
   RowX<S> m_dZ;             // backward's scratch
   MatX<S> m_dPre;
