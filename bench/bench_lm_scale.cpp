@@ -3,7 +3,7 @@
 //
 //   OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive ./ddl_bench_lm_scale
 //
-// BM_ScaleStep/variant: one training step on one sequence of 1024 tokens (zeroGrad + forward + mean
+// BM_ScaleStep/variant/precision: one training step on one sequence of 1024 tokens (zeroGrad + forward + mean
 //   next-token cross-entropy + backward + AdamW), after one warm-up step that sizes every workspace.
 //   Counters: step_ms, tokens_per_s, params, and what the first step allocates, phase by phase, read
 //   from glibc's heap (mallinfo2, bytes in use; later steps reuse it all): weights_MiB, grads_MiB (after
@@ -13,7 +13,8 @@
 //   (backward's own scratch), adamw_MiB (its two moments) and total_MiB. The additive variant also counts
 //   model_gflop, its step's floating-point operations as the pre-norm GPT count has them (additiveStepFlops),
 //   and model_gflops, that count per second of the median step: read against BM_FmaPeak/threads:2 of
-//   ddl_bench_gemm, the share of the machine's float peak the step reaches.
+//   ddl_bench_gemm, the share of the machine's float peak the step reaches. precision:1 runs the step under the
+//   bf16 policy on oneDNN (bf16 copies of the weights made once per step), skipped where the CPU has no bf16.
 // BM_ScaleGenerate/variant: LmDecoder (the cache of keys, values and EC's last embeddings) fed a
 //   960-token prompt one token at a time (prefill_tokens_per_s), then 64 more tokens up to the context
 //   of 1024 (decode_tokens_per_s: a step at the longest contexts, its logits included; sampling is
@@ -87,6 +88,11 @@ ddl::Index additiveParams() {
 
 void BM_ScaleStep(benchmark::State& state) {
   const int variant = static_cast<int>(state.range(0));
+  const ddl_bench::PrecisionArg precision(state.range(1));
+  if (!precision.refusal().empty()) {
+    state.SkipWithError(precision.refusal().c_str());
+    return;
+  }
   const double before = heapInUse();
   ddl::DeltaLM<S> model(scaleConfig(variant), 1);
   const double weights = heapInUse() - before;
@@ -102,26 +108,38 @@ void BM_ScaleStep(benchmark::State& state) {
   for (Index t = 0; t < kT; ++t) batch.ids[static_cast<std::size_t>(t)] = draw();
   for (Index t = 0; t < kT; ++t) next[static_cast<std::size_t>(t)] = draw();
   ddl::MatX<S> logits;
-  // The first step, phase by phase: what each allocates and keeps (every later step reuses it all).
+  // The first step, phase by phase: what each allocates and keeps (every later step reuses it all; under
+  // bf16 the weights' bf16 copies count in forward_MiB).
+  ddl_bench::Bf16Step precisionStep;
   ddl::zeroGrad(params);
   const double h0 = heapInUse();
-  model.forward(batch, logits);
-  const double h1 = heapInUse();
-  ce.forwardInPlace(logits, next);  // softmax, then gradient, in the logits' place, as the training step does
-  ce.backward(logits);
-  const double h2 = heapInUse();
-  model.backward(logits);
-  const double h3 = heapInUse();
-  opt.step(params);
+  double h1 = 0, h2 = 0, h3 = 0;
+  precisionStep.run(
+      params,
+      [&] {
+        model.forward(batch, logits);
+        h1 = heapInUse();
+        ce.forwardInPlace(logits, next);  // softmax, then gradient, in the logits' place, as the training step does
+        ce.backward(logits);
+        h2 = heapInUse();
+        model.backward(logits);
+        h3 = heapInUse();
+        return 0;
+      },
+      [&] { opt.step(params); });
   const double h4 = heapInUse();
   const auto step = [&] {
     ddl::zeroGrad(params);
-    model.forward(batch, logits);
-    const S loss = ce.forwardInPlace(logits, next);
-    ce.backward(logits);
-    model.backward(logits);
-    opt.step(params);
-    return loss;
+    return precisionStep.run(
+        params,
+        [&] {
+          model.forward(batch, logits);
+          const S loss = ce.forwardInPlace(logits, next);
+          ce.backward(logits);
+          model.backward(logits);
+          return loss;
+        },
+        [&] { opt.step(params); });
   };
   std::vector<double> times;
   for (auto _ : state) {
@@ -154,7 +172,7 @@ void BM_ScaleStep(benchmark::State& state) {
   state.counters["backward_MiB"] = (h3 - h2) / kMiB;
   state.counters["adamw_MiB"] = (h4 - h3) / kMiB;
   state.counters["total_MiB"] = (h4 - before) / kMiB;
-  state.SetLabel(variantName(variant));
+  state.SetLabel(std::string(variantName(variant)) + ", " + ddl_bench::PrecisionArg::name(state.range(1)));
 }
 
 void BM_ScaleGenerate(benchmark::State& state) {
@@ -182,7 +200,7 @@ void BM_ScaleGenerate(benchmark::State& state) {
 
 }  // namespace
 
-BENCHMARK(BM_ScaleStep)->ArgNames({"variant"})->Arg(kCcEc)->Arg(kAdditive)->Iterations(3)->UseRealTime()
+BENCHMARK(BM_ScaleStep)->ArgNames({"variant", "precision"})->ArgsProduct({{kCcEc, kAdditive}, {0, 1}})->Iterations(3)->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ScaleGenerate)->ArgNames({"variant"})->Arg(kCcEc)->Arg(kAdditive)->Iterations(1)->UseRealTime()
     ->Unit(benchmark::kMillisecond);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ddl against PyTorch on the same training step, same threads, in interleaved rounds: each round runs
 # ddl's benchmark once and then PyTorch's script once, so that both sides meet the same load.
-#   bench/run_compare.sh [--net mlp|conv|lm] [--rounds R] [build-dir] [threads]   (defaults: mlp, 3, build-bench, 2)
+#   bench/run_compare.sh [--net mlp|conv|lm] [--precision float|bf16] [--rounds R] [build-dir] [threads]
+#   (defaults: mlp, float, 3, build-bench, 2)
 #   mlp : ddl_bench_net BM_NetStep_Paired   beside bench/pytorch/bench_deltanet.py
 #         (784 -> 256, 4 Delta blocks of hidden 1024, B = 128; plain and delta)
 #   conv: ddl_bench_conv_block BM_ConvNetStep beside bench/pytorch/bench_conv_deltanet.py
@@ -10,6 +11,8 @@
 #         (DeltaLM d 256, L 4, 4 heads, T 256, B 16, vocab 256, float; additive dv1, delta dv1, delta cc
 #         (dv 4); PyTorch's variants dv1-additive, dv1, cc; its first round checks its model against
 #         tools/ddl_torch.py's DeltaLM (--verify), later rounds skip that)
+# --precision bf16 times ddl's step under its bf16 policy on oneDNN (the benchmark's precision:1); where the
+# CPU has no native bf16 the script says so ("not measured on this CPU", exit 0) without running PyTorch.
 # Reported per side: the median of the rounds' medians and the minimum of the rounds' minima; PyTorch
 # in its fastest mode, whichever it is (bench/pytorch/modes.py: eager, torch.jit.script, and bf16
 # autocast with float master weights where the CPU has native bf16 products). Both sides run with OMP_WAIT_POLICY=passive (spinning
@@ -23,12 +26,14 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 net=mlp
+precision=float
 rounds=3
 max_busy=0.3
 quiet_wait=900
 while [ $# -gt 0 ]; do
   case $1 in
     --net) net=$2; shift 2 ;;
+    --precision) precision=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --max-busy) max_busy=$2; shift 2 ;;
     --quiet-wait) quiet_wait=$2; shift 2 ;;
@@ -42,6 +47,11 @@ case $net in
   conv) exe="$build/bench/ddl_bench_conv_block" filter='BM_ConvNetStep' script="$here/pytorch/bench_conv_deltanet.py" ;;
   lm) exe="$build/bench/ddl_bench_lm" filter='BM_LmStep_Paired' script="$here/pytorch/bench_lm.py" ;;
   *) echo "run_compare.sh: --net expects mlp, conv or lm, got '$net'" >&2; exit 1 ;;
+esac
+case $precision in
+  float) filter="$filter/.*precision:0" ;;
+  bf16) filter="$filter/.*precision:1" ;;
+  *) echo "run_compare.sh: --precision expects float or bf16, got '$precision'" >&2; exit 1 ;;
 esac
 # The residual kinds / variants reported, in order; the first is the baseline of the ratio lines.
 if [ "$net" = lm ]; then variants="additive delta cc"; else variants="plain delta"; fi
@@ -74,7 +84,7 @@ wait_quiet() {
 }
 loaded_rounds=""
 
-echo "# $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $net step, $threads threads, $rounds interleaved rounds," \
+echo "# $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $net step (ddl in $precision), $threads threads, $rounds interleaved rounds," \
   "load average $(cut -d' ' -f1-3 /proc/loadavg), tree $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo '?')"
 : >"$tmp/ddl.txt"
 : >"$tmp/torch.txt"
@@ -87,6 +97,12 @@ for r in $(seq 1 "$rounds"); do
   fi
   OMP_NUM_THREADS=$threads OMP_WAIT_POLICY=passive "$exe" --benchmark_filter="$filter" --benchmark_out="$tmp/ddl$r.json" \
     --benchmark_out_format=json >/dev/null 2>"$tmp/ddl.err" || { cat "$tmp/ddl.err" >&2; exit 1; }
+  # A benchmark that skipped (bf16 where the CPU has none) says why: nothing to compare on this CPU.
+  skipped=$(jq -r '[.benchmarks[] | select(.error_occurred == true) | .error_message] | first // empty' "$tmp/ddl$r.json")
+  if [ -n "$skipped" ]; then
+    echo "$net step in $precision: not measured on this CPU ($skipped)"
+    exit 0
+  fi
   # One line per residual kind: "<residual> <median_ms> <min_ms>" of this run.
   if [ "$net" = mlp ]; then
     jq -r '.benchmarks[] | select(.name | startswith("BM_NetStep_Paired")) |

@@ -31,6 +31,7 @@
 #include "ablation_lm.hpp"
 #include "ablation_report.hpp"
 #include "curves.hpp"
+#include "precision_option.hpp"
 #include "ddl/data/idx.hpp"
 #include "ddl/io/atomic_file.hpp"
 #include "ddl/nn/models/conv_delta_net.hpp"
@@ -137,6 +138,7 @@ int run(const ddl::cli::CommandLine& cli, const std::string& commandLine) {
   base.threads = cli.integer<int>("threads", 0, 4096);
   base.evalBatch = 500;
   ddl::setNumThreads(base.threads);
+  su.precision = ddl::example::applyPrecision(cli);  // refused here, before any data is read or written
 
   ddl::Dataset<float> train0, test;
   TextData text;
@@ -258,8 +260,9 @@ int main(int argc, char** argv) {
       .option("lr", "LR", "AdamW peak learning rate (cosine schedule) (lm: 0.002)", "0.001")
       .option("weight-decay", "WD", "AdamW decoupled weight decay (lm: 0.1)", "0.01")
       .option("clip", "C", "global gradient-norm clipping, 0 = off (lm: 1)", "0")
-      .option("threads", "T", "0 = all cores", "2")
-      .section("output")
+      .option("threads", "T", "0 = all cores", "2");
+  ddl::example::declarePrecisionOption(cli);
+  cli.section("output")
       .option("eval-every", "N", "mlp, conv: validation point of the curves every N steps (lm: every epoch)", "20")
       .option("out", "DIR", "ablation.md, runs.csv, curves.csv, curves.png, beta.png", "out/ablation");
   std::string commandLine = "ddl-ablation";

@@ -206,6 +206,7 @@ inline bool plotBeta(const std::string& out, const std::vector<Run>& runs, const
 
 struct Setup {
   std::string net, dir, out, commandLine;
+  std::string precision = "float";  // what ran: float, bf16 or bf16-emulated (--precision)
   std::vector<ddl::Index> dvs;
   int seeds = 1;
   std::uint64_t seed0 = 0;
@@ -256,7 +257,8 @@ inline void writeReport(const Setup& su, const std::vector<Run>& runs, bool have
        << "Command: `" << su.commandLine << "`\n\n"
        << "Wall time of the whole ablation: " << fmt("%.0f", su.wallSeconds) << " s for " << runs.size()
        << " runs on " << ddl::numThreads()
-       << " threads (wall times include waiting for other jobs when the machine is shared).\n\n";
+       << " threads, products in " << su.precision
+       << " (wall times include waiting for other jobs when the machine is shared).\n\n";
     if (su.lm()) {
       os << "Model: " << su.model << ". Budget: " << su.budget << "\n\nData: " << su.data << "\n\n"
          << "Protocol: the kinds are compared on the validation loss; the test split is evaluated once per run, "

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # ddl-ablation --net lm on a small file: a tiny DeltaLM per residual kind and seed (2 seeds); ablation.md
 # and runs.csv are written with the three kinds, the report compares the validation loss (lower is
-# better: its "b better" counts are the seeds where b's loss is below a's in runs.csv), and a missing
-# text file is refused.
+# better: its "b better" counts are the seeds where b's loss is below a's in runs.csv), the report names
+# the products' precision (--precision bf16-emulated runs anywhere; an unknown value is refused before
+# anything is written), and a missing text file is refused.
 #   ablation_lm.sh PROGRAM WORK_DIR DATA_FILE
 set -uo pipefail
 exe=$1 work=$2 data=$3
@@ -40,5 +41,17 @@ done
 "$exe" --net lm --data "$work/no-such-file" --out "$work/none" >"$work/missing.txt" 2>&1
 status=$?
 [ "$status" -eq 1 ] && grep -q "no-such-file" "$work/missing.txt" || fail "missing data: exit $status, $(cat "$work/missing.txt")"
+grep -q "products in float" "$md" || fail "ablation.md does not say the products ran in float"
+# --precision: the emulated bf16 numerics run anywhere and the report says so; an unknown value is
+# refused before anything is written.
+"$exe" --net lm --data "$data" --width 16 --depth 1 --heads 2 --context 16 --batch 4 --steps 2 --epochs 1 \
+  --seeds 1 --eval-bytes 256 --threads 1 --precision bf16-emulated --out "$work/bf16" >"$work/bf16.txt" 2>&1
+status=$?
+[ "$status" -eq 0 ] && grep -q "products in bf16-emulated" "$work/bf16/ablation.md" ||
+  fail "--precision bf16-emulated: exit $status, $(tail -2 "$work/bf16.txt")"
+"$exe" --net lm --data "$data" --precision half --out "$work/half" >"$work/half.txt" 2>&1
+status=$?
+[ "$status" -eq 1 ] && grep -q -- "--precision" "$work/half.txt" && [ ! -e "$work/half" ] ||
+  fail "--precision half: exit $status, $(cat "$work/half.txt")"
 if [ "$failures" -eq 0 ]; then echo "ablation lm: all checks passed"; else echo "ablation lm: $failures failures"; fi
 [ "$failures" -eq 0 ]
