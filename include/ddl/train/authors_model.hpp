@@ -31,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "ddl/core/bf16.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/json_text.hpp"
 #include "ddl/core/param.hpp"
@@ -108,12 +109,6 @@ inline std::vector<std::int64_t> authorsTensorShape(const std::string& authorsNa
 
 namespace detail {
 
-inline float bf16ToFloat(std::uint16_t h) {
-  const std::uint32_t bits = static_cast<std::uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
 inline float f16ToFloat(std::uint16_t h) {
   const int sign = (h >> 15) & 1, exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
   double v;
@@ -205,7 +200,7 @@ class AuthorsWeights {
         } else {
           std::uint16_t h;
           std::memcpy(&h, p, 2);
-          v = t.dtype == DType::BF16 ? bf16ToFloat(h) : f16ToFloat(h);
+          v = t.dtype == DType::BF16 ? fromBf16(h) : f16ToFloat(h);
         }
         // A NaN or Inf weight would reach the loss at the first step and read as a learning-rate problem.
         if (!std::isfinite(v) || std::abs(v) > static_cast<double>(std::numeric_limits<S>::max()))
