@@ -200,8 +200,7 @@ Param<S>& TokenConv<S>::bias() {
 template <class S>
 void TokenConv<S>::convolve(const char* fn, const Eigen::Ref<const MatX<S>>& x, const TokenLayout& layout,
                             MatX<S>& out) const {
-  if (layout.height != 1 || layout.width != 1)
-    throw ShapeError(message(fn, "needs a sequence layout (H = W = 1), got ", toString(layout)));
+  requireSequenceLayout(fn, layout);
   if (x.rows() != m_C || x.cols() != layout.tokens())
     throw ShapeError(message(fn, "x has shape ", shapeOf(x), ", expected (", m_C, ", ", layout.tokens(),
                              ") for the layout ", toString(layout)));
