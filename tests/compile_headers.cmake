@@ -52,6 +52,7 @@ function(unit_of header out)
 endfunction()
 # Optional parts: the header, the flag that takes its dependency away, the target the #error must name.
 set(optional_parts "ddl/distributed/mpi_communicator.hpp|-DDDL_WITH_MPI=0|ddl::mpi"
+                   "ddl/distributed/mpi_session.hpp|-DDDL_WITH_MPI=0|ddl::mpi"
                    "ddl/io/checkpoint.hpp|-DDDL_WITH_JSON=0|ddl::json"
                    "ddl/dnnl/matmul.hpp|-DDDL_WITH_DNNL=0|ddl::dnnl")
 if(NOT PART EQUAL 0)
@@ -70,7 +71,7 @@ foreach(part IN LISTS optional_parts)
     list(APPEND failed ${h})
   endif()
 endforeach()
-list(REMOVE_ITEM headers ddl/distributed/mpi_communicator.hpp  # need MPI, oneDNN: their #error is checked above
+list(REMOVE_ITEM headers ddl/distributed/mpi_communicator.hpp ddl/distributed/mpi_session.hpp  # need MPI, oneDNN: their #error is checked above
      ddl/dnnl/matmul.hpp)
 mine(headers)
 

@@ -406,7 +406,7 @@ TEST_CASE("CausalSelfAttention rejects bad options, shapes, layouts and misuse w
   CHECK(contains(thrownMessage<ddl::ShapeError>([&] { a.forward(c, ddl::TokenLayout::sequence(2, 4), out); }),
                  "c has 6 columns but the layout (B=2, H=1, W=1, T=4) has 8 tokens"));
   CHECK(contains(thrownMessage<ddl::ShapeError>([&] { a.forwardInference(c, ddl::TokenLayout::image(1, 2, 3), out); }),
-                 "ddl::CausalSelfAttention::forwardInference: expects a sequence layout"));
+                 "ddl::CausalSelfAttention::forwardInference: needs a sequence layout"));
   a.forward(c, ddl::TokenLayout::sequence(2, 3), out);
   CHECK(contains(thrownMessage<ddl::ShapeError>([&] { a.backward(MatX<double>::Zero(8, 5), dc); }),
                  "dOut has shape (8, 5), expected (8, 6)"));

@@ -47,6 +47,19 @@ TEST_CASE("every gate form has a name that parses back and PyTorch's parameter n
   BetaGate<double> twoLayer(5, opt);
   CHECK(shapesOf(twoLayer) == std::map<std::string, std::vector<Index>>{
                                   {"gate.fc1.weight", {3, 5}}, {"gate.fc2.weight", {1, 3}}, {"gate.fc2.bias", {1}}});
+
+  // gateTensors (what a checkpoint holds, known before building) is the walk's list, in its order.
+  for (GateKind k : kAllKinds) {
+    opt.kind = k;
+    BetaGate<double> g(5, opt);
+    std::vector<std::string> walked, listed;
+    g.visitParams("gate", [&](const std::string& name, Param<double>&) { walked.push_back(name); });
+    for (const ddl::GateTensor& t : ddl::gateTensors(5, opt)) {
+      listed.push_back("gate." + std::string(t.name));
+      CHECK(shapesOf(g)[listed.back()] == t.shape);
+    }
+    CHECK(walked == listed);
+  }
 }
 
 TEST_CASE("the gate starts at beta0 of its cap and stays in (0, betaMax)", "[nn][gate]") {

@@ -645,7 +645,7 @@ TEST_CASE("LrSchedule kinds parse and print, invalid schedules are rejected", "[
   CHECK(std::string(ddl::toString(ddl::LrScheduleKind::Cosine)) == "cosine");
   CHECK(ddl_test::contains(
       ddl_test::thrownMessage<ddl::ValueError>([] { ddl::parseLrScheduleKind("linear"); }),
-      "parseLrScheduleKind: unknown schedule 'linear', expected constant, cosine or step"));
+      "parseLrScheduleKind: unknown schedule 'linear', expected one of constant, cosine, step"));
 
   using ddl::LrSchedule;
   auto msg = [](auto f) { return ddl_test::thrownMessage<ddl::ValueError>(f); };

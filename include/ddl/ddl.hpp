@@ -116,6 +116,7 @@
 #include "ddl/io/checkpoint_meta.hpp"
 #include "ddl/io/safetensors.hpp"
 #include "ddl/train/authors_config.hpp"
+#include "ddl/train/authors_config_fields.hpp"
 #include "ddl/train/authors_model.hpp"
 #include "ddl/train/epoch_audit.hpp"
 #include "ddl/train/model.hpp"

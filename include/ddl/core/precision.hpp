@@ -31,14 +31,16 @@ inline Precision parsePrecision(const std::string& text, const char* where = "dd
   throw Error(message(where, "precision must be float or bf16, got '", text, "'"));
 }
 
-// One bf16 product: C (m, n) = alpha op(A) op(B), or C += alpha op(A) op(B) with accumulate; A and B are
-// column-major bf16 bits (core/bf16.hpp) with column strides lda, ldb; C is float, column stride ldc.
-struct Bf16ProductArgs {
+// One product's operands: C (m, n) = alpha op(A) op(B), or C += alpha op(A) op(B) with accumulate; A and B
+// are column-major with column strides lda, ldb and elements T; C is float, column stride ldc. The bf16
+// kernel takes them as bf16 bits (core/bf16.hpp); oneDNN's products (dnnl/matmul.hpp) add the element type.
+template <class T>
+struct ProductArgs {
   Index m = 0, n = 0, k = 0;
-  const std::uint16_t* A = nullptr;
+  const T* A = nullptr;
   Index lda = 0;
   bool transA = false;
-  const std::uint16_t* B = nullptr;
+  const T* B = nullptr;
   Index ldb = 0;
   bool transB = false;
   float* C = nullptr;
@@ -46,6 +48,7 @@ struct Bf16ProductArgs {
   float alpha = 1.0f;
   bool accumulate = false;
 };
+using Bf16ProductArgs = ProductArgs<std::uint16_t>;
 using Bf16Kernel = void (*)(const Bf16ProductArgs&);
 
 namespace detail {

@@ -18,8 +18,7 @@ struct TokenBatch {
 
   // Throws ShapeError naming fn when ids do not fill a sequence layout.
   void check(const char* fn) const {
-    if (layout.height != 1 || layout.width != 1)
-      throw ShapeError(message(fn, "a token batch needs a sequence layout, got ", toString(layout)));
+    requireSequenceLayout(fn, layout);
     if (static_cast<Index>(ids.size()) != layout.tokens())
       throw ShapeError(message(fn, "token batch has ", ids.size(), " ids but its layout ", toString(layout), " holds ",
                                layout.tokens()));

@@ -53,4 +53,11 @@ inline std::string toString(const TokenLayout& l) {
   return os.str();
 }
 
+// Throws ShapeError naming fn unless layout is a sequence layout (H = W = 1: TokenLayout::sequence(B, T)).
+inline void requireSequenceLayout(const char* fn, const TokenLayout& layout) {
+  if (layout.height != 1 || layout.width != 1)
+    throw ShapeError(message(fn, "needs a sequence layout (H = W = 1, TokenLayout::sequence(B, T)), got ",
+                             toString(layout)));
+}
+
 }  // namespace ddl

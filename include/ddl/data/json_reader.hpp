@@ -144,15 +144,8 @@ class JsonReader {
 
   void object(JsonValue& v, int depth) {
     v.kind = JsonValue::Kind::Object;
-    ++m_pos;
-    skipSpace();
-    if (!atEnd() && peek() == '}') {
-      ++m_pos;
-      return;
-    }
     std::unordered_set<std::string> keys;
-    for (;;) {
-      skipSpace();
+    elements('}', [&] {
       const std::size_t keyAt = m_pos;
       if (atEnd() || peek() != '"') fail("expected a string key in the object");
       std::string key = string();
@@ -161,33 +154,33 @@ class JsonReader {
       expect(':');
       skipSpace();
       v.members.emplace_back(std::move(key), value(depth));
-      skipSpace();
-      if (!atEnd() && peek() == ',') {
-        ++m_pos;
-        continue;
-      }
-      expect('}');
-      return;
-    }
+    });
   }
 
   void array(JsonValue& v, int depth) {
     v.kind = JsonValue::Kind::Array;
+    elements(']', [&] { v.items.push_back(value(depth)); });
+  }
+
+  // The comma-separated elements of an object or array, the opening bracket at m_pos, up to and with close;
+  // element() reads one, starting at its first character.
+  template <class Element>
+  void elements(char close, Element&& element) {
     ++m_pos;
     skipSpace();
-    if (!atEnd() && peek() == ']') {
+    if (!atEnd() && peek() == close) {
       ++m_pos;
       return;
     }
     for (;;) {
       skipSpace();
-      v.items.push_back(value(depth));
+      element();
       skipSpace();
       if (!atEnd() && peek() == ',') {
         ++m_pos;
         continue;
       }
-      expect(']');
+      expect(close);
       return;
     }
   }

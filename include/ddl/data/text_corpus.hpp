@@ -34,6 +34,7 @@
 #include "ddl/core/rng.hpp"
 #include "ddl/core/types.hpp"
 #include "ddl/data/file_bytes.hpp"
+#include "ddl/data/window_sampling.hpp"
 
 namespace ddl {
 
@@ -191,28 +192,15 @@ inline TextCorpus readTextCorpusFiles(const std::vector<std::string>& paths, con
 // B < 1, T < 1, a split shorter than T + 1 bytes, or input and target being the same vector.
 inline void drawWindows(const std::vector<std::uint8_t>& split, Index B, Index T, std::uint64_t seed,
                         std::vector<int>& input, std::vector<int>& target) {
-  const char* fn = "ddl::drawWindows";
-  require(B >= 1 && T >= 1, fn, "need B >= 1 windows of T >= 1 tokens, got B = ", B, ", T = ", T);
-  require(split.size() > static_cast<std::uint64_t>(T), fn, "a window of T + 1 = ", static_cast<std::uint64_t>(T) + 1,
-          " bytes does not fit in a split of ", split.size(), " bytes");
-  require(static_cast<std::uint64_t>(B) <= std::numeric_limits<std::size_t>::max() / 2 / static_cast<std::uint64_t>(T),
-          fn, "B * T overflows: B = ", B, ", T = ", T);
-  require(&input != &target, fn, "input and target must be different vectors");
   const auto len = static_cast<std::size_t>(T);
-  const std::size_t total = static_cast<std::size_t>(B) * len;
-  input.resize(total);
-  target.resize(total);
-  Rng rng(seed);
-  const std::uint64_t starts = split.size() - len;  // window [s, s + T] fits for s in [0, starts)
-  for (std::size_t b = 0; b < static_cast<std::size_t>(B); ++b) {
-    const std::uint8_t* src = split.data() + rng.below(starts);
-    int* in = input.data() + b * len;
-    int* next = target.data() + b * len;
-    for (std::size_t i = 0; i < len; ++i) {
-      in[i] = src[i];
-      next[i] = src[i + 1];
-    }
-  }
+  detail::drawWindowsOf("ddl::drawWindows", split.size(), "bytes", "split", B, T, seed, input, target,
+                        [&](std::uint64_t start, int* in, int* next) {
+                          const std::uint8_t* src = split.data() + start;
+                          for (std::size_t i = 0; i < len; ++i) {
+                            in[i] = src[i];
+                            next[i] = src[i + 1];
+                          }
+                        });
 }
 
 }  // namespace ddl

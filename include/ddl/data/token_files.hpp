@@ -47,6 +47,7 @@
 #include "ddl/core/error.hpp"
 #include "ddl/core/rng.hpp"
 #include "ddl/core/types.hpp"
+#include "ddl/data/window_sampling.hpp"
 
 namespace ddl {
 
@@ -369,26 +370,13 @@ inline TokenFiles openTokenFiles(const std::string& pattern, Index vocab) {
 // Throws ValueError for B < 1, T < 1 or a set shorter than T + 1 tokens, IoError for a token >= vocab.
 inline void drawWindows(const TokenFiles& tokens, Index B, Index T, std::uint64_t seed, std::vector<int>& input,
                         std::vector<int>& target) {
-  const char* fn = "ddl::drawWindows";
-  require(B >= 1 && T >= 1, fn, "need B >= 1 windows of T >= 1 tokens, got B = ", B, ", T = ", T);
-  require(tokens.size() > static_cast<std::uint64_t>(T), fn, "a window of T + 1 = ", static_cast<std::uint64_t>(T) + 1,
-          " tokens does not fit in a set of ", tokens.size(), " tokens");
-  require(static_cast<std::uint64_t>(B) <= std::numeric_limits<std::size_t>::max() / 2 / static_cast<std::uint64_t>(T),
-          fn, "B * T overflows: B = ", B, ", T = ", T);
-  require(&input != &target, fn, "input and target must be different vectors");
   const auto len = static_cast<std::size_t>(T);
-  input.resize(static_cast<std::size_t>(B) * len);
-  target.resize(input.size());
-  Rng rng(seed);
-  const std::uint64_t starts = tokens.size() - len;
-  for (std::size_t b = 0; b < static_cast<std::size_t>(B); ++b) {
-    const std::uint64_t s = rng.below(starts);
-    int* in = input.data() + b * len;
-    int* next = target.data() + b * len;
-    tokens.read(s, len, in);
-    std::copy(in + 1, in + len, next);
-    tokens.read(s + len, 1, next + len - 1);
-  }
+  detail::drawWindowsOf("ddl::drawWindows", tokens.size(), "tokens", "set", B, T, seed, input, target,
+                        [&](std::uint64_t start, int* in, int* next) {
+                          tokens.read(start, len, in);
+                          std::copy(in + 1, in + len, next);
+                          tokens.read(start + len, 1, next + len - 1);
+                        });
 }
 
 }  // namespace ddl

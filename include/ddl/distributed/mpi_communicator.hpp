@@ -27,7 +27,7 @@
 // Errors: the communicator returns MPI errors instead of aborting (MPI_ERRORS_RETURN) and every
 // failed call throws ddl::Error naming the call and MPI's text. A rank that stops or hangs would leave
 // the others in a call forever: endJobAfter(seconds, status) ends the job instead (collective_watchdog.hpp).
-// The job's start and end are watched too (docs/distributed.md): MpiSession can time MPI_Init (a rank that
+// The job's start and end are watched too (docs/distributed.md): MpiSession (mpi_session.hpp) can time MPI_Init (a rank that
 // exits before it starts MPI leaves the others there) and MPI_Finalize, and meetAtEnd() names the ranks
 // that never reach the end.
 #include "ddl/core/config.hpp"
@@ -55,6 +55,7 @@
 #include "ddl/core/collective.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/distributed/collective_watchdog.hpp"
+#include "ddl/distributed/mpi_session.hpp"
 
 namespace ddl {
 
@@ -64,13 +65,6 @@ enum class ReduceMode {
 };
 
 namespace detail {
-inline void checkMpi(int rc, const char* call) {
-  if (rc == MPI_SUCCESS) return;
-  char text[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) len = 0;
-  throw Error(message("ddl::MpiCommunicator", call, " failed (error ", rc, "): ", std::string(text, len)));
-}
 template <class S>
 MPI_Datatype mpiType();
 template <>
@@ -78,53 +72,6 @@ inline MPI_Datatype mpiType<float>() { return MPI_FLOAT; }
 template <>
 inline MPI_Datatype mpiType<double>() { return MPI_DOUBLE; }
 }  // namespace detail
-
-// MPI_Init_thread (FUNNELED) in the constructor, MPI_Finalize in finalize() or the destructor, unless MPI
-// was already initialised by the caller (then the caller finalises it). A rank that exits before it starts
-// MPI (or is stopped) leaves the others in MPI_Init, and a rank stopped at the end leaves them in
-// MPI_Finalize, forever: with timeoutSeconds > 0 either call that waits that long says so on stderr and
-// ends this process with `status` (MPI_Abort is not allowed there); mpirun then ends the job.
-class MpiSession {
- public:
-  MpiSession(int* argc, char*** argv, double timeoutSeconds = 0, int status = 1) {
-    int initialized = 0;
-    detail::checkMpi(MPI_Initialized(&initialized), "MPI_Initialized");
-    if (initialized) return;
-    int provided = 0;
-    const std::unique_ptr<CollectiveWatchdog> dog = exitAfter(timeoutSeconds, status);
-    const CollectiveWatchdog::Scope watched(dog.get(), "MPI_Init");
-    detail::checkMpi(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
-    m_owner = true;
-  }
-  ~MpiSession() { finalize(); }
-  MpiSession(const MpiSession&) = delete;
-  MpiSession& operator=(const MpiSession&) = delete;
-
-  // MPI_Finalize (once; nothing when the caller owns MPI), timed as the constructor's MPI_Init.
-  void finalize(double timeoutSeconds = 0, int status = 1) {
-    int finalized = 0;
-    if (!m_owner || MPI_Finalized(&finalized) != MPI_SUCCESS || finalized) return;
-    const std::unique_ptr<CollectiveWatchdog> dog = exitAfter(timeoutSeconds, status);
-    const CollectiveWatchdog::Scope watched(dog.get(), "MPI_Finalize");
-    MPI_Finalize();
-  }
-
- private:
-  static std::unique_ptr<CollectiveWatchdog> exitAfter(double seconds, int status) {
-    if (!(seconds > 0)) return nullptr;
-    return std::make_unique<CollectiveWatchdog>(seconds, [status](const char* call, double waited) {
-      const bool init = std::string(call) == "MPI_Init";
-      std::cerr << "ddl::MpiSession: " << call << " has waited " << static_cast<long long>(waited)
-                << " s for the other ranks (a rank " << (init ? "exited before it started MPI, or is stopped or hung"
-                                                              : "is stopped, hung or gone")
-                << "); ending this process with status " << status << "\n"
-                << std::flush;
-      std::_Exit(status);
-    });
-  }
-
-  bool m_owner = false;
-};
 
 class MpiCommunicator final : public Collective {
  public:

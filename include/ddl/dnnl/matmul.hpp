@@ -42,20 +42,8 @@ namespace ddl {
 
 enum class DnnlType { Float, BF16 };
 
-// One oneDNN product: C (m, n) = alpha op(A) op(B), or C += alpha op(A) op(B) with accumulate. A and B are
-// column-major with column strides lda, ldb, of type `type` (float, or bf16 bits); C is float.
-struct DnnlProduct {
-  Index m = 0, n = 0, k = 0;
-  const void* A = nullptr;
-  Index lda = 0;
-  bool transA = false;
-  const void* B = nullptr;
-  Index ldb = 0;
-  bool transB = false;
-  float* C = nullptr;
-  Index ldc = 0;
-  float alpha = 1.0f;
-  bool accumulate = false;
+// One oneDNN product (core/precision.hpp's ProductArgs): A and B of type `type` (float, or bf16 bits).
+struct DnnlProduct : ProductArgs<void> {
   DnnlType type = DnnlType::Float;
 };
 

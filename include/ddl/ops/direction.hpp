@@ -11,6 +11,7 @@
 #include <Eigen/Core>
 
 #include "ddl/core/config.hpp"
+#include "ddl/core/enum_names.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/types.hpp"
 
@@ -18,12 +19,11 @@ namespace ddl {
 
 enum class DirectionNorm { SqrtEps, AddEps };
 
-inline const char* toString(DirectionNorm kind) { return kind == DirectionNorm::SqrtEps ? "sqrt_eps" : "add_eps"; }
+inline constexpr EnumName<DirectionNorm> kDirectionNormNames[] = {{DirectionNorm::SqrtEps, "sqrt_eps"},
+                                                                   {DirectionNorm::AddEps, "add_eps"}};
+inline const char* toString(DirectionNorm kind) { return nameOf(kDirectionNormNames, kind); }
 inline DirectionNorm parseDirectionNorm(const std::string& name) {
-  if (name == "sqrt_eps") return DirectionNorm::SqrtEps;
-  if (name == "add_eps") return DirectionNorm::AddEps;
-  throw ValueError(message("ddl::parseDirectionNorm", "unknown normalization '", name,
-                           "', expected 'sqrt_eps' or 'add_eps'"));
+  return parseEnumName(kDirectionNormNames, name, "ddl::parseDirectionNorm", "normalization");
 }
 
 // Kt: (d, N) raw directions -> K: (d, N), Norm: (1, N) the cache for backward

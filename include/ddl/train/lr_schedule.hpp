@@ -14,27 +14,20 @@
 #include <cstdint>
 #include <string>
 
+#include "ddl/core/enum_names.hpp"
 #include "ddl/core/error.hpp"
 
 namespace ddl {
 
 enum class LrScheduleKind { Constant, Cosine, Step };
 
-inline const char* toString(LrScheduleKind kind) {
-  switch (kind) {
-    case LrScheduleKind::Constant: return "constant";
-    case LrScheduleKind::Cosine: return "cosine";
-    case LrScheduleKind::Step: return "step";
-  }
-  return "unknown";
-}
+inline constexpr EnumName<LrScheduleKind> kLrScheduleNames[] = {
+    {LrScheduleKind::Constant, "constant"}, {LrScheduleKind::Cosine, "cosine"}, {LrScheduleKind::Step, "step"}};
+inline const char* toString(LrScheduleKind kind) { return nameOf(kLrScheduleNames, kind); }
 
 // "constant" | "cosine" | "step" (exact, lower case); anything else throws ValueError.
 inline LrScheduleKind parseLrScheduleKind(const std::string& text) {
-  if (text == "constant") return LrScheduleKind::Constant;
-  if (text == "cosine") return LrScheduleKind::Cosine;
-  if (text == "step") return LrScheduleKind::Step;
-  throw ValueError(message("parseLrScheduleKind", "unknown schedule '", text, "', expected constant, cosine or step"));
+  return parseEnumName(kLrScheduleNames, text, "parseLrScheduleKind", "schedule");
 }
 
 struct LrSchedule {
@@ -47,32 +40,31 @@ struct LrSchedule {
   double gamma = 0.1;            // Step: factor per decay (> 0)
 
   static LrSchedule constant(double baseLr, std::int64_t warmupSteps = 0) {
-    LrSchedule s;
-    s.kind = LrScheduleKind::Constant;
-    s.baseLr = baseLr;
-    s.warmupSteps = warmupSteps;
-    s.validate();
-    return s;
+    return withWarmup(LrScheduleKind::Constant, baseLr, warmupSteps).validated();
   }
   static LrSchedule cosine(double baseLr, std::int64_t warmupSteps, std::int64_t totalSteps, double minLr = 0.0) {
-    LrSchedule s;
-    s.kind = LrScheduleKind::Cosine;
-    s.baseLr = baseLr;
-    s.warmupSteps = warmupSteps;
+    LrSchedule s = withWarmup(LrScheduleKind::Cosine, baseLr, warmupSteps);
     s.totalSteps = totalSteps;
     s.minLr = minLr;
-    s.validate();
-    return s;
+    return s.validated();
   }
   static LrSchedule stepDecay(double baseLr, std::int64_t stepSize, double gamma, std::int64_t warmupSteps = 0) {
-    LrSchedule s;
-    s.kind = LrScheduleKind::Step;
-    s.baseLr = baseLr;
+    LrSchedule s = withWarmup(LrScheduleKind::Step, baseLr, warmupSteps);
     s.stepSize = stepSize;
     s.gamma = gamma;
+    return s.validated();
+  }
+  // The fields every kind sets; the factories add their own and validate.
+  static LrSchedule withWarmup(LrScheduleKind kind, double baseLr, std::int64_t warmupSteps) {
+    LrSchedule s;
+    s.kind = kind;
+    s.baseLr = baseLr;
     s.warmupSteps = warmupSteps;
-    s.validate();
     return s;
+  }
+  LrSchedule validated() const {
+    validate();
+    return *this;
   }
 
   // Throws ValueError naming the first field outside its domain and its value.

@@ -35,40 +35,39 @@ std::string configJson(const Config& c) {
 }
 
 namespace detail {
-template <class Config, class = void>
-struct HasPreset : std::false_type {};
+// Detects<Probe, T>: whether Probe<T> names a type, i.e. whether T has what Probe asks for.
+template <template <class> class Probe, class T, class = void>
+struct Detects : std::false_type {};
+template <template <class> class Probe, class T>
+struct Detects<Probe, T, std::void_t<Probe<T>>> : std::true_type {};
+
 template <class Config>
-struct HasPreset<Config, std::void_t<decltype(std::declval<const Config&>().preset)>> : std::true_type {};
+using PresetProbe = decltype(std::declval<const Config&>().preset);
+template <class Config>
+using HasPreset = Detects<PresetProbe, Config>;
 
 // Whether the evaluation can gather gate statistics of Model (NetGateAccumulator::add): a net of gated
 // blocks (blocks(), blockInput(i), blockOutput(i)) or of gated sublayers (sublayerCount(),
 // sublayerResidual(i), sublayerInput(i), sublayerOutput(i)); diag/gated_sublayers.hpp.
-template <class Model, class = void>
-struct HasGatedBlockStates : std::false_type {};
+template <class M>
+using GatedBlockStatesProbe = std::void_t<decltype(std::declval<const M&>().blocks().size()),
+                                          decltype(std::declval<const M&>().blockInput(std::size_t{})),
+                                          decltype(std::declval<const M&>().blockOutput(std::size_t{}))>;
+template <class M>
+using GatedSublayerStatesProbe = std::void_t<decltype(std::declval<const M&>().sublayerCount()),
+                                             decltype(std::declval<const M&>().sublayerResidual(std::size_t{})),
+                                             decltype(std::declval<const M&>().sublayerInput(std::size_t{})),
+                                             decltype(std::declval<const M&>().sublayerOutput(std::size_t{}))>;
 template <class Model>
-struct HasGatedBlockStates<Model, std::void_t<decltype(std::declval<const Model&>().blocks().size()),
-                                              decltype(std::declval<const Model&>().blockInput(std::size_t{})),
-                                              decltype(std::declval<const Model&>().blockOutput(std::size_t{}))>>
-    : std::true_type {};
-template <class Model, class = void>
-struct HasGatedSublayerStates : std::false_type {};
-template <class Model>
-struct HasGatedSublayerStates<Model, std::void_t<decltype(std::declval<const Model&>().sublayerCount()),
-                                                 decltype(std::declval<const Model&>().sublayerResidual(std::size_t{})),
-                                                 decltype(std::declval<const Model&>().sublayerInput(std::size_t{})),
-                                                 decltype(std::declval<const Model&>().sublayerOutput(std::size_t{}))>>
-    : std::true_type {};
+using HasGateBlocks =
+    std::bool_constant<Detects<GatedBlockStatesProbe, Model>::value || Detects<GatedSublayerStatesProbe, Model>::value>;
+
 // Whether Model reports final gradients during backward (setGradientsReady, core/gradients_ready.hpp):
 // data-parallel training then sends them while backward runs.
-template <class Model, class = void>
-struct HasGradientsReady : std::false_type {};
 template <class Model>
-struct HasGradientsReady<Model, std::void_t<decltype(std::declval<Model&>().setGradientsReady(GradientsReady()))>>
-    : std::true_type {};
-
+using GradientsReadyProbe = decltype(std::declval<Model&>().setGradientsReady(GradientsReady()));
 template <class Model>
-struct HasGateBlocks
-    : std::integral_constant<bool, HasGatedBlockStates<Model>::value || HasGatedSublayerStates<Model>::value> {};
+using HasGradientsReady = Detects<GradientsReadyProbe, Model>;
 }  // namespace detail
 
 // The model_config metadata of model.

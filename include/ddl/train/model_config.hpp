@@ -16,6 +16,7 @@
 #include "ddl/core/types.hpp"
 #include "ddl/io/checkpoint.hpp"
 #include "ddl/io/safetensors.hpp"
+#include "ddl/nn/layers/beta_gate.hpp"
 #include "ddl/nn/models/conv_delta_net_config.hpp"
 #include "ddl/nn/models/delta_lm_config.hpp"
 #include "ddl/nn/models/delta_net_config.hpp"
@@ -63,7 +64,11 @@ inline void checkConfigShapes(const DeltaNetConfig& c, const SafetensorsHeader& 
   if (c.depth > 0 && r.residual != ResidualKind::Additive) {
     if (r.direction == DirectionSource::AuxiliaryMlp)
       requireTensorShape(h, "blocks.0.delta.direction.fc1.weight", {r.auxHidden > 0 ? r.auxHidden : std::max<Index>(c.d / 4, 1), c.d});
-    if (r.gate == GateKind::TwoLayerTanh) requireTensorShape(h, "blocks.0.delta.gate.fc1.weight", {r.gateHidden, c.d});
+    // The gate's tensors from its own list (every form); the scalar bias holds no size and version 2 files
+    // name it otherwise (io/checkpoint.hpp).
+    for (const GateTensor& t : gateTensors(c.d, r.gateOptions()))
+      if (t.shape != std::vector<Index>{1})
+        requireTensorShape(h, std::string("blocks.0.delta.gate.") + t.name, {t.shape.begin(), t.shape.end()});
   }
 }
 inline void checkConfigShapes(const ConvDeltaNetConfig& c, const SafetensorsHeader& h) {

@@ -406,8 +406,7 @@ CausalSelfAttentionConfig CausalSelfAttention<S>::checked(const CausalSelfAttent
 template <class S>
 void CausalSelfAttention<S>::checkInput(const char* fn, const Eigen::Ref<const MatX<S>>& c,
                                         const TokenLayout& layout) const {
-  if (layout.height != 1 || layout.width != 1)
-    throw ShapeError(message(fn, "expects a sequence layout (TokenLayout::sequence(B, T)), got ", toString(layout)));
+  requireSequenceLayout(fn, layout);
   checkShape(fn, "c", c, m_cfg.d, -1);
   if (c.cols() != layout.tokens())
     throw ShapeError(message(fn, "c has ", c.cols(), " columns but the layout ", toString(layout), " has ",

@@ -18,6 +18,7 @@
 
 #include "ddl/core/alias.hpp"
 #include "ddl/core/config.hpp"
+#include "ddl/core/enum_names.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/reduce.hpp"
@@ -29,11 +30,11 @@
 namespace ddl {
 
 enum class CompressorKind { Free, Structured };
-inline const char* toString(CompressorKind k) { return k == CompressorKind::Free ? "free" : "structured"; }
+inline constexpr EnumName<CompressorKind> kCompressorNames[] = {{CompressorKind::Free, "free"},
+                                                                 {CompressorKind::Structured, "structured"}};
+inline const char* toString(CompressorKind k) { return nameOf(kCompressorNames, k); }
 inline CompressorKind parseCompressorKind(const std::string& s) {
-  if (s == "free") return CompressorKind::Free;
-  if (s == "structured") return CompressorKind::Structured;
-  throw ValueError(message("ddl::parseCompressorKind", "unknown value '", s, "', expected one of free, structured"));
+  return parseEnumName(kCompressorNames, s, "ddl::parseCompressorKind", "value");
 }
 
 template <class S>

@@ -327,8 +327,7 @@ CausalSelfAttentionConfig DeltaTransformerBlock<S>::attentionConfig(const DeltaT
 template <class S>
 void DeltaTransformerBlock<S>::checkInput(const char* fn, const Eigen::Ref<const MatX<S>>& X,
                                           const TokenLayout& layout) const {
-  if (layout.height != 1 || layout.width != 1)
-    throw ShapeError(message(fn, "the block needs a sequence layout, got ", toString(layout)));
+  requireSequenceLayout(fn, layout);
   if (X.rows() != m_d || X.cols() != m_dv * layout.tokens())
     throw ShapeError(message(fn, "X has shape ", shapeOf(X), ", expected (", m_d, ", ", m_dv, "*N) with N = ",
                              layout.tokens(), " tokens of the layout ", toString(layout)));

@@ -60,6 +60,20 @@ struct GateOptions {
   }
 };
 
+// The tensors of a form on d features, in the order of BetaGate::visitParams: the name under the gate's
+// prefix and the logical shape. What a checkpoint of the gate holds, known without building (allocating) it.
+struct GateTensor {
+  const char* name;
+  std::vector<Index> shape;
+};
+inline std::vector<GateTensor> gateTensors(Index d, const GateOptions& opt) {
+  switch (opt.kind) {
+    case GateKind::Linear: return {{"weight", {1, d}}, {"bias", {1}}};
+    case GateKind::TwoLayerTanh: return {{"fc1.weight", {opt.hidden, d}}, {"fc2.weight", {1, opt.hidden}}, {"fc2.bias", {1}}};
+  }
+  return {};
+}
+
 template <class S>
 class BetaGate {
  public:
@@ -116,7 +130,8 @@ class BetaGate {
     }
   }
 
-  // The names a PyTorch module of the form gives them (see the header comment), under prefix.
+  // The names a PyTorch module of the form gives them (see the header comment), under prefix; the names and
+  // shapes of gateTensors.
   template <class F>
   void visitParams(const std::string& prefix, F&& f) {
     switch (m_opt.kind) {

@@ -13,6 +13,7 @@
 //     forward:  Y = Wp P + b 1ᵀ
 //     backward: dWp += dY Pᵀ,  db += dY 1,  dP = Wpᵀ dY,  dX = col2im(dP)
 #include "ddl/core/config.hpp"
+#include "ddl/core/enum_names.hpp"
 #include "ddl/core/token_layout.hpp"
 #include "ddl/core/types.hpp"
 #include "ddl/nn/layers/window2d.hpp"
@@ -22,13 +23,10 @@ namespace ddl {
 // Automatic: ShiftedProducts for stride 1 on narrow layers (resolveConvAlgorithm), Patches otherwise.
 enum class ConvAlgorithm { Automatic, Patches, ShiftedProducts };
 
-inline const char* toString(ConvAlgorithm a) {
-  switch (a) {
-    case ConvAlgorithm::Automatic: return "automatic";
-    case ConvAlgorithm::Patches: return "patches";
-    default: return "shifted products";
-  }
-}
+inline constexpr EnumName<ConvAlgorithm> kConvAlgorithmNames[] = {
+    {ConvAlgorithm::Automatic, "automatic"}, {ConvAlgorithm::Patches, "patches"},
+    {ConvAlgorithm::ShiftedProducts, "shifted products"}};
+inline const char* toString(ConvAlgorithm a) { return nameOf(kConvAlgorithmNames, a); }
 
 namespace detail {
 // ConvAlgorithm::Automatic takes shifted products for stride 1 up to this many input channels, on

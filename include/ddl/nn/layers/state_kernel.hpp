@@ -29,8 +29,7 @@ namespace detail {
 // matrix; otherwise ShapeError naming fn, the matrix, its shape and the expected one.
 inline void checkSequenceInput(const char* fn, const char* what, Index rows, Index cols, Index expectedRows,
                                Index expectedCols, const char* colsFormula, const TokenLayout& layout) {
-  if (layout.height != 1 || layout.width != 1)
-    throw ShapeError(message(fn, "needs a sequence layout (H = W = 1), got ", toString(layout)));
+  requireSequenceLayout(fn, layout);
   if (rows != expectedRows || cols != expectedCols)
     throw ShapeError(message(fn, what, " has shape ", shapeString(rows, cols), ", expected (", expectedRows, ", ",
                              colsFormula, ") = ", shapeString(expectedRows, expectedCols), " for the layout ",

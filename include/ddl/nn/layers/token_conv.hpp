@@ -12,6 +12,7 @@
 // Parameters: "weight" [C, 1, K] (held as (C, K)), "bias" [C] when built with one (no decay).
 // The three loops (forward, dx, dw) are free functions in ddl::detail, shared with the expanded-state
 // convolutions of nn/layers/state_conv.hpp and nn/blocks/token_compressor.hpp.
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -33,40 +34,42 @@ namespace detail {
 // whole sequences of T tokens (column b*T + t); w: (C, K), w.col(K-1) multiplies the current token.
 // out, dx and acc are sized by the caller; out, dx may be column blocks of a larger matrix.
 
-// out.col(n) = sum_{lag < K, lag <= t} w.col(K-1-lag) ⊙ x.col(n - lag), t = n % T (added to out
-// when accumulate). Columns are independent: split over OpenMP threads above kParallelMinWork, the
-// same bits on any thread count.
-template <class S>
-void causalConvForward(const Eigen::Ref<const MatX<S>>& w, const Eigen::Ref<const MatX<S>>& x, Index T,
-                       Eigen::Ref<MatX<S>> out, bool accumulate = false) {
+// The taps of both directions: out.col(n) (+)= sum_{lag < K} w.col(K-1-lag) ⊙ x.col(n ∓ lag) over the lags
+// that stay in n's sequence, t = n % T: n - lag, lag <= t (Past, the forward) or n + lag, t + lag < T (Future,
+// the input gradient). Columns are independent: split over OpenMP threads above kParallelMinWork, the same
+// bits on any thread count.
+enum class CausalTaps { Past, Future };
+template <CausalTaps Dir, class S>
+void causalConvTaps(const Eigen::Ref<const MatX<S>>& w, const Eigen::Ref<const MatX<S>>& x, Index T,
+                    Eigen::Ref<MatX<S>> out, bool accumulate) {
   const Index M = x.cols(), K = w.cols();
   DDL_OMP(parallel for schedule(static) if (x.rows() * K * M >= kParallelMinWork))
   for (Index n = 0; n < M; ++n) {
     const Index t = n % T;
+    const Index lags = Dir == CausalTaps::Past ? std::min(K - 1, t) : std::min(K - 1, T - 1 - t);
     if (accumulate)
       out.col(n) += w.col(K - 1).cwiseProduct(x.col(n));
     else
       out.col(n) = w.col(K - 1).cwiseProduct(x.col(n));
-    for (Index lag = 1; lag < K && lag <= t; ++lag) out.col(n) += w.col(K - 1 - lag).cwiseProduct(x.col(n - lag));
+    for (Index lag = 1; lag <= lags; ++lag)
+      out.col(n) += w.col(K - 1 - lag).cwiseProduct(x.col(Dir == CausalTaps::Past ? n - lag : n + lag));
   }
 }
 
+// out.col(n) = sum_{lag < K, lag <= t} w.col(K-1-lag) ⊙ x.col(n - lag), t = n % T (added to out when
+// accumulate).
+template <class S>
+void causalConvForward(const Eigen::Ref<const MatX<S>>& w, const Eigen::Ref<const MatX<S>>& x, Index T,
+                       Eigen::Ref<MatX<S>> out, bool accumulate = false) {
+  causalConvTaps<CausalTaps::Past, S>(w, x, T, out, accumulate);
+}
+
 // The input gradient of causalConvForward: dx.col(n) = sum_{lag < K, t + lag < T} w.col(K-1-lag) ⊙
-// dOut.col(n + lag) (added to dx when accumulate). Each column reads its own sequence only; split
-// over threads like causalConvForward.
+// dOut.col(n + lag) (added to dx when accumulate). Each column reads its own sequence only.
 template <class S>
 void causalConvBackwardInput(const Eigen::Ref<const MatX<S>>& w, const Eigen::Ref<const MatX<S>>& dOut, Index T,
                              Eigen::Ref<MatX<S>> dx, bool accumulate = false) {
-  const Index M = dOut.cols(), K = w.cols();
-  DDL_OMP(parallel for schedule(static) if (dOut.rows() * K * M >= kParallelMinWork))
-  for (Index n = 0; n < M; ++n) {
-    const Index t = n % T;
-    if (accumulate)
-      dx.col(n) += w.col(K - 1).cwiseProduct(dOut.col(n));
-    else
-      dx.col(n) = w.col(K - 1).cwiseProduct(dOut.col(n));
-    for (Index lag = 1; lag < K && t + lag < T; ++lag) dx.col(n) += w.col(K - 1 - lag).cwiseProduct(dOut.col(n + lag));
-  }
+  causalConvTaps<CausalTaps::Future, S>(w, dOut, T, dx, accumulate);
 }
 
 // The weight gradient: acc(c, s) += sum_{b, t >= K-1-s} dOut(c, b*T + t) x(c, b*T + t - K + 1 + s),
@@ -197,8 +200,7 @@ Param<S>& TokenConv<S>::bias() {
 template <class S>
 void TokenConv<S>::convolve(const char* fn, const Eigen::Ref<const MatX<S>>& x, const TokenLayout& layout,
                             MatX<S>& out) const {
-  if (layout.height != 1 || layout.width != 1)
-    throw ShapeError(message(fn, "needs a sequence layout (H = W = 1), got ", toString(layout)));
+  requireSequenceLayout(fn, layout);
   if (x.rows() != m_C || x.cols() != layout.tokens())
     throw ShapeError(message(fn, "x has shape ", shapeOf(x), ", expected (", m_C, ", ", layout.tokens(),
                              ") for the layout ", toString(layout)));

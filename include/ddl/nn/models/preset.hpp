@@ -7,26 +7,19 @@
 //   v1     the first DeltaNet design: auxiliary-MLP direction, two-layer tanh gate (DeltaNet only)
 #include <string>
 
+#include "ddl/core/enum_names.hpp"
 #include "ddl/core/error.hpp"
 
 namespace ddl {
 
 enum class Preset { Code, Paper, V1 };
 
-inline const char* toString(Preset p) {
-  switch (p) {
-    case Preset::Code: return "code";
-    case Preset::Paper: return "paper";
-    case Preset::V1: return "v1";
-  }
-  return "?";
-}
+inline constexpr EnumName<Preset> kPresetNames[] = {{Preset::Code, "code"}, {Preset::Paper, "paper"}, {Preset::V1, "v1"}};
+inline const char* toString(Preset p) { return nameOf(kPresetNames, p); }
 
 // Throws ValueError naming fn and the accepted names for an unknown one.
 inline Preset parsePreset(const std::string& name, const char* fn = "ddl::parsePreset") {
-  for (Preset p : {Preset::Code, Preset::Paper, Preset::V1})
-    if (name == toString(p)) return p;
-  throw ValueError(message(fn, "unknown preset '", name, "', expected one of code, paper, v1"));
+  return parseEnumName(kPresetNames, name, fn, "preset");
 }
 
 }  // namespace ddl
