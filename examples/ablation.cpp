@@ -29,6 +29,7 @@
 
 #include "cli.hpp"
 #include "ablation_lm.hpp"
+#include "beta_max_option.hpp"
 #include "ablation_report.hpp"
 #include "curves.hpp"
 #include "precision_option.hpp"
@@ -124,8 +125,11 @@ int run(const ddl::cli::CommandLine& cli, const std::string& commandLine) {
   const ddl::Index width = cli.integer<ddl::Index>("width", 1, 1 << 16, lmOr(ddl::Index(128))),
                    depth = cli.integer<ddl::Index>("depth", 0, 1 << 10, lmOr(ddl::Index(4))),
                    hidden = cli.integer<ddl::Index>("hidden", 0, 1 << 20);
+  const double betaMax = ddl::example::givenBetaMax(cli).value_or(2.0);  // the gated kinds' cap
   const LmShape shape{width, depth, cli.integer<ddl::Index>("heads", 1, 1 << 14),
-                      cli.integer<ddl::Index>("context", 1, 1 << 16), cli.integer<ddl::Index>("steps", 1, 1 << 30)};
+                      cli.integer<ddl::Index>("context", 1, 1 << 16), cli.integer<ddl::Index>("steps", 1, 1 << 30),
+                      betaMax};
+  const std::string capNote = betaMax == 2.0 ? std::string() : ", beta max " + ddl::csvNumber(betaMax);
   const std::vector<ddl::Index> widths = parseList("--widths", cli.text("widths"), 1),
                                 depths = parseList("--depths", cli.text("depths"), 0);
   const ddl::Index stemStride = cli.integer<ddl::Index>("stem-stride", 1, 2);
@@ -165,25 +169,27 @@ int run(const ddl::cli::CommandLine& cli, const std::string& commandLine) {
         r.dv = dv;
         r.seed = seed;
         if (lm) {
-          su.model = describeLm(shape, dv);
+          su.model = describeLm(shape, dv) + capNote;
           trainLm(text, shape, kind, dv, opt, r);
         } else if (su.net == "mlp") {
           ddl::DeltaNetConfig cfg;
           ddl::applyPreset(cfg, "code");
           cfg.block.residual.residual = ddl::parseResidualKind(kind);
+          capGate(cfg.block.residual, betaMax);
           cfg.d = width;
           cfg.depth = depth;
           cfg.dv = dv;
           cfg.block.hidden = hidden;
           cfg.inputDim = test.features();
           su.model = "DeltaNet MLP, preset code, d " + std::to_string(width) + ", depth " + std::to_string(depth) +
-                     ", hidden " + std::to_string(hidden);
+                     ", hidden " + std::to_string(hidden) + capNote;
           ddl::DeltaNet<float> net(cfg, seed);
           trainOne(net, tv, test, opt, su.evalEvery, r);
         } else {
           ddl::ConvDeltaNetConfig cfg;
           cfg.block.residual.residual = ddl::parseResidualKind(kind);
           ddl::applyPreset(cfg, "code");
+          capGate(cfg.block.residual, betaMax);
           cfg.channels = test.shape.channels;
           cfg.height = test.shape.height;
           cfg.width = test.shape.width;
@@ -195,7 +201,7 @@ int run(const ddl::cli::CommandLine& cli, const std::string& commandLine) {
           cfg.validate();
           su.model = "ConvDeltaNet, preset code, widths " + cli.text("widths") + ", depths " + cli.text("depths") +
                      ", stem stride " + std::to_string(stemStride) + " on " + std::to_string(cfg.height) + "x" +
-                     std::to_string(cfg.width) + " images";
+                     std::to_string(cfg.width) + " images" + capNote;
           ddl::ConvDeltaNet<float> net(cfg, seed);
           trainOne(net, tv, test, opt, su.evalEvery, r);
         }
@@ -251,6 +257,8 @@ int main(int argc, char** argv) {
       .option("widths", "LIST", "conv: channels per stage, comma-separated", "8,16")
       .option("depths", "LIST", "conv: Delta blocks per stage", "1,1")
       .option("stem-stride", "S", "conv: 1 | 2 (2 runs the stages at half the resolution)", "2")
+      .option("beta-max", "B", "the gate's cap of the delta and write_only kinds: beta = B sigma(z), B in (0, 2], "
+              "starting at B/2 (1 allows no reflection)", "2")
       .section("training")
       .option("seeds", "N", "seeds per (kind, dv)", "5")
       .option("seed", "S", "first seed", "1")

@@ -31,6 +31,7 @@ struct TextData {
 // The model and the steps per epoch (the rest of the budget is in TrainerOptions).
 struct LmShape {
   Index d = 128, depth = 4, heads = 4, context = 128, steps = 100;
+  double betaMax = 2;  // the gate's cap of the delta and write_only kinds (capGate)
 };
 
 inline TextData readTextData(const std::string& path, Index evalBytes) {
@@ -40,10 +41,19 @@ inline TextData readTextData(const std::string& path, Index evalBytes) {
   return t;
 }
 
+// The gate's cap of a gated kind, its gate starting at the middle of its range (betaMax / 2: the authors'
+// beta0 = 1 at the default 2); the additive kind has no gate.
+inline void capGate(DeltaResidualOptions& r, double betaMax) {
+  if (r.residual == ResidualKind::Additive) return;
+  r.betaMax = betaMax;
+  r.beta0 = betaMax / 2;
+}
+
 inline DeltaLMConfig lmConfig(const LmShape& shape, const std::string& kind, Index dv) {
   DeltaLMConfig cfg;
   cfg.block.residual.residual = parseResidualKind(kind);
   applyPreset(cfg, "code");
+  capGate(cfg.block.residual, shape.betaMax);
   applyVariant(cfg, dv == 1 ? "dv1" : "cc");
   cfg.dv = dv;
   cfg.d = shape.d;

@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "example_run.hpp"
+#include "beta_max_option.hpp"
+#include "clamp_option.hpp"
 #include "ddl/core/parse.hpp"
 #include "ddl/data/cifar.hpp"
 #include "ddl/data/idx.hpp"
@@ -38,6 +40,7 @@ void declareOptions(ddl::cli::CommandLine& cli) {
       .option("depths", "LIST", "Delta blocks per stage", "1,1,1")
       .option("dv", "V", "value channels of the expanded state", "1")
       .option("stem-stride", "S", "1 | 2: a stride-2 stem runs every stage at half the resolution", "2");
+  declareBetaMaxOption(cli);
   // Chosen on the validation split (docs/cifar_defaults.md).
   TrainingDefaults d;
   d.epochs = "18";
@@ -49,6 +52,7 @@ void declareOptions(ddl::cli::CommandLine& cli) {
   declareTrainingOptions(cli, d);
   cli.option("crop-pad", "P", "random crop offsets in [-P, P] pixels (zero padding)", "2");
   declareOutputOptions(cli, "out/cifar");
+  declareClampOption(cli);
 }
 
 std::vector<ddl::Index> parseList(const std::string& what, const std::string& text, ddl::Index lo) {
@@ -163,7 +167,11 @@ void readStats(const std::string& what, const std::string& text, double lo, ddl:
 
 int run(const ddl::cli::CommandLine& cli) {
   const SavedRun saved = savedRun(cli, "ddl-cifar");
-  const ddl::ConvDeltaNetConfig cfg = modelConfig(cli, saved);
+  ddl::ConvDeltaNetConfig cfg = modelConfig(cli, saved);
+  applyBetaMax(cli, cfg.block.residual, saved.from() ? saved.ckpt : std::string());
+  ddl::Index blocks = 0;
+  for (ddl::Index n : cfg.depths) blocks += n;
+  const std::optional<ClampSpec> clamp = clampOption(cli, saved.evalOnly, blocks, cfg.block.residual.residual);
   std::optional<std::int64_t> warmup;
   ddl::TrainerOptions opt = trainingOptions(cli, saved, [&](ddl::TrainerOptions& o) { setAugment(cli, o); }, warmup);
   const ddl::Index nVal = cli.integer<ddl::Index>("val", 0, kMaxCount);
@@ -206,7 +214,9 @@ int run(const ddl::cli::CommandLine& cli) {
             << ", stem stride " << cfg.stemStride << ", widths " << joinList(cfg.widths) << ", depths "
             << joinList(cfg.depths) << ", dv " << cfg.dv << ", " << ddl::numParams(net) << " parameters, "
             << ddl::numThreads() << " threads" << ranks().note() << "\n";
-  if (saved.evalOnly) return evaluateCheckpoint(cli, net, saved, test, 500);
+  if (saved.evalOnly)
+    return clamp ? evaluateClampedCheckpoint(cli, net, saved, test, 500, *clamp)
+                 : evaluateCheckpoint(cli, net, saved, test, 500);
 
   const ddl::Dataset<float> validation = splitOffValidation(train, nVal, opt.seed);
   opt.warmupSteps = warmup ? *warmup : chooseWarmup(opt, train.size());

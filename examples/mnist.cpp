@@ -11,6 +11,8 @@
 #include <string>
 
 #include "example_run.hpp"
+#include "beta_max_option.hpp"
+#include "clamp_option.hpp"
 #include "ddl/data/idx.hpp"
 #include "ddl/data/orientation_histograms.hpp"
 
@@ -35,6 +37,7 @@ void declareOptions(ddl::cli::CommandLine& cli) {
       .option("depth", "L", "number of Delta blocks", "2")
       .option("dv", "V", "value channels of the expanded state", "1")
       .option("hidden", "H", "MLP hidden width per block (0 = 4 d)", "2048");
+  declareBetaMaxOption(cli);
   // Chosen by validation accuracy on the held-out split (docs/mnist_defaults.md: the wide, shallow net of
   // the third sweep; with the histograms 7 epochs are within 0.1 points of 8 and keep the main job's
   // three minutes with a margin).
@@ -48,6 +51,7 @@ void declareOptions(ddl::cli::CommandLine& cli) {
   d.labelSmoothing = "0";
   declareTrainingOptions(cli, d);
   declareOutputOptions(cli, "out/mnist");
+  declareClampOption(cli);
 }
 
 // The model: from the command line, or (resume / eval-only) from the checkpoint.
@@ -111,6 +115,8 @@ ddl::Dataset<float> loadPart(const std::string& dir, ddl::DataPart part, const d
 int run(const ddl::cli::CommandLine& cli) {
   const SavedRun saved = savedRun(cli, "ddl-mnist");
   ddl::DeltaNetConfig cfg = modelConfig(cli, saved);
+  applyBetaMax(cli, cfg.block.residual, saved.from() ? saved.ckpt : std::string());
+  const std::optional<ClampSpec> clamp = clampOption(cli, saved.evalOnly, cfg.depth, cfg.block.residual.residual);
   std::optional<std::int64_t> warmup;
   ddl::TrainerOptions opt = trainingOptions(cli, saved, [&](ddl::TrainerOptions& o) { setAugment(cli, o); }, warmup);
   const std::optional<ddl::Index> valOption =  // empty: "auto"
@@ -183,7 +189,9 @@ int run(const ddl::cli::CommandLine& cli) {
             << ", d " << cfg.d << ", depth " << cfg.depth << ", dv " << cfg.dv << ", hidden " << cfg.block.hidden
             << ", " << ddl::numParams(net) << " parameters, " << ddl::numThreads() << " threads" << ranks().note() << "\n"
             << "config: " << ddl::configJson(cfg) << "\n";
-  if (saved.evalOnly) return evaluateCheckpoint(cli, net, saved, test, 1000);
+  if (saved.evalOnly)
+    return clamp ? evaluateClampedCheckpoint(cli, net, saved, test, 1000, *clamp)
+                 : evaluateCheckpoint(cli, net, saved, test, 1000);
 
   const ddl::Dataset<float> validation =
       splitOffValidation(train, valOption ? *valOption : train.size() / 12, opt.seed);

@@ -29,6 +29,8 @@
 #include <vector>
 
 #include "example_run.hpp"
+#include "beta_max_option.hpp"
+#include "clamp_option.hpp"
 #include "text_files.hpp"
 #include "ddl/data/bpe_tokenizer.hpp"
 #include "ddl/data/text_corpus.hpp"
@@ -65,8 +67,9 @@ void declareOptions(ddl::cli::CommandLine& cli) {
       .option("width", "D", "model width d", "128")
       .option("depth", "L", "number of blocks", "4")
       .option("heads", "H", "attention heads (d / H features each)", "4")
-      .option("context", "T", "bytes (tokens) per training window and longest context", "128")
-      .option("init-from", "DIR", "the authors' model folder DIR (config.json + model.safetensors or a sharded index, "
+      .option("context", "T", "bytes (tokens) per training window and longest context", "128");
+  declareBetaMaxOption(cli);
+  cli.option("init-from", "DIR", "the authors' model folder DIR (config.json + model.safetensors or a sharded index, "
               "docs/authors_models.md) is the model: trained from its weights, or evaluated (--eval-only) or sampled "
               "(--generate); the model options above are the folder's")
       .option("export-authors", "DIR", "write the checkpoint in --out as the authors' model folder DIR and exit (a "
@@ -81,6 +84,7 @@ void declareOptions(ddl::cli::CommandLine& cli) {
   cli.option("steps", "S", "steps per epoch", "1000")
       .option("clip", "C", "global gradient-norm clipping (0 = off)", "1");
   declareOutputOptions(cli, "out/text");
+  declareClampOption(cli);
   cli.section("sampling")
       .option("generate", "TEXT", "sample from the checkpoint in --out after TEXT (a model of tokens: ids, '464 2068', "
               "or text with --tokenizer) and exit")
@@ -331,6 +335,15 @@ int trainOn(const ddl::cli::CommandLine& cli, const SavedRun& saved, const ddl::
     const bool initFrom = cli.has("init-from");
     if (!initFrom) ddl::loadCheckpoint(saved.ckpt, lm);
     const std::string source = initFrom ? cli.text("init-from") : saved.ckpt;
+    if (const std::optional<ClampSpec> clamp = clampOption(cli, true, cfg.depth, cfg.block.residual.residual)) {
+      ddl::MatX<float> logits;
+      std::printf("%s (epoch %lld):\n", source.c_str(), static_cast<long long>(saved.meta.epoch));
+      return evaluateClamps("ddl-text", lm, *clamp, saved.out, ranks().comm().rank() == 0, what,
+                            static_cast<ddl::Index>(test->size() - 1), predicted, [&] {
+                              return task.evaluate(lm, *test, opt.evalBatch, logits,
+                                                   ddl::EvalStop{[] { return ddl::stopSignal() != 0; }});
+                            });
+    }
     ddl::MatX<float> scratch;
     ddl::NetGateAccumulator gates;
     const bool audit = cli.has("audit");
@@ -544,7 +557,10 @@ int run(const ddl::cli::CommandLine& cli) {
   if (cli.has("export-authors")) return exportAuthors(cli);
   std::optional<ddl::DeltaLM<float>> initFrom = initFromFolder(cli);
   const SavedRun saved = initFrom ? freshRun(cli, "ddl-text") : savedRun(cli, "ddl-text", {"train_options", "data"});
-  const ddl::DeltaLMConfig cfg = modelConfig(cli, saved, initFrom);
+  ddl::DeltaLMConfig cfg = modelConfig(cli, saved, initFrom);
+  applyBetaMax(cli, cfg.block.residual,
+               initFrom ? cli.text("init-from") + "/config.json" : saved.from() ? saved.ckpt : std::string());
+  clampOption(cli, saved.evalOnly, cfg.depth, cfg.block.residual.residual);  // checked now, applied by trainOn
   ddl::DeltaLM<float> lm(cfg, 1);
   if (initFrom) ddl::assignParams(lm, *initFrom);
   if ((saved.resume || saved.evalOnly || (initFrom && !cli.has("generate"))) && !byteModel(cfg) && !cli.has("tokens"))

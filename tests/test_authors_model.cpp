@@ -917,4 +917,33 @@ TEST_CASE("authors' own code loads the folders ddl writes (strict) and computes 
   }
 }
 
+TEST_CASE("authors' folders hold only betaMax 2: another cap is refused by name before writing") {
+  ddl::DeltaLMConfig c;
+  c.vocab = 17;
+  c.d = 8;
+  c.heads = 2;
+  c.depth = 1;
+  c.context = 8;
+  c.hidden = ddl::authorsMlpWidth(8);
+  for (const char* variant : {"dv1", "cc-ec"}) {
+    CAPTURE(variant);
+    ddl::DeltaLMConfig b = c;
+    ddl::applyVariant(b, variant);
+    b.block.residual.betaMax = 1.0;
+    b.block.residual.beta0 = 0.5;
+    ddl::DeltaLM<double> lm(b);
+    const std::string dir = ddl_test::clearedTestPath(std::string("authors_refused_beta_max_") + variant);
+    const std::string m = ddl_test::thrownMessage<ddl::Error>([&] { ddl::saveAuthorsModel(dir, lm); });
+    CHECK(contains(m, "a gate cap betaMax other than 2 has no counterpart in the authors' models (betaMax 1;"));
+    CHECK(!std::filesystem::exists(dir));  // nothing written
+    CHECK(contains(ddl_test::thrownMessage<ddl::Error>([&] { ddl::authorsConfigJson(b, "float32"); }), "betaMax 1"));
+  }
+  // The additive baseline has no gate: its (unused) cap does not matter.
+  ddl::DeltaLMConfig a = c;
+  a.block.residual.residual = ddl::ResidualKind::Additive;
+  a.block.residual.betaMax = 1.0;
+  a.block.residual.beta0 = 0.5;
+  CHECK_NOTHROW(ddl::authorsConfigJson(a, "float32"));
+}
+
 }  // namespace test_authors_model

@@ -8,6 +8,8 @@
 #include "catch_compat.hpp"
 #include "fixtures.hpp"
 #include "fd_check.hpp"
+#include "ddl/nn/models/conv_delta_net_config.hpp"
+#include "ddl/nn/models/delta_lm_config.hpp"
 #include "ddl/nn/models/delta_net.hpp"
 #include "ddl/testing/grad_check.hpp"
 
@@ -176,6 +178,79 @@ TEST_CASE("DeltaBlock backward matches central differences", "[nn][delta_block][
   checkParams(blk, loss);
 }
 
+TEST_CASE("DeltaResidual and DeltaBlock backward at betaMax 1 and 2 match central differences, edge cases included",
+          "[nn][delta_residual][delta_block][grad][beta_max]") {
+  struct Shape {
+    Index d, dv, N;
+  };
+  // d = 1 (with a large guard, see the DeltaResidual test), dv > 1, a batch of one token, several tokens.
+  const Shape shape = GENERATE(Shape{1, 1, 1}, Shape{1, 3, 2}, Shape{4, 3, 1}, Shape{3, 1, 4}, Shape{5, 2, 3});
+  const double cap = GENERATE(1.0, 2.0);
+  // The gate's logit: beta near 0 (sigma(-7) ~ 9e-4), at the middle, near the cap (1 - 9e-4 of it).
+  const double bias = GENERATE(-7.0, 0.0, 7.0);
+  const bool tinyK = GENERATE(false, true);  // |k~| ~ eps_k: the guard bites and rho < 1
+  const auto kind = GENERATE(ddl::ResidualKind::Delta, ddl::ResidualKind::WriteOnly);
+  const Index d = shape.d, dv = shape.dv, N = shape.N;
+  CAPTURE(d, dv, N, cap, bias, tinyK, ddl::toString(kind));
+  std::srand(static_cast<unsigned>(d * 97 + dv * 13 + N + static_cast<Index>(cap) * 7 + static_cast<Index>(bias + 7)));
+  ddl::DeltaResidualOptions opt;
+  opt.residual = kind;
+  opt.betaMax = cap;
+  opt.beta0 = cap / 2;
+  opt.epsK = d == 1 ? 0.5 : tinyK ? 1e-2 : 1e-5;
+  const double hScale = tinyK ? 2e-2 : 1.0;
+  const auto setBias = [&](auto& module) {
+    module.visitParams("", [&](const std::string& name, ddl::Param<double>& p) {
+      if (name.size() >= 9 && name.compare(name.size() - 9, 9, "gate.bias") == 0) p.value(0, 0) = bias;
+    });
+  };
+
+  ddl::DeltaResidual<double> res(d, dv, opt);
+  ddl::Rng init(7);
+  res.init(init);
+  setBias(res);
+  MatX<double> X = MatX<double>::Random(d, dv * N), Xin = MatX<double>::Random(d, N);
+  MatX<double> C = MatX<double>::Random(d, N), H = hScale * MatX<double>::Random(d, N);
+  MatX<double> W = MatX<double>::Random(d, dv * N), Y, dX, dXin, dC, dH;
+  auto loss = [&] {
+    MatX<double> Yl;
+    res.forward(X, Xin, C, H, Yl);
+    return (W.array() * Yl.array()).sum();
+  };
+  res.forward(X, Xin, C, H, Y);
+  for (Index n = 0; n < N; ++n) CHECK((res.beta()(0, n) > 0 && res.beta()(0, n) < cap));
+  ddl::zeroGrad(res);
+  res.backward(W, dX, dXin, dC, dH);
+  FD_CHECK(dX, numericGrad(X, loss));
+  FD_CHECK(dXin, numericGrad(Xin, loss));
+  FD_CHECK(dC, numericGrad(C, loss));
+  FD_CHECK(dH, numericGrad(H, loss));
+  res.forward(X, Xin, C, H, Y);
+  checkParams(res, loss);
+
+  if (tinyK) return;  // the block computes its own h: the shapes and gates above suffice for it
+  ddl::DeltaNetConfig cfg;
+  cfg.d = d;
+  cfg.dv = dv;
+  cfg.block.hidden = 5;
+  cfg.block.residual = opt;
+  ddl::DeltaBlock<double> blk(d, dv, cfg.block);
+  ddl::Rng initB(8);
+  blk.init(initB);
+  setBias(blk);
+  MatX<double> Xb = MatX<double>::Random(d, dv * N), Wb = MatX<double>::Random(d, dv * N), Yb, dXb;
+  auto lossB = [&] {
+    MatX<double> Yl;
+    blk.forward(Xb, Yl);
+    return (Wb.array() * Yl.array()).sum();
+  };
+  blk.forward(Xb, Yb);
+  ddl::zeroGrad(blk);
+  blk.backward(Wb, dXb);
+  FD_CHECK(dXb, numericGrad(Xb, lossB));
+  checkParams(blk, lossB);
+}
+
 TEST_CASE("whole DeltaNet backward matches central differences per preset and residual kind", "[nn][delta_net][grad]") {
   const auto preset = GENERATE(as<std::string>{}, "code", "paper", "v1");
   const auto kind = GENERATE(ddl::ResidualKind::Delta, ddl::ResidualKind::WriteOnly, ddl::ResidualKind::Additive);
@@ -283,6 +358,47 @@ TEST_CASE("bad configurations throw ddl::Error naming the option", "[nn][errors]
   MatX<float> X = MatX<float>::Zero(5, 2), logits;
   const std::string shapeMsg = ddl_test::thrownMessage<ddl::ShapeError>([&] { net.forward(X, logits); });
   CHECK(ddl_test::contains(shapeMsg, "ddl::DeltaNet::forward: X has shape (5, 2), expected (4, any)"));
+}
+
+TEST_CASE("beta_max in the configurations: written only when not 2, absent reads 2, refused outside (0, 2]",
+          "[nn][delta_net][beta_max]") {
+  // The default writes no key, so every configuration and checkpoint of the paper's range keeps its bytes.
+  ddl::DeltaNetConfig net = ddl_test::deltaNetConfig(12, 10, 8, 2, ddl_test::kDefaultHidden, 1);
+  ddl::ConvDeltaNetConfig conv;
+  ddl::DeltaLMConfig lm;
+  CHECK(net.toKeyValues().count("beta_max") == 0);
+  CHECK(conv.toKeyValues().count("beta_max") == 0);
+  CHECK(lm.toKeyValues().count("beta_max") == 0);
+  CHECK(ddl::DeltaNetConfig::fromKeyValues(net.toKeyValues()).block.residual.betaMax == 2.0);
+  CHECK(ddl::ConvDeltaNetConfig::fromKeyValues(conv.toKeyValues()).block.residual.betaMax == 2.0);
+  CHECK(ddl::DeltaLMConfig::fromKeyValues(lm.toKeyValues()).block.residual.betaMax == 2.0);
+  // Another cap round-trips in all three.
+  for (const double cap : {1.0, 0.25, 1.9999999999999998}) {
+    CAPTURE(cap);
+    net.block.residual.betaMax = conv.block.residual.betaMax = lm.block.residual.betaMax = cap;
+    net.block.residual.beta0 = conv.block.residual.beta0 = lm.block.residual.beta0 = cap / 2;
+    const ddl::KeyValues kn = net.toKeyValues(), kc = conv.toKeyValues(), kl = lm.toKeyValues();
+    REQUIRE(kn.count("beta_max") == 1);
+    CHECK(ddl::DeltaNetConfig::fromKeyValues(kn).block.residual.betaMax == cap);
+    CHECK(ddl::DeltaNetConfig::fromKeyValues(kn).toKeyValues() == kn);
+    CHECK(ddl::ConvDeltaNetConfig::fromKeyValues(kc).block.residual.betaMax == cap);
+    CHECK(ddl::DeltaLMConfig::fromKeyValues(kl).block.residual.betaMax == cap);
+    CHECK(ddl::DeltaLMConfig::fromKeyValues(kl).toKeyValues() == kl);
+  }
+  // A saved cap outside (0, 2], or not a number, is refused naming the key or the option.
+  ddl::KeyValues bad = net.toKeyValues();
+  for (const char* text : {"0", "2.5", "-1", "nan"}) {
+    CAPTURE(text);
+    bad["beta_max"] = text;
+    bad["beta0"] = "0";
+    const std::string m = ddl_test::thrownMessage<ddl::ValueError>([&] { ddl::DeltaNetConfig::fromKeyValues(bad); });
+    CHECK((ddl_test::contains(m, "betaMax must lie in (0, 2]") || ddl_test::contains(m, "key 'beta_max'")));
+  }
+  // beta0 is checked against the cap: 1.5 fits 2 but not 1.
+  bad["beta_max"] = "1";
+  bad["beta0"] = "1.5";
+  CHECK(ddl_test::contains(ddl_test::thrownMessage<ddl::ValueError>([&] { ddl::DeltaNetConfig::fromKeyValues(bad); }),
+                           "beta0 must lie in [0, 1], got 1.5"));
 }
 
 TEST_CASE("config survives its key/value form", "[nn][delta_net]") {

@@ -62,6 +62,59 @@ ddl::DeltaResidualOptions residualOptionsWithEpsK(double epsK) {
 
 }  // namespace
 
+TEST_CASE("the audit uses the residual's cap: at betaMax 1 a pinned gate is saturated projection, never reflection",
+          "[diag][gate_audit][beta_max]") {
+  // Gates pinned near the top of their range (z = 12: sigma = 1 - 6e-6) with unit directions (|k~| >> eps).
+  const Index d = 4, N = 6;
+  MatX<double> H = MatX<double>::Random(d, N) + MatX<double>::Constant(d, N, 3.0);
+  for (const double cap : {1.0, 2.0}) {
+    CAPTURE(cap);
+    ddl::DeltaResidualOptions opt;
+    opt.betaMax = cap;
+    opt.beta0 = cap / 2;
+    ddl::DeltaResidual<double> r(d, 1, opt);
+    ddl::Rng rng(5);
+    r.init(rng);
+    setGate(r, MatX<double>::Zero(1, d), 12.0);
+    const Run run = forward(r, 1, MatX<double>::Random(d, N), H);
+    const ddl::GateStats g = ddl::auditGate(r, run.Y);
+    CHECK(g.betaCap == cap);
+    CHECK(g.betaMax == Approx(cap).epsilon(1e-4));
+    CHECK(g.saturated == N);  // beta > betaMax - 1e-3 at either cap
+    if (cap == 1.0) {
+      CHECK(g.regimeCount(ddl::DeltaRegime::Projection) == N);
+      CHECK(g.regimeCount(ddl::DeltaRegime::Reflection) == 0);
+      CHECK(g.regimeCount(ddl::DeltaRegime::PartialReflection) == 0);
+      CHECK(g.lambdaMin >= 0);  // 1 - beta rho with beta rho <= 1: no negative eigenvalue
+      CHECK(g.expectedRatioMean < 1e-4);  // |1 - beta rho| ~ 0: the write overwrites
+    } else {
+      CHECK(g.regimeCount(ddl::DeltaRegime::Reflection) == N);
+      CHECK(g.lambdaMax < -0.99);
+      CHECK(g.expectedRatioMean == Approx(1).margin(1e-4));  // |1 - beta rho| ~ 1: the mirror
+    }
+    REQUIRE(g.errorRatioMeasured());
+    CHECK(g.errorRatioMaxDeviation < 1e-9);  // measured |e_post|/|e_pre| = |1 - beta rho| under the cap too
+    // A gate at half its range is not saturated at cap 1 (0.5 < 1 - 1e-3), nor at cap 2.
+    setGate(r, MatX<double>::Zero(1, d), 0.0);
+    forward(r, 1, MatX<double>::Random(d, N), H);
+    CHECK(ddl::auditGate(r).saturated == 0);
+  }
+  // One accumulator never mixes caps.
+  ddl::DeltaResidualOptions one, two;
+  one.betaMax = 1.0;
+  one.beta0 = 0.5;
+  ddl::DeltaResidual<double> r1(d, 1, one), r2(d, 1, two);
+  ddl::Rng rng(6);
+  r1.init(rng);
+  r2.init(rng);
+  forward(r1, 1, MatX<double>::Random(d, N), H);
+  forward(r2, 1, MatX<double>::Random(d, N), H);
+  ddl::GateAccumulator acc;
+  acc.add(r1);
+  CHECK(ddl_test::contains(ddl_test::thrownMessage<ddl::ValueError>([&] { acc.add(r2); }),
+                           "this residual caps its gate at betaMax = 2 but the accumulator has seen betaMax = 1"));
+}
+
 TEST_CASE("constant gate beta0: beta, histogram, |k~| and rho match hand-computed values", "[diag][gate_audit]") {
   const auto norm = GENERATE(ddl::DirectionNorm::SqrtEps, ddl::DirectionNorm::AddEps);
   CAPTURE(ddl::toString(norm));

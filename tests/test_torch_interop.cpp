@@ -66,6 +66,9 @@ ddl::DeltaNetConfig makeConfig(const Case& k) {
     r.epsK = 0.2;
     r.value = ddl::ValueKind::SigmoidScaled;
     r.valueScale = 2.5;
+  } else if (k.variant == "beta_max1") {  // the gate capped at 1, starting at the middle of its range
+    r.betaMax = 1.0;
+    r.beta0 = 0.5;
   } else if (k.variant == "kernel5") {  // structured CC kernel wider than dv, eps other than 1e-5
     c.block.compressorKernel = 5;
     c.block.normEps = 1e-2;
@@ -85,6 +88,9 @@ std::vector<Case> allCases() {
   cases.push_back({"v1", ddl::ResidualKind::Delta, 1, "relu_identity_scale"});
   cases.push_back({"v1", ddl::ResidualKind::WriteOnly, 3, "relu_identity_scale"});
   cases.push_back({"code", ddl::ResidualKind::Delta, 4, "kernel5"});
+  cases.push_back({"code", ddl::ResidualKind::Delta, 1, "beta_max1"});
+  cases.push_back({"code", ddl::ResidualKind::Delta, 3, "beta_max1"});
+  cases.push_back({"v1", ddl::ResidualKind::WriteOnly, 1, "beta_max1"});  // the two-layer gate
   return cases;
 }
 

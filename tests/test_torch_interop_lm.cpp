@@ -121,6 +121,9 @@ ddl::DeltaLMConfig makeConfig(const Case& k, const Shape& s = kTiny) {
     c.block.residual.beta0 = 0.7;
     c.block.residual.epsK = 1e-3;
     c.init = ddl::LmInit::Authors;
+  } else if (k.authors == "bmax1") {  // the gate capped at 1 (no reflection), starting at 0.5
+    c.block.residual.betaMax = 1.0;
+    c.block.residual.beta0 = 0.5;
   } else if (k.authors == "gate2") {
     c.block.residual.gate = ddl::GateKind::TwoLayerTanh;
     c.block.residual.gateHidden = 5;
@@ -146,12 +149,13 @@ std::vector<Case> ecTcCases() {
           {"tc", R::Additive, "code", true, false}};
 }
 
-// The authors' Delta options on every variant.
+// The authors' Delta options on every variant, and ddl's gate cap of 1 (bmax1, not theirs) beside them.
 std::vector<Case> authorsCases() {
   using R = ddl::ResidualKind;
   return {{"dv1", R::Delta, "code", true, true, 0, "linv"},   {"cc-ec", R::Delta, "code", true, true, 0, "linv"},
           {"tc-ec", R::Delta, "code", false, true, 0, "linv"}, {"dv1", R::Delta, "code", true, true, 0, "gate2"},
-          {"cc", R::Delta, "code", true, true, 0, "gate2"},    {"tc-ec", R::WriteOnly, "code", true, true, 0, "gate2"}};
+          {"cc", R::Delta, "code", true, true, 0, "gate2"},    {"tc-ec", R::WriteOnly, "code", true, true, 0, "gate2"},
+          {"dv1", R::Delta, "code", true, true, 0, "bmax1"},   {"cc-ec", R::Delta, "code", true, true, 0, "bmax1"}};
 }
 
 // ids (B, T) as a matrix of S: row b, column t holds id b*T + t (exact: the ids are small integers).

@@ -284,7 +284,7 @@ class TwoLayerTanhGate(nn.Module):
 class DeltaResidual(nn.Module):
     """ddl::DeltaResidual, the rewrite step (docs/spec.md §2). Per token, with the state X (dv x d here):
         k~ = h (kmap) | MLP_k(mean_j X_j) (aux_mlp);   k = normalize(k~)
-        beta = 2 sigmoid(z) with z from the gate head on c
+        beta = beta_max sigmoid(z) with z from the gate head on c (beta_max in (0, 2]; 2 when the config has no key)
         v = s sigmoid(W_v x_in + b_v) | W_v x_in + b_v | W_v c + b_v | W_v h + b_v | constant    (dv entries)
             (sigmoid_scaled | linear_on_input, the authors' ddl_v_sigmoid = False | linear_on_c | from_branch | constant)
         X'_j = X_j + beta k (v_j - k.X_j) (delta) | X_j + beta v_j k (write_only) | X_j + h (additive)
@@ -302,6 +302,9 @@ class DeltaResidual(nn.Module):
         self.value_kind = cfg["value"]
         self.value_scale = float(cfg["value_scale"])
         self.value_constant = float(cfg["value_constant"])
+        self.beta_max = float(cfg.get("beta_max", "2"))  # written only when not 2 (checkpoints before it: 2)
+        if not 0 < self.beta_max <= 2:
+            raise ValueError(f"beta_max must lie in (0, 2], got {self.beta_max}")
         if self.residual not in ("delta", "write_only", "additive"):
             raise ValueError(f"unknown residual '{self.residual}', expected delta, write_only or additive")
         if self.residual == "additive":
@@ -334,7 +337,7 @@ class DeltaResidual(nn.Module):
         else:
             kt = h
         k = normalize_directions(kt, self.direction_norm, self.eps_k)  # (N, d)
-        beta = 2 * torch.sigmoid(self.gate(c))                          # (N,)
+        beta = self.beta_max * torch.sigmoid(self.gate(c))              # (N,)
         if self.value_kind == "sigmoid_scaled":
             v = self.value_scale * torch.sigmoid(self.value(x_in))
         elif self.value_kind == "linear_on_input":
@@ -1404,6 +1407,23 @@ def selftest_command(args):
         want = X + (beta[:, None] * (v - torch.einsum("njd,nd->nj", X, k)))[:, :, None] * k[:, None, :]
         with torch.no_grad():
             report(f"linear_on_input dv {dv}: X + beta k (W_v x_in + b_v - k.X)", _max_abs(res(X, x_in, c, h), want), 1e-13)
+    # The gate's cap: beta = beta_max sigmoid(z) (absent: 2); a cap outside (0, 2] is refused.
+    res = DeltaResidual(d, 1, lm_config("dv1", beta_max=1)).to(dt)
+    _randomize(res, 1.0)
+    X, x_in, c, h = (torch.randn(N, 1, d, dtype=dt), torch.randn(N, d, dtype=dt), torch.randn(N, d, dtype=dt),
+                     torch.randn(N, d, dtype=dt))
+    k = h / torch.sqrt((h * h).sum(1, keepdim=True) + 1e-10)
+    beta = torch.sigmoid(c @ res.gate.weight[0] + res.gate.bias[0])
+    v = 4 * torch.sigmoid(x_in @ res.value.weight.t() + res.value.bias)
+    want = X + (beta[:, None] * (v - torch.einsum("njd,nd->nj", X, k)))[:, :, None] * k[:, None, :]
+    with torch.no_grad():
+        report("beta_max 1: X + sigma(z) k (v - k.X)", _max_abs(res(X, x_in, c, h), want), 1e-13)
+    for cap in ("0", "2.5", "nan"):
+        try:
+            DeltaResidual(d, 1, lm_config("dv1", beta_max=cap))
+            report(f"beta_max {cap} refused", 1.0, 0.0)
+        except ValueError as e:
+            report(f"beta_max {cap} refused ({e})", 0.0, 0.0)
     ec = DeltaLM(lm_config("tc-ec", input_embed_shortconv_kernel_size=2))
     old = lm_config("tc-ec")
     del old["input_embed_shortconv_kernel_size"]

@@ -3,13 +3,17 @@
 // read from what a DeltaResidual kept of its last forward. Nothing here changes a module.
 //
 // Per block and batch (GateStats):
-//   beta        mean / min / max, a histogram of fixed bins over [0, 2], the fraction saturated
-//               (beta < 1e-3 or beta > 2 - 1e-3)
+//   beta        mean / min / max, a histogram of fixed bins over [0, 2] (the widest gate range, so nets
+//               with different caps compare bin by bin), the fraction saturated at either end of the
+//               residual's own range (beta < 1e-3 or beta > betaMax - 1e-3: at betaMax = 1 a gate
+//               pinned at its cap of 1 is saturated, not "half open")
 //   regimes     token counts per DeltaRegime of the effective gate b = beta rho, classified by the
 //               operator's own classifyRegime (ops/delta_operator.hpp): one taxonomy for the operator
 //               and the audit. In the gate's range its bands are docs/spec.md §6's thresholds on b:
 //               identity-like b < 0.1, projection-like |b - 1| < 0.1, reflection-like b > 1.9, and
-//               between them contraction / partial reflection (expansion only outside [0, 2])
+//               between them contraction / partial reflection (expansion only outside [0, 2]). The
+//               cap bounds b by betaMax: with betaMax = 1 no token can be reflection-like or partially
+//               reflecting, and every lambda = 1 - beta rho lies in [0, 1]
 //   |k~|        against eps_k, recovered from the stored norm n (SqrtEps: |k~| = sqrt(n^2 - eps^2),
 //               AddEps: n = |k~|): min, mean, and how many tokens have |k~| < 10 eps_k
 //   rho         mean |k|^2 (1 for a unit k, < 1 where the guard bites)
@@ -43,7 +47,7 @@ namespace ddl {
 
 // Thresholds of docs/spec.md §6 that are not regime bands (those live in classifyRegime, ops/delta_operator.hpp).
 struct GateThresholds {
-  static constexpr double saturation = 1e-3;   // beta < 1e-3 or beta > 2 - 1e-3
+  static constexpr double saturation = 1e-3;   // beta < 1e-3 or beta > betaMax - 1e-3
   static constexpr double smallDirection = 10;  // |k~| < 10 eps_k
 };
 
@@ -58,7 +62,8 @@ struct GateStats {
   double betaMax = std::numeric_limits<double>::quiet_NaN();
   std::vector<Index> histogram;  // fixed bins over [0, 2]; bin b covers [2b/B, 2(b+1)/B), beta = 2 in the last
 
-  Index saturated = 0;  // beta < 1e-3 or beta > 2 - 1e-3
+  Index saturated = 0;  // beta < 1e-3 or beta > betaCap - 1e-3
+  double betaCap = 2;   // the residual's betaMax (its gate's range is (0, betaCap))
   // Tokens per DeltaRegime of beta rho, indexed by static_cast<int>(DeltaRegime); they sum to tokens.
   std::array<Index, kDeltaRegimeCount> regimes{};
 
@@ -136,7 +141,10 @@ class GateAccumulator {
     if (o.m_tokens > 0 && m_tokens > 0 && (o.m_norm != m_norm || o.m_epsK != m_epsK))
       throw ValueError(message(fn, "the other accumulator saw a different direction guard (", toString(o.m_norm),
                                ", eps_k = ", o.m_epsK, ") than this one (", toString(m_norm), ", eps_k = ", m_epsK, ")"));
+    if (o.m_tokens > 0 && m_tokens > 0 && o.m_cap != m_cap)
+      throw ValueError(message(fn, "the other accumulator saw a gate cap betaMax = ", o.m_cap, ", this one ", m_cap));
     if (m_tokens == 0 && o.m_tokens > 0) {
+      m_cap = o.m_cap;
       m_norm = o.m_norm;
       m_epsK = o.m_epsK;
     }
@@ -175,6 +183,7 @@ class GateAccumulator {
     s.histogram = m_hist;
     s.norm = m_norm;
     s.epsK = m_epsK;
+    s.betaCap = m_cap;
     if (m_tokens > 0) {
       const double n = static_cast<double>(m_tokens);
       s.betaMean = m_betaSum / n;
@@ -249,8 +258,12 @@ class GateAccumulator {
     if (m_tokens > 0 && (opt.norm != m_norm || opt.epsK != m_epsK))
       throw ValueError(message(fn, "this residual guards its direction with ", toString(opt.norm), ", eps_k = ", opt.epsK,
                                " but the accumulator has seen ", toString(m_norm), ", eps_k = ", m_epsK));
+    if (m_tokens > 0 && opt.betaMax != m_cap)
+      throw ValueError(message(fn, "this residual caps its gate at betaMax = ", opt.betaMax,
+                               " but the accumulator has seen betaMax = ", m_cap));
     m_norm = opt.norm;
     m_epsK = opt.epsK;
+    m_cap = opt.betaMax;
     const double eps = opt.epsK;
     const double noise = std::sqrt(static_cast<double>(Eigen::NumTraits<S>::epsilon()));
     const Index B = bins();
@@ -269,7 +282,7 @@ class GateAccumulator {
       m_betaMax = std::max(m_betaMax, b);
       const Index bin = std::min<Index>(B - 1, std::max<Index>(0, static_cast<Index>(std::floor(b / 2.0 * static_cast<double>(B)))));
       ++m_hist[static_cast<std::size_t>(bin)];
-      if (b < GateThresholds::saturation || b > 2.0 - GateThresholds::saturation) ++m_saturated;
+      if (b < GateThresholds::saturation || b > m_cap - GateThresholds::saturation) ++m_saturated;
       ++m_regimes[static_cast<std::size_t>(classifyRegime(b * rho))];
       // direction
       const double kt = opt.norm == DirectionNorm::SqrtEps ? std::sqrt(std::max(0.0, n * n - eps * eps)) : n;
@@ -328,6 +341,7 @@ class GateAccumulator {
   static constexpr double inf = std::numeric_limits<double>::infinity();
   std::vector<Index> m_hist;
   DirectionNorm m_norm = DirectionNorm::SqrtEps;
+  double m_cap = 2;  // the audited residual's betaMax
   double m_epsK = 0;
   Index m_tokens = 0, m_nonFinite = 0;
   double m_betaSum = 0, m_betaMin = inf, m_betaMax = -inf;

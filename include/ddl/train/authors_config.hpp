@@ -123,6 +123,9 @@ inline void requireAuthorsExpressible(const DeltaLMConfig& c, const char* fn) {
   require(res.direction == DirectionSource::BranchOutput && res.norm == DirectionNorm::SqrtEps, fn,
           no("a direction other than kmap / sqrt_eps"));
   if (v == AuthorsVariant::Baseline) return;
+  // Their gate is 2 sigma(z): a model trained under another cap computes something else there.
+  require(res.betaMax == 2.0, fn, no("a gate cap betaMax other than 2"), " (betaMax ", res.betaMax,
+          "; their beta = 2 sigma(z))");
   require(res.gate == GateKind::Linear || res.gate == GateKind::TwoLayerTanh, fn,
           no("a gate other than linear or two_layer_tanh"));
   require(res.value == ValueKind::SigmoidScaled || res.value == ValueKind::LinearOnInput ||

@@ -81,6 +81,10 @@ void putSharedOptions(KeyValueWriter& w, const Config& c) {
   w.put("gate", toString(r.gate));
   w.put("gate_hidden", r.gateHidden);
   w.put("beta0", r.beta0);
+  // Written only when it is not the default 2: the configurations, checkpoints and pinned bytes of every
+  // model with the paper's range stay exactly as before the cap existed, and a reader without the key
+  // (every checkpoint written before it) reads 2.
+  if (r.betaMax != 2.0) w.put("beta_max", r.betaMax);
   w.put("value", toString(r.value));
   w.put("value_scale", r.valueScale);
   w.put("value_constant", r.valueConstant);
@@ -109,6 +113,7 @@ void readSharedOptions(const KeyValueReader& in, Config& c) {
   r.gate = parseGateKind(in.text("gate"));
   r.gateHidden = in.size("gate_hidden", 1);
   r.beta0 = in.number("beta0");
+  r.betaMax = in.has("beta_max") ? in.number("beta_max") : 2.0;
   r.value = parseValueKind(in.text("value"));
   r.valueScale = in.number("value_scale");
   r.valueConstant = in.number("value_constant");
