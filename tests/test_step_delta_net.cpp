@@ -2,6 +2,7 @@
 // checks in double of every parameter and the input for each residual kind and gate cap, on shapes down to
 // d = 1, one sample and one output; the inference forward; equal shared parameters across kinds of one
 // seed; the clamp; refusals.
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
