@@ -128,6 +128,7 @@ int evaluateClamps(const std::string& program, Net& net, const ClampSpec& spec, 
   std::vector<Row> rows{{"none", {}, {}}, {"all", spec.blocks, {}}};
   for (Index b : spec.blocks) rows.push_back({"block " + std::to_string(b), {b}, {}});
   const std::string path = writes ? freeClampCsvPath(outDir) : std::string();
+  if (writes) prepareOutputFolder(outDir, path, "ddl::example::evaluateClamps");  // unwritable: before evaluating
   for (Row& row : rows) {
     clearBetaClamps(net);
     for (Index b : row.blocks) setBlockBetaClamp(net, b, spec.c);

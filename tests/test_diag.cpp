@@ -79,6 +79,8 @@ TEST_CASE("the audit uses the residual's cap: at betaMax 1 a pinned gate is satu
     const Run run = forward(r, 1, MatX<double>::Random(d, N), H);
     const ddl::GateStats g = ddl::auditGate(r, run.Y);
     CHECK(g.betaCap == cap);
+    CHECK(ddl_test::contains(ddl::formatGateSummary({g}, {"block 0"}),
+                             cap == 1.0 ? "(beta = 1 sigma(z) in [0, 1];" : "(beta = 2 sigma(z) in [0, 2];"));
     CHECK(g.betaMax == Approx(cap).epsilon(1e-4));
     CHECK(g.saturated == N);  // beta > betaMax - 1e-3 at either cap
     if (cap == 1.0) {

@@ -56,7 +56,7 @@ grep -qF '"beta_max":"1"' <<<"$out" || fail "--eval-only of the capped run lost 
 refused 1 "--beta-max 2 differs from the saved model's beta_max 1" "$mnist" --data "$idx" --out "$work/capped" \
   --eval-only --beta-max 2
 refused 1 "--beta-max 2 differs from the saved model's beta_max 1" "$mnist" "${small[@]}" --out "$work/capped" \
-  --resume --epochs 2 --beta-max 2
+  --resume --beta-max 2
 refused 1 "--beta-max 1 differs from the saved model's beta_max 2" "$mnist" --data "$idx" --out "$work/default" \
   --eval-only --beta-max 1
 "$mnist" --data "$idx" --out "$work/default" --eval-only --beta-max 2 >/dev/null 2>&1 ||

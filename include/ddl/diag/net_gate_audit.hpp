@@ -131,8 +131,10 @@ inline std::string formatGateSummary(const std::vector<GateStats>& blocks, const
   if (blocks.empty()) return "gate audit: no gated blocks (additive residual)\n";
   int width = 10;
   for (const std::string& l : labels) width = std::max(width, static_cast<int>(l.size()));
-  s += "gate audit (beta = 2 sigma(z) in [0, 2]; regimes of b = beta*rho: identity b<0.1, contraction, "
-       "projection |b-1|<0.1, partial reflection, reflection b>1.9, expansion outside [0, 2])\n";
+  char cap[32];  // the residuals' cap (one per net): "2" for the paper's range
+  std::snprintf(cap, sizeof cap, "%g", blocks[0].betaCap);
+  s += std::string("gate audit (beta = ") + cap + " sigma(z) in [0, " + cap + "]; regimes of b = beta*rho: identity b<0.1, "
+       "contraction, projection |b-1|<0.1, partial reflection, reflection b>1.9, expansion outside [0, 2])\n";
   char header[256];
   std::snprintf(header, sizeof header, "%-*s %7s  %9s %8s %8s %6s %6s %6s %6s %6s %6s %6s  %9s %11s  %8s (%s)\n", width, "block",
                 "tokens", "beta_mean", "beta_min", "beta_max", "%sat", "%ident", "%contr", "%proj", "%prefl", "%refl",
