@@ -235,13 +235,11 @@ inline void writeCsvs(const std::string& out, const std::vector<RunResult>& runs
 // beta.gp); a missing gnuplot leaves the counts in beta_hist.csv only.
 inline void plotBeta(const std::string& out, const std::vector<RunResult>& runs) {
   std::map<std::tuple<std::string, std::string, std::size_t>, std::array<std::int64_t, kBetaBins>> sums;
-  std::size_t blocks = 0;
   for (const RunResult& r : runs)
     if (r.phase == "evaluation" && r.form == Form::DepthAsTime)
       for (std::size_t t = 0; t < r.gates.size(); ++t) {
         auto& s = sums[{r.task, r.kind, t}];
         for (int i = 0; i < kBetaBins; ++i) s[static_cast<std::size_t>(i)] += r.gates[t].histogram[static_cast<std::size_t>(i)];
-        blocks = std::max(blocks, t + 1);
       }
   if (sums.empty()) return;
   std::vector<std::string> series;
@@ -267,7 +265,6 @@ inline void plotBeta(const std::string& out, const std::vector<RunResult>& runs)
       gp << "set title '" << series[i] << "'\nplot ARG1 index " << i << " using 1:2 with boxes notitle\n";
     gp << "unset multiplot\n";
   });
-  (void)blocks;
   plot::gnuplot(script, {out + "/beta.dat", png}, png, "beta histograms");
 }
 

@@ -76,7 +76,7 @@ expectRefused "--form expects" "$work/r4" --smoke --task swap --form sideways
 # a folder that holds anything is never written into
 mkdir -p "$work/used" && echo keep >"$work/used/notes.txt"
 msg=$("$exe" --smoke --task swap --out "$work/used" 2>&1)
-if [ $? -ne 0 ] && grep -q "not an empty folder" <<<"$msg" && [ "$(ls "$work/used")" = notes.txt ]; then ok "an used folder is refused"
-else fail "an used --out was not refused: $msg"; fi
+if [ $? -ne 0 ] && grep -q "not an empty folder" <<<"$msg" && [ "$(ls "$work/used")" = notes.txt ]; then ok "a used folder is refused"
+else fail "a used --out was not refused: $msg"; fi
 
 [ "$failures" -eq 0 ] && echo "claim smoke: all checks passed" || echo "claim smoke: $failures failures"
