@@ -14,8 +14,7 @@ namespace ddl {
 
 enum class Preset { Code, Paper, V1 };
 
-inline constexpr EnumName<Preset> kPresetNames[] = {
-    {Preset::Code, "code"}, {Preset::Paper, "paper"}, {Preset::V1, "v1"}};
+inline constexpr EnumName<Preset> kPresetNames[] = {{Preset::Code, "code"}, {Preset::Paper, "paper"}, {Preset::V1, "v1"}};
 inline const char* toString(Preset p) { return nameOf(kPresetNames, p); }
 
 // Throws ValueError naming fn and the accepted names for an unknown one.
