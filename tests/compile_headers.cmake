@@ -71,7 +71,8 @@ foreach(part IN LISTS optional_parts)
     list(APPEND failed ${h})
   endif()
 endforeach()
-list(REMOVE_ITEM headers ddl/distributed/mpi_communicator.hpp ddl/distributed/mpi_session.hpp  # need MPI, oneDNN: their #error is checked above
+# Need MPI, oneDNN: their #error is checked above.
+list(REMOVE_ITEM headers ddl/distributed/mpi_communicator.hpp ddl/distributed/mpi_session.hpp
      ddl/dnnl/matmul.hpp)
 mine(headers)
 

@@ -32,7 +32,7 @@ TEST_CASE("enum names: each option's names round-trip through toString and its p
   CHECK(std::string(ddl::toString(ddl::ConvAlgorithm::ShiftedProducts)) == "shifted products");
 }
 
-TEST_CASE("enum names: an unknown name lists the accepted ones; a value outside the enum has no name", "[enum_names]") {
+TEST_CASE("enum names: an unknown name lists the accepted ones, and a value outside the enum has no name", "[enum_names]") {
   CHECK(ddl_test::contains(ddl_test::thrownMessage<ddl::ValueError>([] { ddl::parseDirectionNorm("l2"); }),
                            "ddl::parseDirectionNorm: unknown normalization 'l2', expected one of sqrt_eps, add_eps"));
   CHECK(ddl_test::contains(ddl_test::thrownMessage<ddl::ValueError>([] { ddl::parseCompressorKind("Free"); }),

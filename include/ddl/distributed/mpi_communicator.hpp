@@ -27,9 +27,9 @@
 // Errors: the communicator returns MPI errors instead of aborting (MPI_ERRORS_RETURN) and every
 // failed call throws ddl::Error naming the call and MPI's text. A rank that stops or hangs would leave
 // the others in a call forever: endJobAfter(seconds, status) ends the job instead (collective_watchdog.hpp).
-// The job's start and end are watched too (docs/distributed.md): MpiSession (mpi_session.hpp) can time MPI_Init (a rank that
-// exits before it starts MPI leaves the others there) and MPI_Finalize, and meetAtEnd() names the ranks
-// that never reach the end.
+// The job's start and end are watched too (docs/distributed.md): MpiSession (mpi_session.hpp) can time
+// MPI_Init (a rank that exits before it starts MPI leaves the others there) and MPI_Finalize, and
+// meetAtEnd() names the ranks that never reach the end.
 #include "ddl/core/config.hpp"
 
 #if !DDL_WITH_MPI

@@ -69,7 +69,8 @@ struct GateTensor {
 inline std::vector<GateTensor> gateTensors(Index d, const GateOptions& opt) {
   switch (opt.kind) {
     case GateKind::Linear: return {{"weight", {1, d}}, {"bias", {1}}};
-    case GateKind::TwoLayerTanh: return {{"fc1.weight", {opt.hidden, d}}, {"fc2.weight", {1, opt.hidden}}, {"fc2.bias", {1}}};
+    case GateKind::TwoLayerTanh:
+      return {{"fc1.weight", {opt.hidden, d}}, {"fc2.weight", {1, opt.hidden}}, {"fc2.bias", {1}}};
   }
   return {};
 }
