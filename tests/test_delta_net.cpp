@@ -362,7 +362,7 @@ TEST_CASE("bad configurations throw ddl::Error naming the option", "[nn][errors]
   CHECK(ddl_test::contains(shapeMsg, "ddl::DeltaNet::forward: X has shape (5, 2), expected (4, any)"));
 }
 
-TEST_CASE("beta_max in the configurations: written only when not 2, absent reads 2, refused outside (0, 2]",
+TEST_CASE("beta_max in the configurations: written only when not 2, absent reads 2, refused unless 0 < betaMax <= 2",
           "[nn][delta_net][beta_max]") {
   // The default writes no key, so every configuration and checkpoint of the paper's range keeps its bytes.
   ddl::DeltaNetConfig net = ddl_test::deltaNetConfig(12, 10, 8, 2, ddl_test::kDefaultHidden, 1);
