@@ -77,6 +77,28 @@ void checkParams(Module& m, Loss&& loss) {
   });
 }
 
+// Checks DeltaResidual's backward (the inputs' and every parameter's gradient) against central differences
+// of L = <W, Y> at the given operands; returns the forward's output Y.
+MatX<double> checkResidualGradients(ddl::DeltaResidual<double>& res, MatX<double>& X, MatX<double>& Xin,
+                                    MatX<double>& C, MatX<double>& H, const MatX<double>& W) {
+  auto loss = [&] {
+    MatX<double> Yl;
+    res.forward(X, Xin, C, H, Yl);
+    return (W.array() * Yl.array()).sum();
+  };
+  MatX<double> Y, dX, dXin, dC, dH;
+  res.forward(X, Xin, C, H, Y);
+  ddl::zeroGrad(res);
+  res.backward(W, dX, dXin, dC, dH);
+  FD_CHECK(dX, numericGrad(X, loss));
+  FD_CHECK(dXin, numericGrad(Xin, loss));
+  FD_CHECK(dC, numericGrad(C, loss));
+  FD_CHECK(dH, numericGrad(H, loss));
+  res.forward(X, Xin, C, H, Y);
+  checkParams(res, loss);
+  return Y;
+}
+
 }  // namespace
 
 TEST_CASE("DeltaResidual backward matches central differences under every option", "[nn][delta_residual][grad]") {
@@ -97,21 +119,8 @@ TEST_CASE("DeltaResidual backward matches central differences under every option
   res.init(init);
   MatX<double> X = MatX<double>::Random(d, dv * N), Xin = MatX<double>::Random(d, N);
   MatX<double> C = MatX<double>::Random(d, N), H = MatX<double>::Random(d, N);
-  MatX<double> W = MatX<double>::Random(d, dv * N), Y, dX, dXin, dC, dH;
-  auto loss = [&] {
-    MatX<double> Yl;
-    res.forward(X, Xin, C, H, Yl);
-    return (W.array() * Yl.array()).sum();
-  };
-  res.forward(X, Xin, C, H, Y);
-  ddl::zeroGrad(res);
-  res.backward(W, dX, dXin, dC, dH);
-  FD_CHECK(dX, numericGrad(X, loss));
-  FD_CHECK(dXin, numericGrad(Xin, loss));
-  FD_CHECK(dC, numericGrad(C, loss));
-  FD_CHECK(dH, numericGrad(H, loss));
-  res.forward(X, Xin, C, H, Y);
-  checkParams(res, loss);
+  const MatX<double> W = MatX<double>::Random(d, dv * N);
+  checkResidualGradients(res, X, Xin, C, H, W);
 }
 
 TEST_CASE("Compressor and Expansion backward match central differences", "[nn][compressor][grad]") {
@@ -213,22 +222,9 @@ TEST_CASE("DeltaResidual and DeltaBlock backward at betaMax 1 and 2 match centra
   setBias(res);
   MatX<double> X = MatX<double>::Random(d, dv * N), Xin = MatX<double>::Random(d, N);
   MatX<double> C = MatX<double>::Random(d, N), H = hScale * MatX<double>::Random(d, N);
-  MatX<double> W = MatX<double>::Random(d, dv * N), Y, dX, dXin, dC, dH;
-  auto loss = [&] {
-    MatX<double> Yl;
-    res.forward(X, Xin, C, H, Yl);
-    return (W.array() * Yl.array()).sum();
-  };
-  res.forward(X, Xin, C, H, Y);
+  const MatX<double> W = MatX<double>::Random(d, dv * N);
+  checkResidualGradients(res, X, Xin, C, H, W);
   for (Index n = 0; n < N; ++n) CHECK((res.beta()(0, n) > 0 && res.beta()(0, n) < cap));
-  ddl::zeroGrad(res);
-  res.backward(W, dX, dXin, dC, dH);
-  FD_CHECK(dX, numericGrad(X, loss));
-  FD_CHECK(dXin, numericGrad(Xin, loss));
-  FD_CHECK(dC, numericGrad(C, loss));
-  FD_CHECK(dH, numericGrad(H, loss));
-  res.forward(X, Xin, C, H, Y);
-  checkParams(res, loss);
 
   if (tinyK) return;  // the block computes its own h: the shapes and gates above suffice for it
   ddl::DeltaNetConfig cfg;
