@@ -71,6 +71,11 @@ int run(const ddl::cli::CommandLine& cli, const std::string& command) {
     p.selectionSeeds = numberList<std::uint64_t>("selection-seeds", cli.text("selection-seeds"), 0, ~std::uint64_t(0) >> 1);
   if (cli.has("d")) p.d = cli.integer<ddl::Index>("d", 1, 4096);
   if (cli.has("hidden")) p.hidden = cli.integer<ddl::Index>("hidden", 1, 65536);
+  if (cli.has("readout")) p.readout = ddl::parseEnumName(ddl::kStepReadoutNames, cli.text("readout"), "--readout", "readout");
+  if (cli.has("tied")) p.tied = true;
+  if (cli.has("stop-when-solved")) p.stopWhenSolved = cli.text("stop-when-solved") == "yes";
+  if (cli.has("stop-when-solved") && !p.stopWhenSolved && cli.text("stop-when-solved") != "no")
+    throw ddl::ValueError("--stop-when-solved expects yes or no, got '" + cli.text("stop-when-solved") + "'");
   std::vector<std::string> taskNames = splitList("task", cli.text("task"));
   std::vector<TaskSpec> chosen;
   for (const std::string& name : taskNames) {
@@ -102,7 +107,9 @@ int run(const ddl::cli::CommandLine& cli, const std::string& command) {
               << std::endl;
     return 0;
   }
-  ddl::setNumThreads(cli.integer<int>("threads", 0, 4096));
+  const int jobs = cli.integer<int>("jobs", 1, 256);
+  const int threads = cli.integer<int>("threads", 0, 4096);
+  ddl::setNumThreads(threads);
   // Every task must be able to make its splits before anything is written (the generators' refusals).
   for (const TaskSpec& t : chosen) makeTask(t, p.selectionSeeds.front());
   const std::string out = cli.text("out");
@@ -140,31 +147,38 @@ int run(const ddl::cli::CommandLine& cli, const std::string& command) {
     writeCsvs(out, runs, grid, cs);
     writeReport(out, ctx, runs, grid, cs);
   };
-  auto record = [&](RunResult r) {
-    std::cout << r.phase << " " << r.task << " " << toString(r.form) << " " << r.kind << " seed " << r.seed << " lr "
-              << r.lr << ": " << (r.solved ? "solved at epoch " + std::to_string(r.epochsTo) : std::string("not solved"))
-              << ", best val " << fmt(r.bestVal) << ", test " << fmt(r.test) << ", " << fmt(r.seconds, 1) << " s"
-              << std::endl;
-    runs.push_back(std::move(r));
+  // A phase's runs go to --jobs workers; the report lists them in the phase's order whatever order they
+  // finish in, so it does not depend on the job count.
+  auto runPhase = [&](const std::vector<RunSpec>& specs) {
+    std::vector<RunResult> done = runParallel(specs, jobs, threads, [&](const RunResult& r) {
+      std::cout << r.phase << " " << r.task << " " << toString(r.form) << " " << r.kind << " seed " << r.seed
+                << " lr " << r.lr << ": "
+                << (r.solved ? "solved at epoch " + std::to_string(r.epochsTo) : std::string("not solved"))
+                << ", best val " << fmt(r.bestVal) << ", test " << fmt(r.test) << ", " << fmt(r.seconds, 1) << " s"
+                << std::endl;
+    });
+    for (RunResult& r : done) runs.push_back(std::move(r));
     refresh();
   };
   for (const TaskSpec& t : chosen) {
-    for (std::uint64_t seed : p.selectionSeeds) {
-      const TaskData data = makeTask(t, seed);
-      const ddl::Index wide = wideHidden(data, p.d, p.hidden);
+    std::vector<SeedData> selection, evaluation;
+    for (std::uint64_t seed : p.selectionSeeds) selection.push_back(seedData(t, seed, p));
+    std::vector<RunSpec> specs;
+    for (const SeedData& sd : selection)
       for (const auto& [f, k] : plan)
-        for (double lr : p.lrs) record(runOne("selection", t, data, f, k, lr, seed, p, wide));
-    }
-    for (std::uint64_t seed : p.seeds) {
-      const TaskData data = makeTask(t, seed);
-      const ddl::Index wide = wideHidden(data, p.d, p.hidden);
+        for (double lr : p.lrs) specs.push_back({"selection", &t, &sd, f, k, lr, &p});
+    runPhase(specs);
+    selection.clear();
+    for (std::uint64_t seed : p.seeds) evaluation.push_back(seedData(t, seed, p));
+    specs.clear();
+    for (const SeedData& sd : evaluation)
       for (const auto& [f, k] : plan) {
         double lr = p.lrs.front();
         for (const GridCell& c : gridOf(runs, t.name, f, k.name, p.lrs))
           if (c.chosen) lr = c.lr;
-        record(runOne("evaluation", t, data, f, k, lr, seed, p, wide));
+        specs.push_back({"evaluation", &t, &sd, f, k, lr, &p});
       }
-    }
+    runPhase(specs);
   }
   ctx.complete = true;
   refresh();
@@ -192,12 +206,16 @@ int main(int argc, char** argv) {
       .option("epochs", "E", "epochs per run, additive_3x 3 E (protocol: 40)")
       .option("d", "D", "state width (protocol: 64)")
       .option("hidden", "H", "MLP hidden width (protocol: 256)")
+      .option("readout", "R", "final | every_step: where the depth-as-time net is supervised")
+      .flag("tied", "the depth-as-time net's blocks share one cell (a recurrence; each keeps its step projection)")
+      .option("stop-when-solved", "yes|no", "end a run after the epoch that reaches the threshold")
       .option("steps", "L", "sequence length of the chosen tasks")
       .option("sizes", "LIST", "train,validation,test sizes of the chosen tasks")
       .flag("smoke", "one seed, two epochs, small sets and net: checks that everything runs (not the protocol)")
       .flag("print-block", "print the protocol block of these parameters and its id, and run nothing")
       .section("output")
-      .option("threads", "T", "0 = all cores", "0")
+      .option("jobs", "J", "runs trained at once, each on --threads threads", "1")
+      .option("threads", "T", "threads per run; 0 = all cores", "0")
       .option("out", "DIR", "a new folder for report.md and the CSV files", "out/claim");
   std::string command = "ddl-claim";
   for (int i = 1; i < argc; ++i) command += std::string(" ") + argv[i];

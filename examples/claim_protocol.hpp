@@ -13,12 +13,13 @@
 
 #include "ddl/core/types.hpp"
 #include "ddl/data/sequence_sampling.hpp"
+#include "ddl/nn/models/step_delta_net_config.hpp"
 
 namespace ddl::claim {
 
 // The id of the protocol docs/claims.md pre-registers (its block's hash, checked by a ctest).
-inline constexpr const char* kProtocolId = "claims-1-c81ef792030e70f5";
-inline constexpr const char* kProtocolVersion = "1";
+inline constexpr const char* kProtocolId = "claims-2-4b1e5b7173cfbd90";
+inline constexpr const char* kProtocolVersion = "2";
 
 // SHA-256 (FIPS 180-4) of a byte string, as 64 lowercase hex digits.
 inline std::string sha256Hex(const std::string& bytes) {
@@ -87,8 +88,11 @@ struct Parameters {
   std::vector<double> lrs{0.001, 0.003, 0.01};
   std::vector<std::uint64_t> selectionSeeds{1001, 1002, 1003};
   std::vector<std::uint64_t> seeds{1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
-  Index d = 64, hidden = 256, dv = 1;
+  Index d = 32, hidden = 64, dv = 1;
   double threshold = 0.95;
+  StepReadout readout = StepReadout::Final;  // the depth-as-time net's supervision: final label or every step
+  bool stopWhenSolved = true;                // a run ends after the epoch that reaches the threshold
+  bool tied = false;                         // the depth-as-time net's blocks share one cell (a recurrence)
 };
 
 inline std::vector<TaskSpec> protocolTasks() {
@@ -122,6 +126,8 @@ inline std::map<std::string, std::string> protocolBlock(const Parameters& p) {
   b["budget.additive_3x_epochs"] = std::to_string(p.epochs3x);
   b["budget.batch"] = std::to_string(p.batch);
   b["budget.epochs"] = std::to_string(p.epochs);
+  b["budget.stop"] = p.stopWhenSolved ? "after the first epoch whose validation score reaches the threshold"
+                                      : "none: every run trains its whole budget";
   b["budget.warmup_steps"] = "min(200, steps / 10)";
   b["data.held_out"] = "validation and test sequences never occur in training";
   b["data.seed"] = "the run's seed";
@@ -140,6 +146,10 @@ inline std::map<std::string, std::string> protocolBlock(const Parameters& p) {
   b["model.form"] = "depth_as_time";
   b["model.hidden"] = std::to_string(p.hidden);
   b["model.preset"] = "code";
+  b["model.readout"] = p.readout == StepReadout::Final ? "final: the loss reads the state after the last step only"
+                                                       : "every_step: the loss reads the state after every step";
+  b["model.tied"] = p.tied ? "true: one cell shared by the blocks, a step projection per block"
+                           : "false: every block its own parameters";
   b["model.step_input"] = "per-block projection into the branch input, no bias";
   b["optimizer"] = "adamw, beta1 0.9, beta2 0.999, weight_decay 0.01, cosine";
   b["outcome.censor"] = "budget + 1";

@@ -5,12 +5,16 @@
 // at the end, and (delta kinds) audits the gates and clamps beta in solved delta_bmax2 runs.
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <exception>
 #include <limits>
+#include <mutex>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -18,6 +22,7 @@
 #include "ddl/core/error.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/rng.hpp"
+#include "ddl/core/threading.hpp"
 #include "ddl/data/householder_task.hpp"
 #include "ddl/data/state_tracking.hpp"
 #include "ddl/diag/r_squared.hpp"
@@ -29,11 +34,14 @@
 
 namespace ddl::claim {
 
-// One split: samples as columns; labels (classification) or targets (regression).
+// One split: samples as columns; labels (classification) or targets (regression), the final ones and
+// those after every step (the depth-as-time net's every-step supervision).
 struct Split {
   MatX<float> X;
   std::vector<int> labels;
   MatX<float> targets;
+  StepLabels stepLabels;
+  MatX<float> stepTargets;  // (L outputs, N)
 };
 
 struct TaskData {
@@ -49,9 +57,9 @@ inline TaskData makeTask(const TaskSpec& t, std::uint64_t seed) {
   auto fromSequences = [&out](SequenceTask<float>&& s) {
     out.layout = s.layout;
     out.outputs = s.train.numClasses;
-    out.train = {std::move(s.train.images), std::move(s.train.labels), {}};
-    out.validation = {std::move(s.validation.images), std::move(s.validation.labels), {}};
-    out.test = {std::move(s.test.images), std::move(s.test.labels), {}};
+    out.train = {std::move(s.train.images), std::move(s.train.labels), {}, std::move(s.trainSteps), {}};
+    out.validation = {std::move(s.validation.images), std::move(s.validation.labels), {}, std::move(s.validationSteps), {}};
+    out.test = {std::move(s.test.images), std::move(s.test.labels), {}, std::move(s.testSteps), {}};
   };
   if (t.name == "swap") {
     fromSequences(makeSwapTask<float>({static_cast<int>(t.size), t.steps}, t.split, seed));
@@ -64,9 +72,10 @@ inline TaskData makeTask(const TaskSpec& t, std::uint64_t seed) {
     out.layout = h.layout;
     out.regression = true;
     out.outputs = t.size;
-    out.train = {std::move(h.train.inputs), {}, std::move(h.train.targets)};
-    out.validation = {std::move(h.validation.inputs), {}, std::move(h.validation.targets)};
-    out.test = {std::move(h.test.inputs), {}, std::move(h.test.targets)};
+    out.train = {std::move(h.train.inputs), {}, std::move(h.train.targets), {}, std::move(h.train.stepTargets)};
+    out.validation = {std::move(h.validation.inputs), {}, std::move(h.validation.targets), {},
+                      std::move(h.validation.stepTargets)};
+    out.test = {std::move(h.test.inputs), {}, std::move(h.test.targets), {}, std::move(h.test.stepTargets)};
   } else {
     throw ValueError("unknown task '" + t.name + "' (swap, parity, householder, permutation_s3, permutation_s5)");
   }
@@ -114,8 +123,11 @@ inline DeltaBlockOptions blockOptions(const Kind& k, Index hidden) {
   return o;
 }
 
-inline StepDeltaNetConfig stepConfig(const TaskData& data, const Kind& k, Index d, Index hidden) {
+inline StepDeltaNetConfig stepConfig(const TaskData& data, const Kind& k, Index d, Index hidden, StepReadout readout,
+                                     bool tied) {
   StepDeltaNetConfig c;
+  c.readout = readout;
+  c.tied = tied;
   c.prefixDim = data.layout.prefixWidth;
   c.stepWidth = data.layout.stepWidth;
   c.steps = data.layout.steps;
@@ -139,11 +151,11 @@ inline DeltaNetConfig controlConfig(const TaskData& data, const Kind& k, Index d
 
 // additive_wide's hidden: the smallest hidden >= base whose additive depth-as-time net has at least
 // delta_bmax2's parameters.
-inline Index wideHidden(const TaskData& data, Index d, Index base) {
-  StepDeltaNet<float> delta(stepConfig(data, kindNamed("delta_bmax2"), d, base));
+inline Index wideHidden(const TaskData& data, Index d, Index base, bool tied) {
+  StepDeltaNet<float> delta(stepConfig(data, kindNamed("delta_bmax2"), d, base, StepReadout::Final, tied));
   const Index target = numParams(delta);
   for (Index h = base;; ++h) {
-    StepDeltaNet<float> additive(stepConfig(data, kindNamed("additive"), d, h));
+    StepDeltaNet<float> additive(stepConfig(data, kindNamed("additive"), d, h, StepReadout::Final, tied));
     if (numParams(additive) >= target) return h;
   }
 }
@@ -183,12 +195,23 @@ inline double score(const TaskData& data, const MatX<float>& out, const Split& s
   return static_cast<double>(correct) / static_cast<double>(out.cols());
 }
 
+// Readouts per sample of a net's output: L for a depth-as-time net read at every step, else 1.
+template <class Net>
+Index readoutsOf(const Net& net) {
+  if constexpr (std::is_same_v<Net, StepDeltaNet<float>>)
+    return net.readouts();
+  else
+    return 1;
+}
+
+// The score of the final readout (the task's label): an every-step net's last block of columns.
 template <class Net>
 double evaluate(Net& net, const TaskData& data, const Split& s) {
   MatX<float> out;
   net.forwardInference(s.X, out);
-  if (!out.allFinite()) return data.regression ? -std::numeric_limits<double>::infinity() : 0.0;
-  return score(data, out, s);
+  const Index N = s.X.cols();
+  if (!out.rightCols(N).allFinite()) return data.regression ? -std::numeric_limits<double>::infinity() : 0.0;
+  return score(data, out.rightCols(N), s);
 }
 
 // Salt of the batch-order stream: the order depends on the seed only, the same for every kind.
@@ -197,6 +220,7 @@ inline constexpr std::uint64_t kBatchOrderSalt = 0x6261746368ULL;
 struct Budget {
   Index epochs = 40, batch = 128;
   double threshold = 0.95;
+  bool stopWhenSolved = false;  // end the run after the first epoch that reaches the threshold
 };
 
 // Trains net (initialised from r.seed by the caller) on data; fills r's outcomes.
@@ -205,7 +229,7 @@ void trainRun(Net& net, const TaskData& data, const Budget& b, RunResult& r) {
   const auto start = std::chrono::steady_clock::now();
   r.params = numParams(net);
   r.budget = b.epochs;
-  const Index n = data.train.X.cols();
+  const Index n = data.train.X.cols(), R = readoutsOf(net);
   const Index perEpoch = (n + b.batch - 1) / b.batch;
   const std::int64_t total = static_cast<std::int64_t>(perEpoch * b.epochs);
   const LrSchedule schedule = LrSchedule::cosine(r.lr, std::min<std::int64_t>(200, total / 10), total);
@@ -227,15 +251,21 @@ void trainRun(Net& net, const TaskData& data, const Budget& b, RunResult& r) {
     for (Index first = 0; first < n; first += b.batch, ++step) {
       const Index B = std::min(b.batch, n - first);
       Xb.resize(data.train.X.rows(), B);
-      if (data.regression) Tb.resize(data.outputs, B);
-      yb.resize(static_cast<std::size_t>(B));
+      if (data.regression) Tb.resize(data.outputs, R * B);
+      yb.resize(static_cast<std::size_t>(R * B));
       for (Index j = 0; j < B; ++j) {
         const Index src = perm[static_cast<std::size_t>(first + j)];
         Xb.col(j) = data.train.X.col(src);
-        if (data.regression)
+        if (R == 1 && data.regression)
           Tb.col(j) = data.train.targets.col(src);
-        else
+        else if (R == 1)
           yb[static_cast<std::size_t>(j)] = data.train.labels[static_cast<std::size_t>(src)];
+        for (Index t = 0; R > 1 && t < R; ++t) {  // every step's target, step-major as the net reads them
+          if (data.regression)
+            Tb.col(t * B + j) = data.train.stepTargets.col(src).segment(t * data.outputs, data.outputs);
+          else
+            yb[static_cast<std::size_t>(t * B + j)] = data.train.stepLabels.at(src, t);
+        }
       }
       net.forward(Xb, out);
       float loss = 0;
@@ -260,7 +290,10 @@ void trainRun(Net& net, const TaskData& data, const Budget& b, RunResult& r) {
                                   : evaluate(net, data, data.validation);
     r.curve.push_back(val);
     r.bestVal = std::max(r.bestVal, val);
-    if (val >= b.threshold && r.epochsTo > b.epochs) r.epochsTo = epoch + 1;
+    if (val >= b.threshold && r.epochsTo > b.epochs) {
+      r.epochsTo = epoch + 1;
+      if (b.stopWhenSolved) break;
+    }
   }
   r.solved = r.epochsTo <= b.epochs;
   r.finalVal = r.curve.empty() ? 0.0 : r.curve.back();
@@ -315,14 +348,73 @@ inline RunResult runOne(const std::string& phase, const TaskSpec& task, const Ta
   b.epochs = k.epochScale == 1 ? p.epochs : p.epochs3x;
   b.batch = p.batch;
   b.threshold = p.threshold;
+  b.stopWhenSolved = p.stopWhenSolved;
   if (form == Form::DepthAsTime) {
-    StepDeltaNet<float> net(stepConfig(data, k, p.d, r.hidden), seed);
+    StepDeltaNet<float> net(stepConfig(data, k, p.d, r.hidden, p.readout, p.tied), seed);
     trainRun(net, data, b, r);
   } else {
     DeltaNet<float> net(controlConfig(data, k, p.d, r.hidden), seed);
     trainRun(net, data, b, r);
   }
   return r;
+}
+
+// A seed's data and additive_wide's hidden for it, shared by the runs of that seed.
+struct SeedData {
+  std::uint64_t seed = 0;
+  TaskData data;
+  Index wide = 0;
+};
+
+inline SeedData seedData(const TaskSpec& t, std::uint64_t seed, const Parameters& p) {
+  SeedData sd;
+  sd.seed = seed;
+  sd.data = makeTask(t, seed);
+  sd.wide = wideHidden(sd.data, p.d, p.hidden, p.tied);
+  return sd;
+}
+
+// One run to make: the views stay alive while the phase runs.
+struct RunSpec {
+  std::string phase;
+  const TaskSpec* task = nullptr;
+  const SeedData* seed = nullptr;
+  Form form = Form::DepthAsTime;
+  Kind kind;
+  double lr = 0;
+  const Parameters* params = nullptr;
+};
+
+// Runs specs on `jobs` worker threads (each run on `threads` threads of its own), calls done(result) as
+// each finishes (one at a time), and returns the results in the order of specs. A run's result does not
+// depend on the worker that made it: every run builds its own net, optimiser and batch order.
+template <class Done>
+std::vector<RunResult> runParallel(const std::vector<RunSpec>& specs, int jobs, int threads, Done&& done) {
+  std::vector<RunResult> results(specs.size());
+  std::atomic<std::size_t> next{0};
+  std::mutex lock;
+  std::exception_ptr failure;
+  auto worker = [&] {
+    setThreadsOfThisThread(threads);
+    for (std::size_t i; (i = next++) < specs.size();) {
+      try {
+        const RunSpec& s = specs[i];
+        results[i] = runOne(s.phase, *s.task, s.seed->data, s.form, s.kind, s.lr, s.seed->seed, *s.params, s.seed->wide);
+        std::lock_guard<std::mutex> guard(lock);
+        done(results[i]);
+      } catch (...) {
+        std::lock_guard<std::mutex> guard(lock);
+        if (!failure) failure = std::current_exception();
+        next = specs.size();  // the other workers finish their run and stop
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int j = 1; j < jobs; ++j) pool.emplace_back(worker);
+  worker();
+  for (std::thread& t : pool) t.join();
+  if (failure) std::rethrow_exception(failure);
+  return results;
 }
 
 }  // namespace ddl::claim

@@ -147,6 +147,12 @@ TEST_CASE("swap: labels match moving the ball between explicit cups, and the lay
     for (const ddl::Dataset<float>* d : {&t.train, &t.validation, &t.test})
       for (ddl::Index j = 0; j < d->size(); ++j)
         REQUIRE(d->labels[static_cast<std::size_t>(j)] == bruteSwap(d->images, j, task.cups, task.steps));
+    // The label after every step: the ball after the first t + 1 swaps.
+    REQUIRE(t.validationSteps.steps == task.steps);
+    REQUIRE(t.validationSteps.values.size() == static_cast<std::size_t>(t.validation.size() * task.steps));
+    for (ddl::Index j = 0; j < t.validation.size(); ++j)
+      for (ddl::Index step = 0; step < task.steps; ++step)
+        REQUIRE(t.validationSteps.at(j, step) == bruteSwap(t.validation.images, j, task.cups, step + 1));
     checkHeldOut(t.train.images, t.validation.images, t.test.images);
   }
 }
@@ -182,6 +188,13 @@ TEST_CASE("parity: inputs are +-1 and labels are the XOR of the -1 steps", "[sta
       REQUIRE(d->labels[static_cast<std::size_t>(j)] == minus % 2);
       ones += d->labels[static_cast<std::size_t>(j)];
     }
+  for (ddl::Index j = 0; j < t.train.size(); ++j) {  // after every step: the XOR of the bits so far
+    int minus = 0;
+    for (ddl::Index i = 0; i < 16; ++i) {
+      minus += t.train.images(i, j) < 0 ? 1 : 0;
+      REQUIRE(t.trainSteps.at(j, i) == minus % 2);
+    }
+  }
   CHECK(ones > 200);  // both classes occur (about half each)
   CHECK(ones < 400);
   checkHeldOut(t.train.images, t.validation.images, t.test.images);
@@ -220,6 +233,7 @@ TEST_CASE("permutation: labels are the composition that applies the first step f
           const int r = oneHot(d->images, j, s * width, width);
           REQUIRE(r >= 0);
           for (int& w : where) w = all[static_cast<std::size_t>(r)][static_cast<std::size_t>(w)];
+          if (d == &t.test) REQUIRE(t.testSteps.at(j, s) == rankOf.at(where));  // after every step
         }
         REQUIRE(d->labels[static_cast<std::size_t>(j)] == rankOf.at(where));
       }
@@ -307,6 +321,8 @@ TEST_CASE("householder: targets are the dense reflection product of the inputs a
     REQUIRE(set->inputs.rows() == h.layout.features());
     REQUIRE(set->targets.rows() == 5);
     REQUIRE(set->targets.cols() == set->size());
+    REQUIRE(set->stepTargets.rows() == 7 * 5);
+    REQUIRE(set->stepTargets.cols() == set->size());
     for (ddl::Index j = 0; j < set->size(); ++j) {
       const Eigen::VectorXd x = set->inputs.col(j).head(5);
       Eigen::MatrixXd product = Eigen::MatrixXd::Identity(5, 5);
@@ -315,6 +331,7 @@ TEST_CASE("householder: targets are the dense reflection product of the inputs a
         REQUIRE(std::fabs(u.norm() - 1) < 1e-14);
         const Eigen::MatrixXd H = Eigen::MatrixXd::Identity(5, 5) - 2 * u * u.transpose();
         product = H * product;  // H_t ... H_1
+        REQUIRE((product * x - set->stepTargets.col(j).segment(t * 5, 5)).norm() <= 1e-12 * x.norm());
       }
       const Eigen::VectorXd y = set->targets.col(j);
       REQUIRE((product * x - y).norm() <= 1e-12 * x.norm());

@@ -49,7 +49,7 @@ MatX<double> randomMatrix(Index rows, Index cols, std::uint64_t seed) {
 
 }  // namespace
 
-TEST_CASE("StepDeltaNet backward matches central differences for every residual kind and gate cap",
+TEST_CASE("StepDeltaNet backward matches central differences for every residual kind, gate cap, readout and tying",
           "[nn][step_delta_net][grad]") {
   const std::vector<Shape> shapes = {
       {3, 2, 3, 4, 5, 3, 4},  // a prefix, several features and samples
@@ -58,9 +58,14 @@ TEST_CASE("StepDeltaNet backward matches central differences for every residual 
   };
   for (const Shape& s : shapes)
     for (auto kind : {ddl::ResidualKind::Delta, ddl::ResidualKind::WriteOnly, ddl::ResidualKind::Additive})
-      for (double betaMax : {1.0, 2.0}) {
-        CAPTURE(s.prefix, s.stepWidth, s.steps, s.d, s.outputs, s.N, ddl::toString(kind), betaMax);
+      for (double betaMax : {1.0, 2.0})
+      for (auto readout : {ddl::StepReadout::Final, ddl::StepReadout::EveryStep})
+      for (bool tied : {false, true}) {
+        CAPTURE(s.prefix, s.stepWidth, s.steps, s.d, s.outputs, s.N, ddl::toString(kind), betaMax,
+                ddl::toString(readout), tied);
         ddl::StepDeltaNetConfig config = stepConfig(s, kind, betaMax);
+        config.readout = readout;
+        config.tied = tied;
         if (s.d == 1) {
           // One feature: RMSNorm is x / sqrt(x^2 + eps) and k = h / sqrt(h^2 + eps_k), steps of width
           // sqrt(eps) near 0 that central differences cannot follow at the default eps; larger eps keep
@@ -74,7 +79,7 @@ TEST_CASE("StepDeltaNet backward matches central differences for every residual 
         ddl::StepDeltaNet<double> net(config, 7);
         ddl_test::perturbSmallParams(net, 11);
         MatX<double> X = randomMatrix(net.inputDim(), s.N, 3);
-        const MatX<double> R = randomMatrix(s.outputs, s.N, 5);
+        const MatX<double> R = randomMatrix(s.outputs, net.readouts() * s.N, 5);
         MatX<double> out, dX;
         auto loss = [&] {
           net.forward(X, out);
@@ -127,6 +132,81 @@ TEST_CASE("StepDeltaNet forwardInference gives forward's output and leaves backw
   ddl::zeroGrad(net);
   net.backward(R);
   CHECK(ddl_test::checkGradsEqual(net, grads) == grads.size());
+}
+
+TEST_CASE("StepDeltaNet's every-step readout reads each state: its last block is the final readout",
+          "[nn][step_delta_net][readout]") {
+  const Shape s{3, 2, 4, 4, 5, 3, 5};
+  ddl::StepDeltaNetConfig config = stepConfig(s, ddl::ResidualKind::Delta, 2.0);
+  ddl::StepDeltaNet<double> last(config, 4);
+  config.readout = ddl::StepReadout::EveryStep;
+  ddl::StepDeltaNet<double> every(config, 4);
+  CHECK(every.readouts() == s.steps);
+  const MatX<double> X = randomMatrix(every.inputDim(), s.N, 6);
+  MatX<double> outLast, outEvery, outInf;
+  last.forward(X, outLast);
+  every.forward(X, outEvery);
+  REQUIRE(outEvery.cols() == s.steps * s.N);
+  CHECK(outEvery.rightCols(s.N) == outLast);
+  every.forwardInference(X, outInf);
+  CHECK(outInf == outEvery);
+  // Block t reads x_t: a net of t steps with the same parameters (steps 1..t of the same columns) reads it last.
+  for (Index t = 1; t < s.steps; ++t) {
+    ddl::StepDeltaNetConfig shorter = stepConfig({3, 2, t, 4, 5, 3, 5}, ddl::ResidualKind::Delta, 2.0);
+    ddl::StepDeltaNet<double> prefix(shorter, 4);
+    const auto from = ddl_test::namedParams(every);
+    prefix.visitParams("", [&](const std::string& name, ddl::Param<double>& p) { p.value = from.at(name)->value; });
+    MatX<double> out;
+    prefix.forward(X.topRows(prefix.inputDim()), out);
+    CAPTURE(t);
+    CHECK(out.isApprox(outEvery.middleCols((t - 1) * s.N, s.N), 1e-14));
+  }
+  MatX<double> wrong = MatX<double>::Zero(s.outputs, s.N);
+  CHECK_THROWS_AS(every.backward(wrong), ddl::ShapeError);
+}
+
+TEST_CASE("A tied StepDeltaNet is the untied net with block 0's cell in every block",
+          "[nn][step_delta_net][tied]") {
+  const Shape s{3, 2, 3, 4, 5, 3, 4};
+  ddl::StepDeltaNetConfig config = stepConfig(s, ddl::ResidualKind::Delta, 2.0);
+  ddl::StepDeltaNet<double> untied(config, 8);
+  config.tied = true;
+  ddl::StepDeltaNet<double> tied(config, 8);
+  const auto named = ddl_test::namedParams(tied);
+  CHECK(named.count("blocks.0.mlp.fc1.weight") == 1);
+  CHECK(named.count("blocks.2.step.weight") == 1);
+  CHECK(named.count("blocks.1.mlp.fc1.weight") == 0);
+  CHECK(named.count("blocks.2.delta.gate.weight") == 0);
+  CHECK(ddl::numParams(tied) < ddl::numParams(untied));
+  ddl_test::perturbSmallParams(tied, 3);
+  // The untied net with every block's cell set to the tied net's block 0 and the same P_t, input and head.
+  const auto from = ddl_test::namedParams(tied);
+  untied.visitParams("", [&](const std::string& name, ddl::Param<double>& p) {
+    std::string key = name;
+    if (name.rfind("blocks.", 0) == 0 && name.find(".step.") == std::string::npos)
+      key = "blocks.0" + name.substr(name.find('.', 7));
+    p.value = from.at(key)->value;
+  });
+  const MatX<double> X = randomMatrix(tied.inputDim(), s.N, 2), R = randomMatrix(s.outputs, s.N, 3);
+  MatX<double> a, b;
+  tied.forward(X, a);
+  untied.forward(X, b);
+  CHECK(a == b);
+  ddl::zeroGrad(tied);
+  ddl::zeroGrad(untied);
+  tied.backward(R);
+  untied.backward(R);
+  // block 0's cell gradient in the tied net is the sum over the untied net's blocks.
+  const auto u = ddl_test::namedParams(untied);
+  const auto& g = from.at("blocks.0.mlp.fc2.weight")->grad;
+  const MatX<double> sum = u.at("blocks.0.mlp.fc2.weight")->grad + u.at("blocks.1.mlp.fc2.weight")->grad +
+                           u.at("blocks.2.mlp.fc2.weight")->grad;
+  CHECK(g.isApprox(sum, 1e-13));
+  CHECK(from.at("blocks.1.step.weight")->grad == u.at("blocks.1.step.weight")->grad);
+  ddl::zeroGrad(tied);  // a second backward accumulates from zero: nothing was left in blocks 1..L-1
+  tied.forward(X, a);
+  tied.backward(R);
+  CHECK(g.isApprox(sum, 1e-13));
 }
 
 TEST_CASE("StepDeltaNet kinds of one seed start with equal shared parameters", "[nn][step_delta_net][init]") {

@@ -34,7 +34,7 @@ done
 grep -q '^\*\*Not the pre-registered protocol\*\* (a --smoke run' "$report" && ok "the report says it is not the protocol" ||
   fail "the smoke report does not say it is not the protocol"
 grep -q "$docId" "$report" && fail "the smoke report carries the protocol id $docId" || ok "no protocol id in the smoke report"
-grep -q '^Block id: `claims-1-[0-9a-f]\{16\}`$' "$report" && ok "the report names its block's id" || fail "no block id line"
+grep -q '^Block id: `claims-[0-9]*-[0-9a-f]\{16\}`$' "$report" && ok "the report names its block's id" || fail "no block id line"
 grep -q '^Status: complete' "$report" && ok "complete" || fail "the report is not complete"
 # 2 tasks x 8 (form, kind) pairs x (1 selection + 1 evaluation) runs
 rows=$(($(wc -l <"$out/runs.csv") - 1))
@@ -59,6 +59,19 @@ grep -q '## The clamp intervention' "$report" || fail "no clamp section"
 curves=$(grep -c '^evaluation,swap,depth_as_time,delta_bmax2,1,' "$out/curves.csv")
 [ "$curves" -eq 2 ] && ok "a validation score per epoch" || fail "curves.csv: $curves epochs, expected 2"
 
+# Two runs at once give the same runs, in the same order (every column but the seconds).
+if "$exe" --smoke --task swap,householder --threads 1 --jobs 2 --out "$work/jobs2" >"$work/jobs2.log" 2>&1 &&
+   cmp -s <(cut -d, -f1-15 "$out/runs.csv") <(cut -d, -f1-15 "$work/jobs2/runs.csv") &&
+   cmp -s "$out/curves.csv" "$work/jobs2/curves.csv" && cmp -s "$out/gates.csv" "$work/jobs2/gates.csv"; then
+  ok "--jobs 2 gives the runs of one job"
+else fail "--jobs 2 differs from one job (or failed: $(tail -1 "$work/jobs2.log"))"; fi
+# The depth-as-time net's other forms run: supervised at every step, one cell shared by the blocks.
+if "$exe" --smoke --task parity --form depth_as_time --kinds delta_bmax2 --readout every_step --tied \
+     --stop-when-solved no --out "$work/every" >"$work/every.log" 2>&1 &&
+   grep -q 'model.readout = every_step' "$work/every/report.md" && grep -q 'model.tied = true' "$work/every/report.md"; then
+  ok "--readout every_step --tied"
+else fail "--readout every_step --tied: $(tail -2 "$work/every.log")"; fi
+
 # Refusals before training: nothing written.
 expectRefused() {
   local text=$1 dir=$2
@@ -73,6 +86,8 @@ expectRefused "unknown task 'cups'" "$work/r1" --smoke --task cups
 expectRefused "unknown kind 'delta'" "$work/r2" --smoke --task swap --kinds delta
 expectRefused "fewer than train + validation + test" "$work/r3" --smoke --task parity --steps 4 --sizes 10,4,4
 expectRefused "--form expects" "$work/r4" --smoke --task swap --form sideways
+expectRefused "unknown readout 'sometimes'" "$work/r5" --smoke --task swap --readout sometimes
+expectRefused "--stop-when-solved expects yes or no" "$work/r6" --smoke --task swap --stop-when-solved maybe
 # a folder that holds anything is never written into
 mkdir -p "$work/used" && echo keep >"$work/used/notes.txt"
 msg=$("$exe" --smoke --task swap --out "$work/used" 2>&1)

@@ -63,6 +63,16 @@ inline void setNumThreads(int n) {
 #endif
 }
 
+// The OpenMP threads of the calling thread's parallel regions (n = 0: defaultThreads()), for a worker of
+// the caller's own pool: OpenMP keeps this setting per thread, so setNumThreads in the main thread does not
+// reach a std::thread started later. Eigen's count stays setNumThreads' (one process-wide value).
+inline void setThreadsOfThisThread(int n) {
+  require(n >= 0, "ddl::setThreadsOfThisThread", "thread count must be >= 0, got ", n);
+#if DDL_WITH_OPENMP
+  omp_set_num_threads(n == 0 ? defaultThreads() : n);
+#endif
+}
+
 // An exception escaping an OpenMP region terminates the process, so code that may throw inside
 // one (a workspace growing, bad_alloc) runs through guard(): the first exception is kept and
 // rethrown by rethrow() after the region has joined.

@@ -7,7 +7,7 @@
 // drawn values and rounded once to S, so ‖y‖ = ‖x‖ up to that rounding. No two samples of the three
 // splits share an input column (a continuous draw repeats with probability 0; a repeat is drawn again).
 //   auto h = ddl::makeHouseholderTask<float>({4, 6}, {20000, 2000, 2000}, seed);
-//   h.train.inputs (m + L m, 20000), h.train.targets (m, 20000)
+//   h.train.inputs (m + L m, 20000), h.train.targets (m, 20000), h.train.stepTargets (L m, 20000)
 #include <cmath>
 #include <cstdint>
 #include <set>
@@ -26,11 +26,13 @@ struct HouseholderTask {
   Index steps = 6;
 };
 
-// Regression samples: inputs (features, N), targets (outputs, N), one column per sample.
+// Regression samples: inputs (features, N), targets (outputs, N), one column per sample; stepTargets
+// (L outputs, N): rows [t m, (t + 1) m) the target after steps 1..t+1 (the last block is targets).
 template <class S>
 struct RegressionSet {
   MatX<S> inputs;
   MatX<S> targets;
+  MatX<S> stepTargets;
   Index size() const { return inputs.cols(); }
 };
 
@@ -42,7 +44,7 @@ struct RegressionTask {
   RegressionSet<S> test;
 };
 
-// The Householder chain (HouseholderTask): inputs (m + L m, size), targets (m, size).
+// The Householder chain (HouseholderTask): inputs (m + L m, size), targets (m, size), stepTargets (L m, size).
 template <class S = float>
 RegressionTask<S> makeHouseholderTask(const HouseholderTask& task, const SplitSizes& sizes, std::uint64_t seed) {
   const char* fn = "ddl::makeHouseholderTask";
@@ -61,6 +63,7 @@ RegressionTask<S> makeHouseholderTask(const HouseholderTask& task, const SplitSi
   auto fill = [&](RegressionSet<S>& set, Index n) {
     set.inputs.resize(features, n);
     set.targets.resize(m, n);
+    set.stepTargets.resize(m * task.steps, n);
     for (Index j = 0; j < n;) {
       for (Index i = 0; i < m; ++i) input(i) = rng.normal();
       for (Index t = 0; t < task.steps; ++t) {
@@ -76,6 +79,7 @@ RegressionTask<S> makeHouseholderTask(const HouseholderTask& task, const SplitSi
       for (Index t = 0; t < task.steps; ++t) {
         const auto u = input.segment(out.layout.stepOffset(t), m);
         y -= 2 * u.dot(y) * u;  // H_t y, the reflection across u_t's hyperplane
+        set.stepTargets.col(j).segment(t * m, m) = y.cast<S>();
       }
       set.inputs.col(j) = input.cast<S>();
       set.targets.col(j) = y.cast<S>();

@@ -8,9 +8,12 @@
 //   permutation  L permutations of S_n; label: the rank of their composition
 // Every task is a function of its parameters, the split sizes and the seed; the train, validation and
 // test sequences are distinct (no held-out sequence occurs in training), and sizes that the sequence
-// space cannot hold are refused with a ValueError that names the task and counts its space.
+// space cannot hold are refused with a ValueError that names the task and counts its space. Besides the
+// final label, each split carries the label after every step (StepLabels: the state of each prefix), for
+// a model supervised at every step.
 //   auto swap = ddl::makeSwapTask<float>({3, 8}, {10000, 2000, 2000}, seed);
 //   swap.train.images  (n + L * n(n-1)/2, 10000), swap.train.labels in [0, n)
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -47,6 +50,14 @@ struct PermutationTask {
   Index steps = 8;
 };
 
+// The label after every step of every sample of a split: at(j, t) is sample j's label after steps 1..t+1,
+// t in [0, steps); at(j, steps - 1) is the final label (Dataset::labels[j]).
+struct StepLabels {
+  Index steps = 0;
+  std::vector<int> values;  // sample-major: values[j * steps + t]
+  int at(Index j, Index t) const { return values[static_cast<std::size_t>(j * steps + t)]; }
+};
+
 // The three splits of a classification task and where each step's input lies in a column.
 // Every Dataset: images (layout.features(), size), shape {1, 1, layout.features()}.
 template <class S>
@@ -55,6 +66,7 @@ struct SequenceTask {
   Dataset<S> train;
   Dataset<S> validation;
   Dataset<S> test;
+  StepLabels trainSteps, validationSteps, testSteps;  // the labels after every step, per split
 };
 
 // The cups of swap pair p: (0,1), (0,2), ..., (0,n-1), (1,2), ... (lexicographic, i < j).
@@ -114,29 +126,35 @@ inline std::vector<int> permutationFromRank(int n, std::uint64_t rank) {
 
 namespace detail {
 // Cuts the sequences (in their drawn order) into train, validation and test; encode(seq, column) writes a
-// sample's features into a zeroed column, label(seq) gives its class.
-template <class S, class Encode, class Label>
+// sample's features into a zeroed column, labels(seq, out) writes its class after each step into out[0..L).
+template <class S, class Encode, class Labels>
 SequenceTask<S> buildSequenceTask(const StepLayout& layout, int numClasses,
                                   const std::vector<std::vector<std::uint32_t>>& seqs, const SplitSizes& sizes,
-                                  Encode encode, Label label) {
+                                  Encode encode, Labels labels) {
   SequenceTask<S> task;
   task.layout = layout;
   Index next = 0;
-  auto fill = [&](Dataset<S>& d, Index n) {
+  const Index L = layout.steps;
+  std::vector<int> after(static_cast<std::size_t>(L));
+  auto fill = [&](Dataset<S>& d, StepLabels& steps, Index n) {
     d.numClasses = numClasses;
     d.shape = ImageShape{1, 1, layout.features()};
     d.images = MatX<S>::Zero(layout.features(), n);
     d.labels.resize(static_cast<std::size_t>(n));
+    steps.steps = L;
+    steps.values.resize(static_cast<std::size_t>(n * L));
     for (Index j = 0; j < n; ++j, ++next) {
       const auto& seq = seqs[static_cast<std::size_t>(next)];
       auto column = d.images.col(j);
       encode(seq, column);
-      d.labels[static_cast<std::size_t>(j)] = label(seq);
+      labels(seq, after);
+      std::copy(after.begin(), after.end(), steps.values.begin() + j * L);
+      d.labels[static_cast<std::size_t>(j)] = after.back();
     }
   };
-  fill(task.train, sizes.train);
-  fill(task.validation, sizes.validation);
-  fill(task.test, sizes.test);
+  fill(task.train, task.trainSteps, sizes.train);
+  fill(task.validation, task.validationSteps, sizes.validation);
+  fill(task.test, task.testSteps, sizes.test);
   return task;
 }
 }  // namespace detail
@@ -163,15 +181,15 @@ SequenceTask<S> makeSwapTask(const SwapTask& task, const SplitSizes& sizes, std:
     for (Index t = 0; t < layout.steps; ++t)
       column(layout.stepOffset(t) + static_cast<Index>(seq[static_cast<std::size_t>(t) + 1])) = S(1);
   };
-  auto label = [&](const std::vector<std::uint32_t>& seq) {
+  auto labels = [&](const std::vector<std::uint32_t>& seq, std::vector<int>& after) {
     int ball = static_cast<int>(seq[0]);
     for (std::size_t t = 1; t < seq.size(); ++t) {
       const auto [i, j] = pairOf[seq[t]];
       ball = ball == i ? j : ball == j ? i : ball;
+      after[t - 1] = ball;
     }
-    return ball;
   };
-  return detail::buildSequenceTask<S>(layout, n, seqs, sizes, encode, label);
+  return detail::buildSequenceTask<S>(layout, n, seqs, sizes, encode, labels);
 }
 
 // The parity task (ParityTask): images (L, size) of +-1, labels in {0, 1}.
@@ -187,12 +205,14 @@ SequenceTask<S> makeParityTask(const ParityTask& task, const SplitSizes& sizes, 
   auto encode = [&](const std::vector<std::uint32_t>& seq, auto& column) {
     for (Index t = 0; t < layout.steps; ++t) column(t) = seq[static_cast<std::size_t>(t) + 1] ? S(-1) : S(1);
   };
-  auto label = [](const std::vector<std::uint32_t>& seq) {
+  auto labels = [](const std::vector<std::uint32_t>& seq, std::vector<int>& after) {
     std::uint32_t x = 0;
-    for (std::size_t t = 1; t < seq.size(); ++t) x ^= seq[t];
-    return static_cast<int>(x);
+    for (std::size_t t = 1; t < seq.size(); ++t) {
+      x ^= seq[t];
+      after[t - 1] = static_cast<int>(x);
+    }
   };
-  return detail::buildSequenceTask<S>(layout, 2, seqs, sizes, encode, label);
+  return detail::buildSequenceTask<S>(layout, 2, seqs, sizes, encode, labels);
 }
 
 // The permutation task (PermutationTask): images (L n!, size), labels in [0, n!).
@@ -213,15 +233,15 @@ SequenceTask<S> makePermutationTask(const PermutationTask& task, const SplitSize
     for (Index t = 0; t < layout.steps; ++t)
       column(layout.stepOffset(t) + static_cast<Index>(seq[static_cast<std::size_t>(t) + 1])) = S(1);
   };
-  auto label = [&](const std::vector<std::uint32_t>& seq) {
+  auto labels = [&](const std::vector<std::uint32_t>& seq, std::vector<int>& after) {
     std::vector<int> sigma = perms[0];  // the identity
     for (std::size_t t = 1; t < seq.size(); ++t) {
       const std::vector<int>& pi = perms[seq[t]];
       for (int& s : sigma) s = pi[static_cast<std::size_t>(s)];  // sigma <- pi o sigma
+      after[t - 1] = static_cast<int>(permutationRank(sigma));
     }
-    return static_cast<int>(permutationRank(sigma));
   };
-  return detail::buildSequenceTask<S>(layout, static_cast<int>(order), seqs, sizes, encode, label);
+  return detail::buildSequenceTask<S>(layout, static_cast<int>(order), seqs, sizes, encode, labels);
 }
 
 }  // namespace ddl

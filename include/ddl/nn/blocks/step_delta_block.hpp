@@ -60,9 +60,18 @@ class StepDeltaBlock {
   template <class F>
   void visitParams(const std::string& prefix, F&& f) {
     m_step.visitParams(joinName(prefix, "step"), f);
+    visitCellParams(prefix, f);
+  }
+  // The parameters apart from the step projection: what a tied net shares across its blocks.
+  template <class F>
+  void visitCellParams(const std::string& prefix, F&& f) {
     m_sub.norm.visitParams(joinName(prefix, "norm"), f);
     m_sub.branch.visitParams(joinName(prefix, MlpBranch<S>::name()), f);
     m_sub.delta.visitParams(joinName(prefix, "delta"), f);
+  }
+  template <class F>
+  void visitStepParams(const std::string& prefix, F&& f) {
+    m_step.visitParams(joinName(prefix, "step"), f);
   }
 
   const DeltaResidual<S>& residual() const { return m_sub.delta; }

@@ -4,6 +4,7 @@
 // whose columns are laid out as data/sequence_sampling.hpp's StepLayout (prefix, then the steps).
 #include <string>
 
+#include "ddl/core/enum_names.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/key_values.hpp"
 #include "ddl/core/types.hpp"
@@ -12,6 +13,13 @@
 
 namespace ddl {
 
+// Where the head reads the state: after the last block only (one output per sample), or after every block
+// (one output per sample and step: the model supervised at every step, docs/claims.md "Models").
+enum class StepReadout { Final, EveryStep };
+inline constexpr EnumName<StepReadout> kStepReadoutNames[] = {{StepReadout::Final, "final"},
+                                                               {StepReadout::EveryStep, "every_step"}};
+inline const char* toString(StepReadout r) { return nameOf(kStepReadoutNames, r); }
+
 struct StepDeltaNetConfig {
   Index prefixDim = 0;  // width of the prefix p (the initial state's input); 0: x_0 = b_0, a learned vector
   Index stepWidth = 1;  // inputs per step
@@ -19,9 +27,12 @@ struct StepDeltaNetConfig {
   Index outputs = 2;    // classes (logits) or regression outputs
   Index d = 64;
   double finalNormEps = 1e-5;
+  StepReadout readout = StepReadout::Final;
+  bool tied = false;  // one cell (norm, branch, residual) shared by every block: a recurrence; P_t stays per step
   DeltaBlockOptions block;  // hidden, activation, normEps and the residual (dv = 1: no compressor)
 
   Index inputDim() const { return prefixDim + steps * stepWidth; }  // rows of a sample's column
+  Index readouts() const { return readout == StepReadout::EveryStep ? steps : 1; }  // output blocks per batch
 
   // Throws ValueError naming the option and its value.
   void validate() const {
@@ -49,6 +60,8 @@ struct StepDeltaNetConfig {
     w.put("activation", toString(block.activation));
     w.put("norm_eps", block.normEps);
     w.put("final_norm_eps", finalNormEps);
+    w.put("readout", toString(readout));
+    w.put("tied", tied ? "true" : "false");
     const DeltaResidualOptions& r = block.residual;
     w.put("residual", toString(r.residual));
     w.put("direction", toString(r.direction));
