@@ -104,7 +104,7 @@ struct Comparison {
   FisherExact fisher;
   Interval diff;  // Newcombe, rate(delta) - rate(other)
   SignTest sign;  // b = other's epochs, a = delta's: "greater" = delta reached the threshold first
-  MedianDifference median;  // other - delta epochs (censored values included as budget + 1)
+  MedianDifference median;  // other - delta epochs (an unsolved run counted at the pair's larger budget + 1)
   double fisherHolm = 1, signHolm = 1;
 };
 
@@ -119,14 +119,18 @@ inline std::vector<Comparison> compare(const std::vector<RunResult>& runs, const
       c.task = task;
       c.other = other;
       c.form = form;
+      // An unsolved run is censored at one value for both kinds, the larger budget + 1, so that it loses
+      // to every solved run and two unsolved runs tie (docs/claims.md, "Outcomes"), also against
+      // additive_3x, whose own censoring value (121) is not delta's (41).
       for (const RunResult* x : a)
         for (const RunResult* y : b)
           if (x->seed == y->seed) {
             ++c.n;
             c.solvedDelta += x->solved;
             c.solvedOther += y->solved;
-            ea.push_back(static_cast<double>(x->epochsTo));
-            eb.push_back(static_cast<double>(y->epochsTo));
+            const double censored = static_cast<double>(std::max(x->budget, y->budget) + 1);
+            ea.push_back(x->solved ? static_cast<double>(x->epochsTo) : censored);
+            eb.push_back(y->solved ? static_cast<double>(y->epochsTo) : censored);
           }
       if (c.n == 0) continue;
       c.fisher = fisherExact(c.solvedDelta, c.n - c.solvedDelta, c.solvedOther, c.n - c.solvedOther);

@@ -52,6 +52,10 @@ awk -F, '$1=="evaluation" && $2=="swap" && $3=="depth_as_time" && $4=="additive_
   fail "selection.csv does not mark one chosen rate per task, form and kind"
 # 2 tasks x 5 depth-as-time comparisons + 2 tasks x 1 control comparison
 [ "$(($(wc -l <"$out/comparisons.csv") - 1))" -eq 12 ] && ok "12 comparisons" || fail "comparisons.csv: expected 12 rows"
+# Unsolved runs are censored alike for both kinds: where neither kind solved, every pair is a tie (also
+# against additive_3x, whose budget is three times delta's).
+awk -F, 'NR > 1 && $6 == 0 && $7 == 0 && $15 != $5 {bad = 1} END {exit bad}' "$out/comparisons.csv" &&
+  ok "two unsolved runs tie in the sign test" || fail "unsolved pairs counted as wins: $(grep additive_3x "$out/comparisons.csv")"
 grep -q '^evaluation,swap,depth_as_time,delta_bmax2,1,7,' "$out/gates.csv" && ok "gate audit of block 7" ||
   fail "gates.csv lacks swap's block 7"
 [ "$(grep -c '^evaluation,swap,depth_as_time,delta_bmax2,1,0,' "$out/beta_hist.csv")" -eq 20 ] || fail "beta_hist.csv: not 20 bins"
