@@ -5,6 +5,7 @@
 // the protocol's id only when the parameters are the protocol's (docs/claims.md, "Protocol id"); --smoke
 // runs one seed for a few steps on small sets, labelled as not the protocol.
 //   ddl-claim --task swap --out /work/claim-runs/swap
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 #include <sstream>
@@ -94,6 +95,12 @@ int run(const ddl::cli::CommandLine& cli, const std::string& command) {
     if (!found)
       throw ddl::ValueError("--task: unknown task '" + name + "' (swap, parity, householder, permutation_s3, permutation_s5)");
   }
+  if (cli.has("control-kinds")) {
+    p.controlKinds = splitList("control-kinds", cli.text("control-kinds"));
+    for (const std::string& k : p.controlKinds) kindNamed(k);  // refuses an unknown kind
+    if (std::find(p.controlKinds.begin(), p.controlKinds.end(), "delta_bmax2") == p.controlKinds.end())
+      throw ddl::ValueError("--control-kinds must include delta_bmax2: every comparison is against it");
+  }
   std::vector<std::string> kinds = splitList("kinds", cli.text("kinds"));
   for (const std::string& k : kinds) kindNamed(k);  // refuses an unknown kind
   const std::string form = cli.text("form");
@@ -123,7 +130,7 @@ int run(const ddl::cli::CommandLine& cli, const std::string& command) {
   if (depth)
     for (const std::string& k : kinds) plan.push_back({Form::DepthAsTime, kindNamed(k)});
   if (control)
-    for (const char* k : {"delta_bmax2", "additive"}) plan.push_back({Form::Control, kindNamed(k)});
+    for (const std::string& k : p.controlKinds) plan.push_back({Form::Control, kindNamed(k)});
   ReportContext ctx;
   ctx.params = p;
   ctx.tasks = taskNames;
@@ -206,6 +213,7 @@ int main(int argc, char** argv) {
       .option("epochs", "E", "epochs per run, additive_3x 3 E (protocol: 40)")
       .option("d", "D", "state width (protocol: 64)")
       .option("hidden", "H", "MLP hidden width (protocol: 256)")
+      .option("control-kinds", "LIST", "kinds run in the control form (protocol: delta_bmax2,additive)")
       .option("readout", "R", "final | every_step: where the depth-as-time net is supervised")
       .flag("tied", "the depth-as-time net's blocks share one cell (a recurrence; each keeps its step projection)")
       .option("stop-when-solved", "yes|no", "end a run after the epoch that reaches the threshold")

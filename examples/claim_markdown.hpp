@@ -17,7 +17,7 @@ struct ReportContext {
   Parameters params;
   std::vector<std::string> tasks;  // the tasks this run covered
   std::vector<std::string> kinds;  // depth-as-time kinds
-  bool control = false;            // the control form ran (delta_bmax2, additive)
+  bool control = false;            // the control form ran (params.controlKinds)
   bool smoke = false;
   bool complete = false;           // every planned run finished
   std::string command;
@@ -38,7 +38,7 @@ inline void writeReport(const std::string& out, const ReportContext& ctx, const 
          << ": the parameters below differ from docs/claims.md's, so the block hashes to another id.\n\n";
     os << (ctx.complete ? "Status: complete.\n\n" : "Status: **incomplete** (the runs so far).\n\n");
     os << "Command: `" << ctx.command << "`\n\nTasks run: " << joinList(ctx.tasks) << "; depth-as-time kinds: "
-       << joinList(ctx.kinds) << "; control form: " << (ctx.control ? "delta_bmax2, additive" : "not run") << ".\n\n";
+       << joinList(ctx.kinds) << "; control form: " << (ctx.control ? joinList(ctx.params.controlKinds) : std::string("not run")) << ".\n\n";
     os << (isProtocol ? "Protocol id: `" : "Block id: `") << id << "`\n\n<!-- protocol:begin -->\n```text\n"
        << blockText(block) << "```\n<!-- protocol:end -->\n\n";
 

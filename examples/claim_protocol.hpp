@@ -93,7 +93,13 @@ struct Parameters {
   StepReadout readout = StepReadout::Final;  // the depth-as-time net's supervision: final label or every step
   bool stopWhenSolved = true;                // a run ends after the epoch that reaches the threshold
   bool tied = false;                         // the depth-as-time net's blocks share one cell (a recurrence)
+  std::vector<std::string> controlKinds{"delta_bmax2", "additive"};  // the kinds run in the control form
 };
+
+inline const std::vector<std::string>& protocolControlKinds() {
+  static const std::vector<std::string> kinds{"delta_bmax2", "additive"};
+  return kinds;
+}
 
 inline std::vector<TaskSpec> protocolTasks() {
   return {{"swap", 3, 8, {8000, 2000, 2000}},
@@ -135,6 +141,9 @@ inline std::map<std::string, std::string> protocolBlock(const Parameters& p) {
   b["kinds"] = "delta_bmax2, delta_bmax1, write_only, additive, additive_wide, additive_3x";
   b["kinds.additive_wide.hidden"] = "smallest hidden >= " + std::to_string(p.hidden) + " with at least delta_bmax2's parameters";
   b["kinds.gate_bias_init"] = "0";
+  // Written only when changed, so that the protocol's block (which names them in model.control_form's
+  // description) keeps its id.
+  if (p.controlKinds != protocolControlKinds()) b["kinds.control"] = joinList(p.controlKinds);
   b["lr.grid"] = joinList(p.lrs);
   b["lr.selection"] = "most selection seeds solved, then lower mean epochs to threshold, then higher mean best "
                       "validation score, then lower lr";

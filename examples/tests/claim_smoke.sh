@@ -19,6 +19,8 @@ if grep -v '^id: ' "$work/print_block.txt" | cmp -s - "$work/doc_block.txt"; the
 else fail "the default block differs from docs/claims.md's:"; diff "$work/doc_block.txt" <(grep -v '^id: ' "$work/print_block.txt"); fi
 grep -qx "id: $docId (the pre-registered protocol)" "$work/print_block.txt" && ok "its id is $docId" ||
   fail "the default parameters do not give the id $docId: $(grep '^id: ' "$work/print_block.txt")"
+changed=$("$exe" --print-block --control-kinds delta_bmax2,delta_bmax1,additive 2>&1 | grep '^id: ')
+[[ "$changed" == *"(not the protocol)" ]] && ok "--control-kinds: $changed" || fail "--control-kinds still claims the protocol: $changed"
 changed=$("$exe" --print-block --epochs 39 2>&1 | grep '^id: ')
 if [[ "$changed" == *"(not the protocol)" && "$changed" != *"$docId"* ]]; then ok "--epochs 39: $changed"
 else fail "--epochs 39 still claims the protocol: $changed"; fi
@@ -92,6 +94,7 @@ expectRefused "fewer than train + validation + test" "$work/r3" --smoke --task p
 expectRefused "--form expects" "$work/r4" --smoke --task swap --form sideways
 expectRefused "unknown readout 'sometimes'" "$work/r5" --smoke --task swap --readout sometimes
 expectRefused "--stop-when-solved expects yes or no" "$work/r6" --smoke --task swap --stop-when-solved maybe
+expectRefused "--control-kinds must include delta_bmax2" "$work/r7" --smoke --task swap --control-kinds additive,delta_bmax1
 # a folder that holds anything is never written into
 mkdir -p "$work/used" && echo keep >"$work/used/notes.txt"
 msg=$("$exe" --smoke --task swap --out "$work/used" 2>&1)
