@@ -13,7 +13,7 @@
 // and its bits do not depend on how a product is cut into row or column ranges. Under the bf16 policy
 // (core/precision.hpp) float products round their inputs to bf16 and run the installed bf16 kernel, or
 // are emulated; a weight's bf16 copy is read from the step's cache (core/bf16_weights.hpp), a block of a
-// matrix the calling thread converted for several products from its copy (core/bf16_copy.hpp).
+// matrix the calling thread bound for several products from its one conversion (core/bf16_copy.hpp).
 #include <cstdint>
 #include <memory>
 #include <type_traits>
@@ -140,7 +140,7 @@ class GemmWorkspace {
   }
 
   // The bf16 policy: op(A), op(B) rounded to bf16 (a weight's copy from the step's cache, a block of a
-  // matrix the thread converted from its copy, others converted here), then the installed bf16 kernel, or
+  // matrix the thread bound from its copy, others converted here), then the installed bf16 kernel, or
   // the emulation: the rounded values widened back to float (exactly) and multiplied by the float kernel,
   // float products and sums.
   void bf16Product(Index m, Index n, Index k, const ConstOperand& A, bool transA, const ConstOperand& B, bool transB,
