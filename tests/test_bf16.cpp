@@ -2,16 +2,19 @@
 // quiet NaN, Inf stays Inf, overflow goes to Inf), and the vector conversion gives the scalar's bits.
 // core/gemm.hpp under Precision::BF16 without a native kernel: the emulated product equals a double
 // product of the rounded inputs within float summation error, for every transpose, alpha and accumulate;
-// core/bf16_weights.hpp: products read a weight's copy while its scope is active, and only then.
+// core/bf16_weights.hpp: products read a weight's copy while its scope is active, and only then;
+// core/bf16_copy.hpp: products read blocks of a thread's copy while its scope is active, on that thread only.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "catch_compat.hpp"
 #include "ddl/core/bf16.hpp"
+#include "ddl/core/bf16_copy.hpp"
 #include "ddl/core/bf16_weights.hpp"
 #include "ddl/core/gemm.hpp"
 #include "ddl/core/param.hpp"
@@ -189,6 +192,74 @@ TEST_CASE("products read a weight's bf16 copy while its scope is active", "[core
   weights.refresh(model);  // the same storage: converted again, no rebuild
   CHECK(weights.find(model.w.value.data(), 40) != nullptr);
   CHECK(ddl::fromBf16(*weights.find(model.w.value.data(), 40)) == ddl::roundToBf16(model.w.value(0, 0)));
+}
+
+TEST_CASE("products read blocks of a thread's bf16 copy while its scope is active, on that thread only",
+          "[core][bf16][gemm]") {
+  std::srand(12);
+  MatX<float> X = MatX<float>::Random(12, 40);  // a band: products read overlapping column blocks
+  const MatX<float> before = X;
+  const MatX<float> W = MatX<float>::Random(7, 12);
+  ddl::Bf16Copy copy;
+  CHECK(!copy.bound());
+  copy.bind(X.data(), X.outerStride(), X.rows(), X.cols());
+  CHECK(copy.bound());
+  MatX<float> floatProduct(7, 40);
+  ddl::GemmWorkspace<float> ws;
+  {
+    ddl::Bf16CopyScope scope(&copy);
+    ws.product(W, false, X, false, floatProduct, 1.0f, false);  // the float policy: nothing converted
+  }
+  CHECK(!copy.converted());
+  MatX<float> floatOutside(7, 40);
+  ws.product(W, false, X, false, floatOutside, 1.0f, false);
+  CHECK(floatProduct == floatOutside);
+  Index ld = 0;
+  const std::uint16_t* all = copy.find(X.data(), 12, 12, 40, ld);
+  REQUIRE(all != nullptr);
+  CHECK(ld == 12);
+  CHECK(copy.converted());
+  CHECK(copy.find(X.col(5).data(), 12, 12, 20, ld) == all + 5 * 12);
+  CHECK(copy.find(X.data() + 3 + 5 * 12, 12, 9, 35, ld) == all + 3 + 5 * 12);  // a block to the last row and column
+  CHECK(copy.find(X.data() + 3 + 5 * 12, 12, 10, 35, ld) == nullptr);          // one row past the matrix
+  CHECK(copy.find(X.col(5).data(), 12, 12, 36, ld) == nullptr);                // one column past it
+  CHECK(copy.find(X.col(5).data(), 13, 12, 20, ld) == nullptr);                // another stride
+  CHECK(copy.find(before.data(), 12, 1, 1, ld) == nullptr);                   // another matrix
+  CHECK(ddl::fromBf16(all[7 + 12 * 30]) == ddl::roundToBf16(X(7, 30)));
+  CHECK(!ddl::Bf16Copy(copy).bound());  // a copy of a copy holds nothing
+
+  X *= 2.0f;  // changed after the conversion: only the copy knows the old values
+  const auto block = X.middleCols(5, 20);
+  MatX<float> inScope(7, 20), switchedOff(7, 20), otherThread(7, 20), nested(7, 20), outOfScope(7, 20);
+  MatX<float> expected(7, 20), expectedNow(7, 20);
+  emulatedBf16([&] {
+    {
+      ddl::Bf16CopyScope scope(&copy);
+      ws.product(W, false, block, false, inScope, 1.0f, false);
+      const bool previous = ddl::setBf16CopiesEnabled(false);
+      ws.product(W, false, block, false, switchedOff, 1.0f, false);
+      ddl::setBf16CopiesEnabled(previous);
+      std::thread([&] {
+        ddl::GemmWorkspace<float> other;
+        other.product(W, false, block, false, otherThread, 1.0f, false);
+      }).join();
+      ddl::Bf16Copy unrelated;
+      const MatX<float> Z = MatX<float>::Ones(3, 3);
+      unrelated.bind(Z.data(), 3, 3, 3);
+      ddl::Bf16CopyScope inner(&unrelated, nullptr);  // the enclosing scope's copy stays visible
+      ws.product(W, false, block, false, nested, 1.0f, false);
+    }
+    ws.product(W, false, block, false, outOfScope, 1.0f, false);
+    ws.product(W, false, MatX<float>(before.middleCols(5, 20)), false, expected, 1.0f, false);
+    ws.product(W, false, MatX<float>(block), false, expectedNow, 1.0f, false);
+  });
+  CHECK(inScope == expected);
+  CHECK(nested == expected);
+  CHECK(switchedOff == expectedNow);
+  CHECK(otherThread == expectedNow);
+  CHECK(outOfScope == expectedNow);
+  CHECK(expected != expectedNow);
+  CHECK(ddl::detail::activeBf16Copies() == nullptr);
 }
 
 TEST_CASE("parsePrecision reads float and bf16 and names what it refuses", "[core][bf16]") {

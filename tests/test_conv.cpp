@@ -2,7 +2,7 @@
 // channel norm of an image activation: central differences in double, agreement with a naive direct
 // convolution kept here as the reference (forward and backward, on one and two threads, at a size above
 // the threading threshold), PyTorch's weight layout on hand-computed cases, initialisation, no
-// allocation in steady state, and the error messages.
+// allocation in steady state, the error messages, and the bits under the emulated bf16 policy.
 #include "eigen_guard.hpp"  // first: live allocation checks even with NDEBUG
 
 #include <cmath>
@@ -12,10 +12,14 @@
 #include <vector>
 
 #include "catch_compat.hpp"
+#include "conv_bf16_cases.hpp"
 #include "fixtures.hpp"
 #include "eigen_guard_fires.hpp"
 #include "fd_check.hpp"
+#include "ddl/core/bf16.hpp"
+#include "ddl/core/bf16_copy.hpp"
 #include "ddl/core/param.hpp"
+#include "ddl/core/precision.hpp"
 #include "ddl/core/rng.hpp"
 #include "ddl/core/threading.hpp"
 #include "ddl/core/token_layout.hpp"
@@ -322,6 +326,66 @@ TEST_CASE("Conv2d in float agrees with double", "[conv2d]") {
   convF.backward(MatX<float>::Ones(5, Yf.cols()), dXf);
   CHECK(dXf.allFinite());
   CHECK(dXf.cols() == layout.tokens());
+}
+
+// ---------------------------------------------------------------- the bf16 policy
+
+namespace {
+// Runs f under the bf16 policy, emulated (no native kernel), then restores the previous settings.
+template <class F>
+void emulatedBf16(F&& f) {
+  const ddl::Precision previous = ddl::setProductPrecision(ddl::Precision::BF16);
+  const ddl::Bf16Kernel kernel = ddl::setBf16Kernel(nullptr);
+  try {
+    f();
+  } catch (...) {
+    ddl::setBf16Kernel(kernel);
+    ddl::setProductPrecision(previous);
+    throw;
+  }
+  ddl::setBf16Kernel(kernel);
+  ddl::setProductPrecision(previous);
+}
+
+MatX<float> roundedToBf16(const MatX<float>& X) { return X.unaryExpr([](float x) { return ddl::roundToBf16(x); }); }
+}  // namespace
+
+// The emulated bf16 product is the float product of the rounded inputs, so the layer under the emulated policy
+// must give the float layer's bits on rounded weights, input and output gradient (the bias gradient sums dY
+// itself), whether its products read the band, the output gradient and the weight converted once
+// (core/bf16_copy.hpp) or convert their operands per product.
+TEST_CASE("Conv2d under the emulated bf16 policy is the float convolution of rounded inputs, bit for bit",
+          "[conv2d][bf16]") {
+  ThreadGuard guard;
+  for (const ddl_test::ConvBf16Case& c : ddl_test::convBf16Cases())
+    for (int threads : {1, 2}) {
+      CAPTURE(c.name, threads);
+      ddl::setNumThreads(threads);
+      std::srand(31);
+      ddl::Conv2d<float> conv = ddl_test::convOf(c), rounded = ddl_test::convOf(c);
+      rounded.weight().value = roundedToBf16(conv.weight().value);
+      const TokenLayout outL = conv.outputLayout(TokenLayout::image(c.batch, c.height, c.width));
+      const MatX<float> X = MatX<float>::Random(c.in, c.batch * c.height * c.width);
+      const MatX<float> dY = MatX<float>::Random(c.out, outL.tokens());
+      const MatX<float> Xr = roundedToBf16(X), dYr = roundedToBf16(dY);
+      ddl_test::ConvBf16Run once, perProduct;
+      emulatedBf16([&] {
+        once = ddl_test::runConv(conv, c, X, dY);
+        const bool previous = ddl::setBf16CopiesEnabled(false);
+        perProduct = ddl_test::runConv(conv, c, X, dY);
+        ddl::setBf16CopiesEnabled(previous);
+      });
+      const ddl_test::ConvBf16Run reference = ddl_test::runConv(rounded, c, Xr, dYr);
+      const ddl_test::ConvBf16Run unrounded = ddl_test::runConv(conv, c, X, dY);  // float, for the bias gradient
+      CHECK(ddl_test::sameBits(once.Y, reference.Y));
+      CHECK(ddl_test::sameBits(once.dX, reference.dX));
+      CHECK(ddl_test::sameBits(once.dW, reference.dW));
+      CHECK(ddl_test::sameBits(once.db, unrounded.db));
+      CHECK(ddl_test::sameBits(perProduct.Y, once.Y));
+      CHECK(ddl_test::sameBits(perProduct.dX, once.dX));
+      CHECK(ddl_test::sameBits(perProduct.dW, once.dW));
+      CHECK(!ddl_test::sameBits(unrounded.Y, once.Y));  // the policy did round
+    }
 }
 
 // ---------------------------------------------------------------- PyTorch layout

@@ -1,7 +1,9 @@
 // ddl/dnnl/matmul.hpp: oneDNN's float matmul, through the same descriptors, layouts, strides and primitive
 // cache as the bf16 one, agrees with ddl's float product for every transpose, alpha, accumulate and block
 // (runs on every CPU); oneDNN's bf16 products, installed as the policy's kernel, agree with the emulation
-// within float summation error (exit 77, "skipped", where the CPU or DNNL_MAX_CPU_ISA has no bf16).
+// within float summation error, and a convolution's products give the same bits whether they read their
+// operands from copies converted once (core/bf16_copy.hpp) or convert them per product (exit 77, "skipped",
+// where the CPU or DNNL_MAX_CPU_ISA has no bf16).
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
@@ -9,9 +11,12 @@
 #include <string>
 
 #include "catch_compat.hpp"
+#include "conv_bf16_cases.hpp"
 #include "ddl/core/bf16.hpp"
+#include "ddl/core/bf16_copy.hpp"
 #include "ddl/core/gemm.hpp"
 #include "ddl/core/precision.hpp"
+#include "ddl/core/threading.hpp"
 #include "ddl/dnnl/matmul.hpp"
 
 namespace test_dnnl {  // each test file in its own namespace: a group of files compiles as one unit
@@ -133,6 +138,40 @@ TEST_CASE("oneDNN's bf16 products agree with the emulation", "[dnnl][bf16]") {
   p.ldc = o.m, p.type = ddl::DnnlType::BF16;
   CHECK(ddl::dnnlImplementation(p).find("ref") == std::string::npos);
   INFO(ddl::dnnlImplementation(p));
+}
+
+TEST_CASE("Conv2d on oneDNN's bf16 products: operands converted once give the bits of converting per product",
+          "[dnnl][bf16]") {
+  const std::string refusal = ddl::dnnlBf16Refusal();
+  if (!refusal.empty()) {
+    std::printf("skipped: %s\n", refusal.c_str());
+    std::exit(77);
+  }
+  const ddl::Precision previous = ddl::setProductPrecision(ddl::Precision::BF16);
+  const ddl::Bf16Kernel kernel = ddl::bf16Kernel();
+  REQUIRE(ddl::installDnnlBf16());
+  const int savedThreads = ddl::numThreads();
+  for (const ddl_test::ConvBf16Case& c : ddl_test::convBf16Cases())
+    for (int threads : {1, 2}) {
+      CAPTURE(c.name, threads);
+      ddl::setNumThreads(threads);
+      std::srand(32);
+      ddl::Conv2d<float> conv = ddl_test::convOf(c);
+      const ddl::TokenLayout outL = conv.outputLayout(ddl::TokenLayout::image(c.batch, c.height, c.width));
+      const MatX<float> X = MatX<float>::Random(c.in, c.batch * c.height * c.width);
+      const MatX<float> dY = MatX<float>::Random(c.out, outL.tokens());
+      const ddl_test::ConvBf16Run once = ddl_test::runConv(conv, c, X, dY);
+      const bool copies = ddl::setBf16CopiesEnabled(false);
+      const ddl_test::ConvBf16Run perProduct = ddl_test::runConv(conv, c, X, dY);
+      ddl::setBf16CopiesEnabled(copies);
+      CHECK(ddl_test::sameBits(once.Y, perProduct.Y));
+      CHECK(ddl_test::sameBits(once.dX, perProduct.dX));
+      CHECK(ddl_test::sameBits(once.dW, perProduct.dW));
+      CHECK(ddl_test::sameBits(once.db, perProduct.db));
+    }
+  ddl::setNumThreads(savedThreads);
+  ddl::setBf16Kernel(kernel);
+  ddl::setProductPrecision(previous);
 }
 
 }  // namespace test_dnnl

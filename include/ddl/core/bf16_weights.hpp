@@ -11,7 +11,7 @@
 // starts (the weights then are those the last update wrote) and GemmWorkspace<float> looks its operands
 // up here (core/gemm.hpp). A copy is found only while its scope is active, and the step ends the scope
 // before the update, so no product can read a copy older than its weight. Activations and gradients
-// are converted per product.
+// are converted per product, or once for several products (core/bf16_copy.hpp).
 #include <algorithm>
 #include <atomic>
 #include <cstdint>

@@ -12,7 +12,8 @@
 // Float products run ddl's packed AVX2 kernel instead when the CPU has it (core/packed_sgemm.hpp): faster,
 // and its bits do not depend on how a product is cut into row or column ranges. Under the bf16 policy
 // (core/precision.hpp) float products round their inputs to bf16 and run the installed bf16 kernel, or
-// are emulated; a weight's bf16 copy is read from the step's cache (core/bf16_weights.hpp).
+// are emulated; a weight's bf16 copy is read from the step's cache (core/bf16_weights.hpp), a block of a
+// matrix the calling thread bound for several products from its one conversion (core/bf16_copy.hpp).
 #include <cstdint>
 #include <memory>
 #include <type_traits>
@@ -20,6 +21,7 @@
 #include <Eigen/Core>
 
 #include "ddl/core/bf16.hpp"
+#include "ddl/core/bf16_copy.hpp"
 #include "ddl/core/bf16_weights.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/packed_sgemm.hpp"
@@ -27,24 +29,6 @@
 #include "ddl/core/types.hpp"
 
 namespace ddl {
-
-namespace detail {
-// A buffer of bf16 bits that only grows.
-class Bf16Buffer {
- public:
-  std::uint16_t* reserve(std::size_t size) {
-    if (size > m_size) {
-      m_data.reset(new std::uint16_t[size]);
-      m_size = size;
-    }
-    return m_data.get();
-  }
-
- private:
-  std::unique_ptr<std::uint16_t[]> m_data;
-  std::size_t m_size = 0;
-};
-}  // namespace detail
 
 template <class S>
 class GemmWorkspace {
@@ -155,9 +139,10 @@ class GemmWorkspace {
     }
   }
 
-  // The bf16 policy: op(A), op(B) rounded to bf16 (a weight's copy from the step's cache, others converted
-  // here), then the installed bf16 kernel, or the emulation: the rounded values widened back to float
-  // (exactly) and multiplied by the float kernel, float products and sums.
+  // The bf16 policy: op(A), op(B) rounded to bf16 (a weight's copy from the step's cache, a block of a
+  // matrix the thread bound from its copy, others converted here), then the installed bf16 kernel, or
+  // the emulation: the rounded values widened back to float (exactly) and multiplied by the float kernel,
+  // float products and sums.
   void bf16Product(Index m, Index n, Index k, const ConstOperand& A, bool transA, const ConstOperand& B, bool transB,
                    Output& C, S alpha, bool accumulate) {
     const Bf16Weights* weights = detail::activeBf16Weights().load(std::memory_order_relaxed);
@@ -179,7 +164,8 @@ class GemmWorkspace {
     nativeProduct(m, n, k, Map(a, ra, ca), transA, Map(b, rb, cb), transB, C, alpha, accumulate);
   }
 
-  // X's bf16 bits and their column stride: the cached copy of a weight, else X converted into bits.
+  // X's bf16 bits and their column stride: the cached copy of a weight, else the thread's copy holding X,
+  // else X converted into bits.
   static const std::uint16_t* bf16Operand(const ConstOperand& X, const Bf16Weights* weights,
                                           detail::Bf16Buffer& bits, Index& ld) {
     if (weights != nullptr) {
@@ -188,6 +174,7 @@ class GemmWorkspace {
         return cached;
       }
     }
+    if (const std::uint16_t* copied = findBf16Copy(X.data(), X.outerStride(), X.rows(), X.cols(), ld)) return copied;
     std::uint16_t* out = bits.reserve(static_cast<std::size_t>(X.rows() * X.cols()));
     toBf16(X.data(), X.outerStride(), X.rows(), X.cols(), out);
     ld = X.rows();

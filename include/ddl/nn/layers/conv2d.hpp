@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "ddl/core/alias.hpp"
+#include "ddl/core/bf16_copy.hpp"
 #include "ddl/core/config.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/param.hpp"
@@ -275,12 +276,15 @@ void Conv2d<S>::runForwardShifted(const Eigen::Ref<const MatX<S>>& X, const Toke
   m_tasks.reserveBands(tasks, g, m_win.kernelH, /*backward=*/false, false);
   detail::runWindowTasks(tasks, [&](int t) {
     Task& task = m_tasks[t];
+    Bf16Copy* wpBits = m_tasks.shared(m_Wp, task.weightBits);
     for (Index u = detail::windowPartBegin(units, t, tasks); u < detail::windowPartBegin(units, t + 1, tasks);
          ++u) {
       const Index b = u / g.perImage, band = u % g.perImage, oy0 = band * g.rows, R = g.rowsOf(band);
       const Index L = g.extended(R);
       const int s = R == g.rows ? 0 : 1;
       detail::fillPaddedBand(m_win, m_in, X.data(), X.outerStride(), inL, g, b, oy0, R, task.Xpad);
+      // bf16: the taps' overlapping slices of the band are converted once (core/bf16_copy.hpp).
+      const Bf16CopyScope bits(wpBits, m_tasks.shared(task.Xpad.leftCols(g.padded(R, m_win.kernelH)), task.inputBits));
       auto Yext = task.Yext.leftCols(L);
       g.forEachShift(m_win, [&](Index tap, Index off) {
         task.forward[s].product(m_Wp.middleCols(tap * m_in, m_in), false, task.Xpad.middleCols(off, L), false,
@@ -307,6 +311,7 @@ void Conv2d<S>::runBackwardShifted(const Eigen::Ref<const MatX<S>>& dY, MatX<S>*
   m_tasks.reserveBands(tasks, g, kh, /*backward=*/true, dX != nullptr);
   detail::runWindowTasks(tasks, [&](int t) {
     Task& task = m_tasks[t];
+    Bf16Copy* wpBits = m_tasks.shared(m_Wp, task.weightBits);
     const Index b0 = detail::windowPartBegin(B, t, tasks), b1 = detail::windowPartBegin(B, t + 1, tasks);
     m_tasks.beginBackward(task, b0, b1, perIn, dX);
     for (Index b = b0; b < b1; ++b)
@@ -321,6 +326,8 @@ void Conv2d<S>::runBackwardShifted(const Eigen::Ref<const MatX<S>>& dY, MatX<S>*
           if (r + 1 < R) dYext.middleCols(r * g.Wp + g.Wo, g.Wp - g.Wo).setZero();  // discarded columns
         }
         addBiasGradient(dYband, task);
+        const Bf16CopyScope bits(wpBits, m_tasks.shared(task.Xpad.leftCols(g.padded(R, kh)), task.inputBits),
+                                 m_tasks.shared(dYext, task.outputBits));
         g.forEachShift(m_win, [&](Index tap, Index off) {
           task.weight[s].product(dYext, false, task.Xpad.middleCols(off, L), true,
                                  task.dWp.middleCols(tap * m_in, m_in), S(1), true);
@@ -348,6 +355,7 @@ void Conv2d<S>::runForwardPatches(const Eigen::Ref<const MatX<S>>& X, const Toke
   m_tasks.reservePatches(tasks, m_chunk, range, /*forwardProducts=*/true, false);
   detail::runWindowTasks(tasks, [&](int t) {
     Task& task = m_tasks[t];
+    const Bf16CopyScope bits(m_tasks.shared(m_Wp, task.weightBits));
     const Index c1 = detail::windowPartBegin(No, t + 1, tasks);
     for (Index o = detail::windowPartBegin(No, t, tasks); o < c1; o += m_chunk) {
       const Index n = std::min(m_chunk, c1 - o);
@@ -373,6 +381,7 @@ void Conv2d<S>::runBackwardPatches(const Eigen::Ref<const MatX<S>>& dY, MatX<S>*
   m_tasks.reservePatches(tasks, m_chunk, range, /*forwardProducts=*/false, dX != nullptr);
   detail::runWindowTasks(tasks, [&](int t) {
     Task& task = m_tasks[t];
+    Bf16Copy* wpBits = m_tasks.shared(m_Wp, task.weightBits);
     const Index b0 = detail::windowPartBegin(B, t, tasks), b1 = detail::windowPartBegin(B, t + 1, tasks);
     m_tasks.beginBackward(task, b0, b1, perIn, dX);
     const Index c1 = b1 * perOut;
@@ -381,6 +390,7 @@ void Conv2d<S>::runBackwardPatches(const Eigen::Ref<const MatX<S>>& dY, MatX<S>*
       const int s = n == m_chunk ? 0 : 1;
       const auto dYc = dY.middleCols(o, n);
       detail::buildPatches(m_win, m_in, m_X.data(), m_X.outerStride(), inL, outL, o, n, task.P);
+      const Bf16CopyScope bits(wpBits, dX ? m_tasks.shared(dYc, task.outputBits) : nullptr);
       task.weight[s].product(dYc, false, task.P.leftCols(n), true, task.dWp, S(1), true);
       addBiasGradient(dYc, task);
       if (dX) {

@@ -7,9 +7,15 @@
 // steady-state step allocates nothing and parallel regions neither allocate nor throw.
 // A backward task sums its own weight and bias gradients; addGradients adds them up in task order,
 // so the result does not depend on the thread timing.
+// A matrix that several products read is bound to a copy (core/bf16_copy.hpp), so that under the bf16 policy
+// it is converted once: the permuted weight once per thread and pass, a band's padded input and output
+// gradient once for all its taps (docs/decisions.md, "The conv step's profile"); their bits are allocated
+// at the first conversion, inside the first parallel region, as the products' own bf16 buffers are.
 #include <cstddef>
+#include <type_traits>
 #include <vector>
 
+#include "ddl/core/bf16_copy.hpp"
 #include "ddl/core/config.hpp"
 #include "ddl/core/gemm.hpp"
 #include "ddl/core/reduce.hpp"
@@ -32,6 +38,7 @@ class ConvScratch {
     MatX<S> dWp;          // (out, K)
     VecX<SumType<S>> db;  // (out) the bias gradient's sum over this task's pixels, in double
     GemmWorkspace<S> forward[2], weight[2], input[2];
+    Bf16Copy weightBits, inputBits, outputBits;  // Wp, a band's Xpad and Yext (or a chunk's dY) in bf16
   };
 
   // in, out channels; K = kh*kw*in patch rows.
@@ -63,6 +70,18 @@ class ConvScratch {
   // The gradients of the first `tasks` tasks, in task order, into the weight gradient (out, in*taps)
   // (Wp order -> weight order) and, when non-null, the bias gradient (out, 1).
   void addGradients(int tasks, Index taps, MatX<S>& dW, MatX<S>* db);
+
+  // X bound to `copy` for the products of one thread, band or chunk that read blocks of it: under the bf16
+  // policy the first of them converts X (float layers); nullptr for double ones.
+  template <class Block>
+  static Bf16Copy* shared(const Block& X, Bf16Copy& copy) {
+    if constexpr (std::is_same_v<S, float>) {
+      copy.bind(X.data(), X.outerStride(), X.rows(), X.cols());
+      return &copy;
+    } else {
+      return nullptr;
+    }
+  }
 
  private:
   static void ensureShape(MatX<S>& M, Index rows, Index cols) {
