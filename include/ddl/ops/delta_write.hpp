@@ -237,7 +237,7 @@ void writeOnlyBackward(const Eigen::MatrixBase<DK>& KIn, const Eigen::MatrixBase
   checkShape(fn, "V", V, dv, N);
   detail::resizeIfNeeded(dV, dv, N);
   detail::forEachChannelBackward(K, beta, G, dv, dK, dBeta,
-                                 [&](Index n, Index j, Index c, const auto& k, S b, S g, S& db) {
+                                 [&](Index n, Index j, Index c, const auto&, S b, S g, S& db) {
                                    db += g * V(j, n);
                                    dV(j, n) = b * g;
                                    dK.col(n) += (b * V(j, n)) * G.col(c);
