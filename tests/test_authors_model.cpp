@@ -209,6 +209,18 @@ std::string loadError(const std::string& dir) {
   return ddl_test::thrownMessage<ddl::Error>([&] { ddl::loadAuthorsModel<S>(dir); });
 }
 
+// A one-block DeltaLM the authors' folders can hold (d 8, 2 heads, their MLP width), for the refusals.
+ddl::DeltaLMConfig tinyAuthorsConfig() {
+  ddl::DeltaLMConfig c;
+  c.vocab = 17;
+  c.d = 8;
+  c.heads = 2;
+  c.depth = 1;
+  c.context = 8;
+  c.hidden = ddl::authorsMlpWidth(8);
+  return c;
+}
+
 template <class S>
 std::vector<MatX<S>> paramsOf(ddl::DeltaLM<S>& lm) {
   std::vector<MatX<S>> out;
@@ -618,13 +630,7 @@ TEST_CASE("authors' sharded folders: model.safetensors.index.json with its weigh
 }
 
 TEST_CASE("authors' folders: a configuration their code has no model for is refused before writing") {
-  ddl::DeltaLMConfig c;
-  c.vocab = 17;
-  c.d = 8;
-  c.heads = 2;
-  c.depth = 1;
-  c.context = 8;
-  c.hidden = ddl::authorsMlpWidth(8);
+  const ddl::DeltaLMConfig c = tinyAuthorsConfig();
   const auto refused = [&](const ddl::DeltaLMConfig& cfg, const char* name) {
     ddl::DeltaLM<double> lm(cfg);
     const std::string dir = ddl_test::clearedTestPath(std::string("authors_refused_") + name);
@@ -918,13 +924,7 @@ TEST_CASE("authors' own code loads the folders ddl writes (strict) and computes 
 }
 
 TEST_CASE("authors' folders hold only betaMax 2: another cap is refused by name before writing") {
-  ddl::DeltaLMConfig c;
-  c.vocab = 17;
-  c.d = 8;
-  c.heads = 2;
-  c.depth = 1;
-  c.context = 8;
-  c.hidden = ddl::authorsMlpWidth(8);
+  const ddl::DeltaLMConfig c = tinyAuthorsConfig();
   for (const char* variant : {"dv1", "cc-ec"}) {
     CAPTURE(variant);
     ddl::DeltaLMConfig b = c;

@@ -9,11 +9,7 @@ set -uo pipefail
 exe=$1 work=$2 data=$3
 rm -rf "$work"
 mkdir -p "$work"
-failures=0
-fail() {
-  echo "FAIL: $*"
-  failures=$((failures + 1))
-}
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 out=$("$exe" --net lm --data "$data" --width 16 --depth 1 --heads 2 --context 16 --batch 4 --steps 5 --epochs 2 \
   --seeds 2 --eval-bytes 512 --threads 1 --out "$work/run" 2>&1)
 status=$?
@@ -53,5 +49,4 @@ status=$?
 status=$?
 [ "$status" -eq 1 ] && grep -q -- "--precision" "$work/half.txt" && [ ! -e "$work/half" ] ||
   fail "--precision half: exit $status, $(cat "$work/half.txt")"
-if [ "$failures" -eq 0 ]; then echo "ablation lm: all checks passed"; else echo "ablation lm: $failures failures"; fi
-[ "$failures" -eq 0 ]
+finish "ablation lm"

@@ -9,11 +9,7 @@ exe=$1 work=$2 blocks=$3
 shift 3
 rm -rf "$work"
 mkdir -p "$work"
-failures=0
-fail() {
-  echo "FAIL: $*"
-  failures=$((failures + 1))
-}
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # column NAME FILE: the values of CSV column NAME, one per line
 column() {
@@ -62,5 +58,4 @@ fi
 [ "$(grep -c '"epoch"' "$work/eval_audit.json" 2>/dev/null)" = "$blocks" ] || fail "eval_audit.json does not have $blocks rows"
 [ "$(cat "$work/audit.csv")" = "$trained" ] || fail "--eval-only --audit changed the training run's audit.csv"
 
-[ "$failures" -eq 0 ] && echo "audit: all checks passed"
-exit "$failures"
+finish "audit"

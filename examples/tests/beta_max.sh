@@ -10,11 +10,7 @@ set -uo pipefail
 mnist=$1 cifar=$2 text=$3 ablation=$4 idx=$5 textfile=$6 work=$7
 rm -rf "$work"
 mkdir -p "$work"
-failures=0
-fail() {
-  echo "FAIL: $*"
-  failures=$((failures + 1))
-}
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # refused STATUS 'TEXT' PROGRAM ARGS...: PROGRAM ARGS exits with STATUS and prints TEXT (fixed string).
 refused() {
@@ -131,9 +127,4 @@ refused 1 "a gate cap betaMax other than 2 has no counterpart in the authors' mo
   --out "$work/lm" --export-authors "$work/authors"
 [ ! -e "$work/authors" ] || fail "a refused export left $work/authors behind"
 
-if [ "$failures" -eq 0 ]; then
-  echo "beta max: all checks passed"
-else
-  echo "beta max: $failures check(s) failed"
-  exit 1
-fi
+finish "beta max"

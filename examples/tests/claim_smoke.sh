@@ -7,8 +7,7 @@ set -uo pipefail
 exe=$1 claims=$2 work=$3
 rm -rf "$work"
 mkdir -p "$work"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 ok() { echo "ok: $*"; }
 
 # The default parameters print docs/claims.md's block, and its id.
@@ -101,4 +100,4 @@ msg=$("$exe" --smoke --task swap --out "$work/used" 2>&1)
 if [ $? -ne 0 ] && grep -q "not an empty folder" <<<"$msg" && [ "$(ls "$work/used")" = notes.txt ]; then ok "a used folder is refused"
 else fail "a used --out was not refused: $msg"; fi
 
-[ "$failures" -eq 0 ] && echo "claim smoke: all checks passed" || echo "claim smoke: $failures failures"
+finish "claim smoke"

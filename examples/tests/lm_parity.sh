@@ -13,11 +13,7 @@ if ! "$python" -c "import torch" >/dev/null 2>&1; then
 fi
 rm -rf "$work"
 mkdir -p "$work"
-failures=0
-fail() {
-  echo "FAIL: $*"
-  failures=$((failures + 1))
-}
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 for variant in dv1 cc-ec tc; do
   tiny=(--data "$data" --variant "$variant" --width 16 --depth 1 --heads 2 --context 16 --batch 4 --seed 3
     --eval-bytes 512 --sample-tokens 1 --threads 1)
@@ -31,5 +27,4 @@ for variant in dv1 cc-ec tc; do
   echo "$out" | tail -4
   [ "$status" -eq 0 ] || fail "$variant: PyTorch does not reproduce ddl's training (exit $status)"
 done
-if [ "$failures" -eq 0 ]; then echo "lm parity: all checks passed"; else echo "lm parity: $failures failures"; fi
-[ "$failures" -eq 0 ]
+finish "lm parity"

@@ -9,11 +9,7 @@ set -uo pipefail
 exe=$1 work=$2 data=$3
 rm -rf "$work"
 mkdir -p "$work"
-failures=0
-fail() {
-  echo "FAIL: $*"
-  failures=$((failures + 1))
-}
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 tiny=(--data "$data" --width 16 --depth 1 --heads 2 --context 16 --batch 4 --steps 6 --epochs 2 --lr 0.01
   --eval-bytes 512 --sample-tokens 40 --threads 1)
 
@@ -117,5 +113,4 @@ refusedEarly 2 "a window of T = 16 needs at least 17" "${bare[@]}" --context 16 
 status=$?
 [ "$status" -eq 2 ] && grep -q "hint: install the default text" "$work/missing.txt" ||
   fail "missing data: exit $status, $(cat "$work/missing.txt")"
-if [ "$failures" -eq 0 ]; then echo "text runs: all checks passed"; else echo "text runs: $failures failures"; fi
-[ "$failures" -eq 0 ]
+finish "text runs"

@@ -50,6 +50,50 @@ void resizeIfNeeded(Dst& M, Index rows, Index cols) {
 template <class D>
 using Operand = std::conditional_t<(D::Flags & Eigen::DirectAccessBit) != 0, const D&, const typename D::PlainObject>;
 
+// Runs token(n) for every token n in [0, N), split over OpenMP threads when the work (d*dv*N
+// multiply-adds) is large. token must neither throw nor allocate: it may run inside a parallel region.
+template <class Token>
+void forEachToken(Index N, Index work, const Token& token) {
+  const bool par = work >= kParallelMinWork;
+  (void)par;
+  DDL_OMP(parallel for schedule(static) if (par))
+  for (Index n = 0; n < N; ++n) token(n);
+}
+
+// The forward kernels' loop: channel(n, j, c, k, b) for every token n, with k = K.col(n) and
+// b = beta(0, n), and every value channel j, whose column of X and Y is c = j*N + n.
+template <class KM, class BM, class Channel>
+void forEachChannel(const KM& K, const BM& beta, Index dv, const Channel& channel) {
+  const Index N = K.cols();
+  forEachToken(N, K.rows() * N * dv, [&](Index n) {
+    const auto k = K.col(n);
+    const typename KM::Scalar b = beta(0, n);
+    for (Index j = 0; j < dv; ++j) channel(n, j, j * N + n, k, b);
+  });
+}
+
+// The backward kernels' loop: channel(n, j, c, k, b, g, db) as in forEachChannel, with g = k . G.col(c);
+// it adds the channel's terms to db and to dK.col(n), which start at zero for each token, and the token's
+// db becomes dBeta(0, n). Resizes dK to (d, N) and dBeta to (1, N).
+template <class KM, class BM, class GM, class S, class Channel>
+void forEachChannelBackward(const KM& K, const BM& beta, const GM& G, Index dv, MatX<S>& dK, RowX<S>& dBeta,
+                            const Channel& channel) {
+  const Index d = K.rows(), N = K.cols();
+  resizeIfNeeded(dK, d, N);
+  resizeIfNeeded(dBeta, 1, N);
+  forEachToken(N, d * N * dv, [&](Index n) {
+    const auto k = K.col(n);
+    const S b = beta(0, n);
+    S db = 0;
+    dK.col(n).setZero();
+    for (Index j = 0; j < dv; ++j) {
+      const Index c = j * N + n;
+      channel(n, j, c, k, b, S(k.dot(G.col(c))), db);
+    }
+    dBeta(0, n) = db;
+  });
+}
+
 }  // namespace detail
 
 // ---------------------------------------------------------------------------------------------
@@ -65,18 +109,10 @@ void deltaApply(const Eigen::MatrixBase<DK>& KIn, const Eigen::MatrixBase<DB>& b
   const Index dv = detail::checkDeltaOperands("ddl::deltaApply", K, beta, X);
   const Index d = K.rows(), N = K.cols();
   detail::resizeIfNeeded(Y, d, dv * N);
-  const bool par = d * N * dv >= detail::kParallelMinWork;
-  (void)par;
-  DDL_OMP(parallel for schedule(static) if (par))
-  for (Index n = 0; n < N; ++n) {
-    const auto k = K.col(n);
-    const S b = beta(0, n);
-    for (Index j = 0; j < dv; ++j) {
-      const Index c = j * N + n;
-      const S p = k.dot(X.col(c));
-      Y.col(c) = X.col(c) - (b * p) * k;
-    }
-  }
+  detail::forEachChannel(K, beta, dv, [&](Index, Index, Index c, const auto& k, S b) {
+    const S p = k.dot(X.col(c));
+    Y.col(c) = X.col(c) - (b * p) * k;
+  });
 }
 
 // Backward of deltaApply. G = dL/dY. With p = X_j^T k and g = G_j^T k per channel (docs/spec.md §5):
@@ -97,26 +133,13 @@ void deltaApplyBackward(const Eigen::MatrixBase<DK>& KIn, const Eigen::MatrixBas
   const Index d = K.rows(), N = K.cols();
   checkShape(fn, "G", G, d, dv * N);
   detail::resizeIfNeeded(dX, d, dv * N);
-  detail::resizeIfNeeded(dK, d, N);
-  detail::resizeIfNeeded(dBeta, 1, N);
-  const bool par = d * N * dv >= detail::kParallelMinWork;
-  (void)par;
-  DDL_OMP(parallel for schedule(static) if (par))
-  for (Index n = 0; n < N; ++n) {
-    const auto k = K.col(n);
-    const S b = beta(0, n);
-    S db = 0;
-    dK.col(n).setZero();
-    for (Index j = 0; j < dv; ++j) {
-      const Index c = j * N + n;
-      const S p = k.dot(X.col(c));
-      const S g = k.dot(G.col(c));
-      db -= g * p;
-      dK.col(n) -= b * (p * G.col(c) + g * X.col(c));
-      dX.col(c) = G.col(c) - (b * g) * k;
-    }
-    dBeta(0, n) = db;
-  }
+  detail::forEachChannelBackward(K, beta, G, dv, dK, dBeta,
+                                 [&](Index n, Index, Index c, const auto& k, S b, S g, S& db) {
+                                   const S p = k.dot(X.col(c));
+                                   db -= g * p;
+                                   dK.col(n) -= b * (p * G.col(c) + g * X.col(c));
+                                   dX.col(c) = G.col(c) - (b * g) * k;
+                                 });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -136,19 +159,11 @@ void deltaWrite(const Eigen::MatrixBase<DK>& KIn, const Eigen::MatrixBase<DB>& b
   checkShape(fn, "V", V, dv, N);
   detail::resizeIfNeeded(Y, d, dv * N);
   detail::resizeIfNeeded(Delta, dv, N);
-  const bool par = d * N * dv >= detail::kParallelMinWork;
-  (void)par;
-  DDL_OMP(parallel for schedule(static) if (par))
-  for (Index n = 0; n < N; ++n) {
-    const auto k = K.col(n);
-    const S b = beta(0, n);
-    for (Index j = 0; j < dv; ++j) {
-      const Index c = j * N + n;
-      const S delta = V(j, n) - k.dot(X.col(c));
-      Delta(j, n) = delta;
-      Y.col(c) = X.col(c) + (b * delta) * k;
-    }
-  }
+  detail::forEachChannel(K, beta, dv, [&](Index n, Index j, Index c, const auto& k, S b) {
+    const S delta = V(j, n) - k.dot(X.col(c));
+    Delta(j, n) = delta;
+    Y.col(c) = X.col(c) + (b * delta) * k;
+  });
 }
 
 // Backward of deltaWrite. With g = G_j^T k and the cached delta (docs/spec.md §5):
@@ -172,28 +187,15 @@ void deltaWriteBackward(const Eigen::MatrixBase<DK>& KIn, const Eigen::MatrixBas
   checkShape(fn, "Delta", Delta, dv, N);
   checkShape(fn, "G", G, d, dv * N);
   detail::resizeIfNeeded(dX, d, dv * N);
-  detail::resizeIfNeeded(dK, d, N);
-  detail::resizeIfNeeded(dBeta, 1, N);
   detail::resizeIfNeeded(dV, dv, N);
-  const bool par = d * N * dv >= detail::kParallelMinWork;
-  (void)par;
-  DDL_OMP(parallel for schedule(static) if (par))
-  for (Index n = 0; n < N; ++n) {
-    const auto k = K.col(n);
-    const S b = beta(0, n);
-    S db = 0;
-    dK.col(n).setZero();
-    for (Index j = 0; j < dv; ++j) {
-      const Index c = j * N + n;
-      const S g = k.dot(G.col(c));
-      const S delta = Delta(j, n);
-      db += g * delta;
-      dV(j, n) = b * g;
-      dK.col(n) += b * (delta * G.col(c) - g * X.col(c));  // before dX: dX may alias G
-      dX.col(c) = G.col(c) - (b * g) * k;
-    }
-    dBeta(0, n) = db;
-  }
+  detail::forEachChannelBackward(K, beta, G, dv, dK, dBeta,
+                                 [&](Index n, Index j, Index c, const auto& k, S b, S g, S& db) {
+                                   const S delta = Delta(j, n);
+                                   db += g * delta;
+                                   dV(j, n) = b * g;
+                                   dK.col(n) += b * (delta * G.col(c) - g * X.col(c));  // before dX: dX may alias G
+                                   dX.col(c) = G.col(c) - (b * g) * k;
+                                 });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -206,20 +208,15 @@ void writeOnly(const Eigen::MatrixBase<DK>& KIn, const Eigen::MatrixBase<DB>& be
   const detail::Operand<DB> beta = betaIn.derived();
   const detail::Operand<DV> V = VIn.derived();
   const detail::Operand<DX> X = XIn.derived();
+  using S = typename DK::Scalar;
   const char* fn = "ddl::writeOnly";
   const Index dv = detail::checkDeltaOperands(fn, K, beta, X);
   const Index d = K.rows(), N = K.cols();
   checkShape(fn, "V", V, dv, N);
   detail::resizeIfNeeded(Y, d, dv * N);
-  const bool par = d * N * dv >= detail::kParallelMinWork;
-  (void)par;
-  DDL_OMP(parallel for schedule(static) if (par))
-  for (Index n = 0; n < N; ++n) {
-    for (Index j = 0; j < dv; ++j) {
-      const Index c = j * N + n;
-      Y.col(c) = X.col(c) + (beta(0, n) * V(j, n)) * K.col(n);
-    }
-  }
+  detail::forEachChannel(K, beta, dv, [&](Index n, Index j, Index c, const auto& k, S b) {
+    Y.col(c) = X.col(c) + (b * V(j, n)) * k;
+  });
 }
 
 // Backward of writeOnly: dX = G, dv = beta g, dbeta = sum_j g_j v_j, dk = beta sum_j v_j G_j.
@@ -236,28 +233,15 @@ void writeOnlyBackward(const Eigen::MatrixBase<DK>& KIn, const Eigen::MatrixBase
   using S = typename DK::Scalar;
   const char* fn = "ddl::writeOnlyBackward";
   const Index dv = detail::checkDeltaOperands(fn, K, beta, G);
-  const Index d = K.rows(), N = K.cols();
+  const Index N = K.cols();
   checkShape(fn, "V", V, dv, N);
-  detail::resizeIfNeeded(dK, d, N);
-  detail::resizeIfNeeded(dBeta, 1, N);
   detail::resizeIfNeeded(dV, dv, N);
-  const bool par = d * N * dv >= detail::kParallelMinWork;
-  (void)par;
-  DDL_OMP(parallel for schedule(static) if (par))
-  for (Index n = 0; n < N; ++n) {
-    const auto k = K.col(n);
-    const S b = beta(0, n);
-    S db = 0;
-    dK.col(n).setZero();
-    for (Index j = 0; j < dv; ++j) {
-      const Index c = j * N + n;
-      const S g = k.dot(G.col(c));
-      db += g * V(j, n);
-      dV(j, n) = b * g;
-      dK.col(n) += (b * V(j, n)) * G.col(c);
-    }
-    dBeta(0, n) = db;
-  }
+  detail::forEachChannelBackward(K, beta, G, dv, dK, dBeta,
+                                 [&](Index n, Index j, Index c, const auto&, S b, S g, S& db) {
+                                   db += g * V(j, n);
+                                   dV(j, n) = b * g;
+                                   dK.col(n) += (b * V(j, n)) * G.col(c);
+                                 });
   dX = G;  // identity Jacobian
 }
 

@@ -49,14 +49,26 @@ inline void validateAdamWOptions(const AdamWOptions& o) {
           " must be finite and >= 0");
 }
 
+namespace detail {
 template <class S>
-class AdamW {
+struct AdamWSlot {
+  std::string name;
+  MatX<S> expAvg;    // same shape as the parameter
+  MatX<S> expAvgSq;  // same shape as the parameter
+};
+}  // namespace detail
+
+template <class S>
+class AdamW : public detail::OptimizerBookkeeping<AdamW<S>, AdamWOptions, detail::AdamWSlot<S>> {
+  using Base = detail::OptimizerBookkeeping<AdamW<S>, AdamWOptions, detail::AdamWSlot<S>>;
+  friend Base;
+
  public:
   using Scalar = S;
   using Options = AdamWOptions;
   static constexpr const char* kName = "adamw";
 
-  explicit AdamW(const AdamWOptions& options = AdamWOptions()) : m_opt(options) {
+  explicit AdamW(const AdamWOptions& options = AdamWOptions()) : Base("AdamW", options) {
     validateAdamWOptions(m_opt);
   }
 
@@ -65,11 +77,7 @@ class AdamW {
   // and update nothing if the model no longer matches the state.
   template <class Model>
   void step(Model& model) {
-    if (!m_hasState) {  // lazy state; keeps a step count set before the first step
-      const std::int64_t steps = m_step;
-      initState(model);
-      m_step = steps;
-    }
+    this->buildStateOnce(model);
     verify(model, "AdamW::step");
     ++m_step;
     const double t = static_cast<double>(m_step);
@@ -120,46 +128,8 @@ class AdamW {
       slots.push_back(Slot{name, MatX<S>::Zero(p.value.rows(), p.value.cols()),
                            MatX<S>::Zero(p.value.rows(), p.value.cols())});
     });
-    m_slots = std::move(slots);
-    m_hasState = true;
-    m_step = 0;
+    this->setSlots(std::move(slots));
   }
-  bool hasState() const { return m_hasState; }
-
-  // Calls f(const std::string& name, MatX<S>& tensor) for every state tensor, in visit order:
-  // "<param>.exp_avg" then "<param>.exp_avg_sq". Visits nothing before initState/step: a
-  // checkpoint of a fresh optimizer holds only its step count.
-  template <class F>
-  void visitState(F&& f) {
-    for (Slot& s : m_slots) {
-      const std::string avgName = s.name + ".exp_avg";
-      f(avgName, s.expAvg);
-      const std::string avgSqName = s.name + ".exp_avg_sq";
-      f(avgSqName, s.expAvgSq);
-    }
-  }
-  template <class F>
-  void visitState(F&& f) const {
-    for (const Slot& s : m_slots) {
-      const std::string avgName = s.name + ".exp_avg";
-      f(avgName, s.expAvg);
-      const std::string avgSqName = s.name + ".exp_avg_sq";
-      f(avgSqName, s.expAvgSq);
-    }
-  }
-
-  std::int64_t stepCount() const { return m_step; }
-  void setStepCount(std::int64_t steps) {
-    require(steps >= 0, "AdamW::setStepCount", "step count = ", steps, " must be >= 0");
-    m_step = steps;
-  }
-
-  double lr() const { return m_opt.lr; }
-  void setLr(double lr) {
-    require(std::isfinite(lr) && lr >= 0, "AdamW::setLr", "lr = ", lr, " must be finite and >= 0");
-    m_opt.lr = lr;
-  }
-  const AdamWOptions& options() const { return m_opt; }
 
   // Hyper-parameters for checkpoint metadata (PyTorch's names).
   std::map<std::string, double> hyperParams() const {
@@ -176,11 +146,20 @@ class AdamW {
   static constexpr Index kChunk = 2048;              // 4 arrays x 8 KiB stay in L1 between the statements
   static constexpr Index kParallelMin = Index(1) << 16;  // below this a fork costs more than it saves
 
-  struct Slot {
-    std::string name;
-    MatX<S> expAvg;    // same shape as the parameter
-    MatX<S> expAvgSq;  // same shape as the parameter
-  };
+  using Slot = detail::AdamWSlot<S>;
+  using Base::m_opt;
+  using Base::m_slots;
+  using Base::m_step;
+
+  // visitState's tensors of one slot: "<param>.exp_avg" then "<param>.exp_avg_sq". A checkpoint of a
+  // fresh optimizer (no slots yet) holds only its step count.
+  template <class SlotT, class F>
+  void visitSlot(SlotT& s, F& f) const {
+    const std::string avgName = s.name + ".exp_avg";
+    f(avgName, s.expAvg);
+    const std::string avgSqName = s.name + ".exp_avg_sq";
+    f(avgSqName, s.expAvgSq);
+  }
 
   // Checks, without allocating unless it throws, that the walk still matches the state:
   // same number of parameters, same names in the same order, same shapes (value, grad, state).
@@ -191,11 +170,6 @@ class AdamW {
       detail::checkStateShape(fn, name, p, "exp_avg_sq", s.expAvgSq);
     });
   }
-
-  AdamWOptions m_opt;
-  std::vector<Slot> m_slots;
-  bool m_hasState = false;
-  std::int64_t m_step = 0;
 };
 
 }  // namespace ddl

@@ -49,25 +49,32 @@ inline void validateSgdOptions(const SgdOptions& o) {
           ", dampening = ", o.dampening, ")");
 }
 
+namespace detail {
 template <class S>
-class Sgd {
+struct SgdSlot {
+  std::string name;
+  MatX<S> buf;  // momentum buffer, same shape as the parameter; empty when momentum == 0
+};
+}  // namespace detail
+
+template <class S>
+class Sgd : public detail::OptimizerBookkeeping<Sgd<S>, SgdOptions, detail::SgdSlot<S>> {
+  using Base = detail::OptimizerBookkeeping<Sgd<S>, SgdOptions, detail::SgdSlot<S>>;
+  friend Base;
+
  public:
   using Scalar = S;
   using Options = SgdOptions;
   static constexpr const char* kName = "sgd";
 
-  explicit Sgd(const SgdOptions& options = SgdOptions()) : m_opt(options) { validateSgdOptions(m_opt); }
+  explicit Sgd(const SgdOptions& options = SgdOptions()) : Base("Sgd", options) { validateSgdOptions(m_opt); }
 
   // One optimizer step over every parameter of model (visit order), using p.grad as the gradient.
   // Builds state on the first call; later calls verify names and shapes first and update nothing
   // if the model no longer matches the state.
   template <class Model>
   void step(Model& model) {
-    if (!m_hasState) {  // lazy state; keeps a step count set before the first step
-      const std::int64_t steps = m_step;
-      initState(model);
-      m_step = steps;
-    }
+    this->buildStateOnce(model);
     verify(model, "Sgd::step");
     const bool firstStep = m_step == 0;
     ++m_step;
@@ -108,43 +115,8 @@ class Sgd {
     model.visitParams("", [&](const std::string& name, Param<S>& p) {
       slots.push_back(Slot{name, useMomentum ? MatX<S>::Zero(p.value.rows(), p.value.cols()) : MatX<S>()});
     });
-    m_slots = std::move(slots);
-    m_hasState = true;
-    m_step = 0;
+    this->setSlots(std::move(slots));
   }
-  bool hasState() const { return m_hasState; }
-
-  // Calls f(const std::string& name, MatX<S>& tensor) for every state tensor in visit order:
-  // "<param>.momentum_buffer" (none when momentum == 0, and none before initState/step).
-  template <class F>
-  void visitState(F&& f) {
-    if (m_opt.momentum == 0.0) return;
-    for (Slot& s : m_slots) {
-      const std::string bufName = s.name + ".momentum_buffer";
-      f(bufName, s.buf);
-    }
-  }
-  template <class F>
-  void visitState(F&& f) const {
-    if (m_opt.momentum == 0.0) return;
-    for (const Slot& s : m_slots) {
-      const std::string bufName = s.name + ".momentum_buffer";
-      f(bufName, s.buf);
-    }
-  }
-
-  std::int64_t stepCount() const { return m_step; }
-  void setStepCount(std::int64_t steps) {
-    require(steps >= 0, "Sgd::setStepCount", "step count = ", steps, " must be >= 0");
-    m_step = steps;
-  }
-
-  double lr() const { return m_opt.lr; }
-  void setLr(double lr) {
-    require(std::isfinite(lr) && lr >= 0, "Sgd::setLr", "lr = ", lr, " must be finite and >= 0");
-    m_opt.lr = lr;
-  }
-  const SgdOptions& options() const { return m_opt; }
 
   // Hyper-parameters for checkpoint metadata (PyTorch's names; nesterov as 0 or 1).
   std::map<std::string, double> hyperParams() const {
@@ -156,10 +128,18 @@ class Sgd {
   }
 
  private:
-  struct Slot {
-    std::string name;
-    MatX<S> buf;  // momentum buffer, same shape as the parameter; empty when momentum == 0
-  };
+  using Slot = detail::SgdSlot<S>;
+  using Base::m_opt;
+  using Base::m_slots;
+  using Base::m_step;
+
+  // visitState's tensors of one slot: "<param>.momentum_buffer" (none when momentum == 0).
+  template <class SlotT, class F>
+  void visitSlot(SlotT& s, F& f) const {
+    if (m_opt.momentum == 0.0) return;
+    const std::string bufName = s.name + ".momentum_buffer";
+    f(bufName, s.buf);
+  }
 
   // Checks, without allocating unless it throws, that the walk still matches the state:
   // same number of parameters, same names in the same order, same shapes (value, grad, buffer).
@@ -170,11 +150,6 @@ class Sgd {
       if (useMomentum) detail::checkStateShape(fn, name, p, "momentum_buffer", s.buf);
     });
   }
-
-  SgdOptions m_opt;
-  std::vector<Slot> m_slots;
-  bool m_hasState = false;
-  std::int64_t m_step = 0;
 };
 
 }  // namespace ddl

@@ -20,81 +20,32 @@
 namespace ddl {
 
 template <class S>
-class ConvBranch {
+class ConvBranch : public TwoLayerBranch<S, Conv2d<S>> {
  public:
-  // hidden 0 means d (an image block's branch keeps the width; 4 d would quadruple its cost).
+  // hidden 0 means d (an image block's branch keeps the width; 4 d would quadruple its cost). Both
+  // convolutions are 3x3, stride 1, padding 1.
   ConvBranch(Index d, const DeltaBlockBranchOptions& opt)
-      : m_d(d), m_hidden(opt.hidden > 0 ? opt.hidden : d), m_conv1(d, m_hidden, 3, 1, 1), m_act(opt.activation),
-        m_conv2(m_hidden, d, 3, 1, 1) {}
+      : TwoLayerBranch<S, Conv2d<S>>(d, opt.hidden > 0 ? opt.hidden : d, opt.activation, 3, 1, 1) {}
 
   static const char* name() { return "conv"; }
 
-  // Draw order: conv1, conv2 (torch.nn.Conv2d default).
-  void init(Rng& rng);
-
-  // C: (d, N) -> H: (d, N), N = layout.tokens().
+  // C: (d, N) -> H: (d, N), N = layout.tokens(). The convolutions check C against the layout.
   void forward(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H) {
-    run(C, layout, H, m_acts, ForwardMode::Train);
+    this->runLayers(C, H, ForwardMode::Train, layout);
   }
 
   // Same H as forward, bit for bit; keeps nothing backward reads (its activations live in buffers of
   // their own, the hidden one overwritten in place).
   void forwardInference(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H) {
-    run(C, layout, H, m_inferActs, ForwardMode::Inference);
+    this->runLayers(C, H, ForwardMode::Inference, layout);
   }
-
-  // dH: (d, N) -> dC: (d, N) overwritten; parameter gradients accumulate.
-  void backward(const Eigen::Ref<const MatX<S>>& dH, MatX<S>& dC);
 
   template <class F>
   void visitParams(const std::string& prefix, F&& f) {
-    m_conv1.visitParams(joinName(prefix, "conv1"), f);
-    m_conv2.visitParams(joinName(prefix, "conv2"), f);
+    this->m_layer1.visitParams(joinName(prefix, "conv1"), f);
+    this->m_layer2.visitParams(joinName(prefix, "conv2"), f);
   }
-
-  Index hidden() const { return m_hidden; }
-
- private:
-  // What backward reads of one forward (the layers keep views of them).
-  struct Activations {
-    MatX<S> pre;  // (hidden, N) conv1(c)
-    MatX<S> hid;  // (hidden, N) act(pre); Inference mode writes it into pre instead
-  };
-
-  // The forward of both modes (the convolutions check C against the layout).
-  void run(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H, Activations& a,
-           ForwardMode mode);
-
-  Index m_d, m_hidden;
-  Conv2d<S> m_conv1;
-  ActivationLayer<S> m_act;
-  Conv2d<S> m_conv2;
-  Activations m_acts;       // of the last forward, read by backward
-  Activations m_inferActs;  // of the last forwardInference
-  MatX<S> m_dHid;
 };
-
-template <class S>
-void ConvBranch<S>::init(Rng& rng) {
-  m_conv1.init(rng);
-  m_conv2.init(rng);
-}
-
-template <class S>
-void ConvBranch<S>::run(const Eigen::Ref<const MatX<S>>& C, const TokenLayout& layout, MatX<S>& H, Activations& a,
-                        ForwardMode mode) {
-  forwardAs(mode, m_conv1, C, layout, a.pre);
-  MatX<S>& hid = mode == ForwardMode::Train ? a.hid : a.pre;  // in place: nothing is kept
-  forwardAs(mode, m_act, a.pre, hid);
-  forwardAs(mode, m_conv2, hid, layout, H);
-}
-
-template <class S>
-void ConvBranch<S>::backward(const Eigen::Ref<const MatX<S>>& dH, MatX<S>& dC) {
-  m_conv2.backward(dH, m_dHid);
-  m_act.backward(m_dHid, m_dHid);
-  m_conv1.backward(m_dHid, dC);
-}
 
 #if DDL_EXTERN_LAYERS  // compiled once in the library ddl::compiled (docs/building.md)
 extern template class ConvBranch<float>;

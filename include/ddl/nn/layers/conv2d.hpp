@@ -37,6 +37,7 @@
 #include "ddl/nn/layers/conv_scratch.hpp"
 #include "ddl/nn/layers/forward_mode.hpp"
 #include "ddl/nn/layers/init.hpp"
+#include "ddl/nn/layers/weight_and_bias.hpp"
 #include "ddl/nn/layers/window2d.hpp"
 
 namespace ddl {
@@ -49,8 +50,16 @@ inline constexpr Index kConvParallelMin = Index(1) << 20;
 inline constexpr Index kConvScratchBytes = Index(192) << 10;
 }  // namespace detail
 
+// Parameters (WeightAndBias): "weight" [out, in, kh, kw], then "bias" [out] when present. init with
+// InitScheme::pytorchDefault() is torch.nn.Conv2d's default, weight and bias ~ U(±1/√fan_in) with
+// fan_in = in*kh*kw; it draws the (out, in*kh*kw) weight matrix column by column, then the bias.
 template <class S>
-class Conv2d {
+class Conv2d : public WeightAndBias<S> {
+  using Base = WeightAndBias<S>;
+  using Base::m_hasBias;
+  using Base::m_W;
+  using Base::m_b;
+
  public:
   // in, out >= 1; a square kernel with the same stride and zero padding on both axes
   // (kernel 3, stride 1, padding 1 keeps H and W).
@@ -59,21 +68,14 @@ class Conv2d {
 
   // Any window: Window2d::make(kh, kw, sh, sw, ph, pw).
   Conv2d(Index in, Index out, const Window2d& window, bool bias = true)
-      : m_in(in), m_out(out), m_win(Window2d::make(window.kernelH, window.kernelW, window.strideH, window.strideW,
-                                                   window.padH, window.padW)),
-        m_hasBias(bias), m_tasks(in, out, m_win.taps() * in) {
+      : Base("ddl::Conv2d", bias), m_in(in), m_out(out),
+        m_win(Window2d::make(window.kernelH, window.kernelW, window.strideH, window.strideW, window.padH, window.padW)),
+        m_tasks(in, out, m_win.taps() * in) {
     require(in >= 1 && out >= 1, "ddl::Conv2d", "in and out channels must be >= 1, got in = ", in, ", out = ", out);
     m_W = Param<S>(std::vector<Index>{out, in, m_win.kernelH, m_win.kernelW}, /*withDecay=*/true);
     if (bias) m_b = Param<S>(std::vector<Index>{out}, /*withDecay=*/false);
     m_K = m_win.taps() * in;
     setScratchBytes(detail::kConvScratchBytes);
-  }
-
-  // torch.nn.Conv2d's default with InitScheme::pytorchDefault(): weight and bias ~ U(±1/√fan_in),
-  // fan_in = in*kh*kw (see init.hpp for the other schemes). Draw order: the (out, in*kh*kw) weight
-  // matrix column by column, then the bias.
-  void init(Rng& rng, const InitScheme& scheme = InitScheme::pytorchDefault()) {
-    initLinearParams(m_W.value, m_hasBias ? &m_b.value : nullptr, rng, scheme);
   }
 
   // Layout of the output for an input image layout (ShapeError when the kernel does not fit).
@@ -97,18 +99,6 @@ class Conv2d {
   // dY: (out, Ho*Wo*B): weight and bias gradients only (a first layer needs no input gradient).
   void backwardParamsOnly(const Eigen::Ref<const MatX<S>>& dY);
 
-  // Parameters in a fixed order: "weight" [out, in, kh, kw], then "bias" [out] when present.
-  template <class F>
-  void visitParams(const std::string& prefix, F&& f) {
-    f(joinName(prefix, "weight"), m_W);
-    if (m_hasBias) f(joinName(prefix, "bias"), m_b);
-  }
-
-  Param<S>& weight() { return m_W; }
-  const Param<S>& weight() const { return m_W; }
-  Param<S>& bias();
-  const Param<S>& bias() const { return const_cast<Conv2d*>(this)->bias(); }
-  bool hasBias() const { return m_hasBias; }
   Index inChannels() const { return m_in; }
   Index outChannels() const { return m_out; }
   const Window2d& window() const { return m_win; }
@@ -168,12 +158,10 @@ class Conv2d {
 
   Index m_in, m_out;
   Window2d m_win;
-  bool m_hasBias;
   Index m_K = 0, m_chunk = 0;  // patch rows kh*kw*in, patch columns per chunk
   Index m_scratchBytes = 0;
   ConvAlgorithm m_algorithm = ConvAlgorithm::Automatic;
   bool m_hasForward = false;
-  Param<S> m_W, m_b;
   MatX<S> m_Wp;  // (out, K) weight in patch row order
   ConstView<S> m_X;  // (in, N) input of the last forward, owned by the caller
   TokenLayout m_inLayout, m_outLayout;
@@ -219,12 +207,6 @@ template <class S>
 void Conv2d<S>::backwardParamsOnly(const Eigen::Ref<const MatX<S>>& dY) {
   checkBackward(dY);
   runBackward(dY, nullptr);
-}
-
-template <class S>
-Param<S>& Conv2d<S>::bias() {
-  if (!m_hasBias) throw Error("ddl::Conv2d::bias: this layer was built without a bias");
-  return m_b;
 }
 
 template <class S>

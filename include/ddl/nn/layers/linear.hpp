@@ -28,6 +28,7 @@
 #include "ddl/core/error.hpp"
 #include "ddl/core/gemm.hpp"
 #include "ddl/core/param.hpp"
+#include "ddl/nn/layers/weight_and_bias.hpp"
 #include "ddl/core/reduce.hpp"
 #include "ddl/core/rng.hpp"
 #include "ddl/core/threading.hpp"
@@ -71,20 +72,22 @@ void runProductTasks(Index work, T&& tasksPerThread, F&& f) {
 inline Index partBegin(Index n, int p, int parts) { return n * p / parts; }
 }  // namespace detail
 
+// Parameters (WeightAndBias): "weight" (out, in), then "bias" [out] (held as (out, 1)) when present;
+// init draws the weight column-major, then the bias.
 template <class S>
-class Linear {
+class Linear : public WeightAndBias<S> {
+  using Base = WeightAndBias<S>;
+  using Base::m_hasBias;
+  using Base::m_W;
+  using Base::m_b;
+
  public:
   // in, out >= 1. The bias has decay = false (AdamW does not shrink it); both start at zero
   // until init() is called.
-  Linear(Index in, Index out, bool bias = true) : m_in(in), m_out(out), m_hasBias(bias) {
+  Linear(Index in, Index out, bool bias = true) : Base("ddl::Linear", bias), m_in(in), m_out(out) {
     require(in >= 1 && out >= 1, "ddl::Linear", "in and out must be >= 1, got in = ", in, ", out = ", out);
     m_W = Param<S>(out, in, /*withDecay=*/true);
     if (bias) m_b = Param<S>(std::vector<Index>{out}, /*withDecay=*/false);
-  }
-
-  // Seeded initialisation by scheme (see init.hpp). Draw order: weight (column-major), then bias.
-  void init(Rng& rng, const InitScheme& scheme = InitScheme::pytorchDefault()) {
-    initLinearParams(m_W.value, m_hasBias ? &m_b.value : nullptr, rng, scheme);
   }
 
   // What backward needs of one application: a view of its input. forward/backward without a Cache
@@ -132,13 +135,6 @@ class Linear {
 
   void backwardParamsOnly(const Eigen::Ref<const MatX<S>>& dY, const Cache& cache);
 
-  // Parameters in a fixed order: "weight" (out, in), then "bias" [out] (held as (out, 1)) when present.
-  template <class F>
-  void visitParams(const std::string& prefix, F&& f) {
-    f(joinName(prefix, "weight"), m_W);
-    if (m_hasBias) f(joinName(prefix, "bias"), m_b);
-  }
-
   // Exchanges the buffers whose contents are dead between calls (the product workspaces, the bias sums)
   // with other, a layer of the same shape: layers that run one after another then share one set
   // (docs/decisions.md, "Scratch shared between blocks"). Parameters and the cache stay.
@@ -149,11 +145,6 @@ class Linear {
     m_gemmInput.swap(other.m_gemmInput);
   }
 
-  Param<S>& weight() { return m_W; }
-  const Param<S>& weight() const { return m_W; }
-  Param<S>& bias();
-  const Param<S>& bias() const { return const_cast<Linear*>(this)->bias(); }
-  bool hasBias() const { return m_hasBias; }
   Index inFeatures() const { return m_in; }
   Index outFeatures() const { return m_out; }
 
@@ -175,8 +166,6 @@ class Linear {
   void reserveWorkspaces();
 
   Index m_in, m_out;
-  bool m_hasBias;
-  Param<S> m_W, m_b;
   Cache m_cache;  // the application of forward(X, Y) without a Cache
   VecX<SumType<S>> m_dbWide;  // (out) the bias gradient's sums over tokens, in double
   Workspace m_gemmForward, m_gemmWeight, m_gemmInput;  // per task: Y, dW rows, dX
@@ -242,12 +231,6 @@ void Linear<S>::backwardParamsOnly(const Eigen::Ref<const MatX<S>>& dY, const Ca
   reserveWorkspaces();
   detail::runProductTasks(m_in * m_out * dY.cols(), [](int threads) { return threads; },
                           [&](int t, int tasks) { accumulateParamGrads(dY, cache, t, tasks); });
-}
-
-template <class S>
-Param<S>& Linear<S>::bias() {
-  if (!m_hasBias) throw Error("ddl::Linear::bias: this layer was built without a bias");
-  return m_b;
 }
 
 template <class S>

@@ -57,17 +57,50 @@ void forEachWindow(const Window2d& w, const TokenLayout& outL, Index b0, Index b
       for (Index ox = 0; ox < outL.width; ++ox)
         f((b * outL.height + oy) * outL.width + ox, b, oy * w.strideH - w.padH, ox * w.strideW - w.padW);
 }
+
+// What both pools keep: the checked window, and the shapes of the last forward, which backward
+// checks dY against. name ("ddl::MaxPool2d") starts the errors.
+class Pool2dBase {
+ public:
+  TokenLayout outputLayout(const TokenLayout& in) const { return m_win.outputLayout(in, m_name); }
+
+  template <class F>
+  void visitParams(const std::string&, F&&) {}  // no parameters
+
+  const Window2d& window() const { return m_win; }
+
+ protected:
+  Pool2dBase(const char* name, const Window2d& window) : m_name(name), m_win(checkPoolWindow(name, window)) {}
+
+  // Keeps the shapes of a forward: channels C, input and output layouts.
+  void rememberForward(Index channels, const TokenLayout& in, const TokenLayout& out) {
+    m_inLayout = in;
+    m_outLayout = out;
+    m_channels = channels;
+    m_hasForward = true;
+  }
+  // Throws, naming fn, unless a forward ran and dY is (C, its output tokens).
+  template <class S>
+  void checkBackward(const char* fn, const Eigen::Ref<const MatX<S>>& dY) const {
+    if (!m_hasForward) throw Error(message(fn, "called before forward"));
+    checkShape(fn, "dY", dY, m_channels, m_outLayout.tokens());
+  }
+
+  const char* m_name;
+  Window2d m_win;
+  bool m_hasForward = false;
+  Index m_channels = 0;
+  TokenLayout m_inLayout, m_outLayout;
+};
 }  // namespace detail
 
 template <class S>
-class MaxPool2d {
+class MaxPool2d : public detail::Pool2dBase {
  public:
   // kernel x kernel windows with stride = kernel (PyTorch's default), no padding.
   explicit MaxPool2d(Index kernel) : MaxPool2d(Window2d::square(kernel, kernel, 0)) {}
   MaxPool2d(Index kernel, Index stride, Index padding = 0) : MaxPool2d(Window2d::square(kernel, stride, padding)) {}
-  explicit MaxPool2d(const Window2d& window) : m_win(detail::checkPoolWindow("ddl::MaxPool2d", window)) {}
-
-  TokenLayout outputLayout(const TokenLayout& in) const { return m_win.outputLayout(in, "ddl::MaxPool2d"); }
+  explicit MaxPool2d(const Window2d& window) : Pool2dBase("ddl::MaxPool2d", window) {}
 
   // X: (C, layout.tokens()) -> Y: (C, outputLayout(layout).tokens()); returns the output layout.
   // Caches the argmax of every output. Y must not alias X.
@@ -79,20 +112,11 @@ class MaxPool2d {
   // dY: (C, Ho*Wo*B) of the last forward -> dX: (C, B*H*W) overwritten. dX must not alias dY.
   void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) const;
 
-  template <class F>
-  void visitParams(const std::string&, F&&) {}  // no parameters
-
-  const Window2d& window() const { return m_win; }
-
  private:
   // Y = max pool of X; arg (C, No) column-major receives the input column of each maximum when non-null.
   void run(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& inL, const TokenLayout& outL, MatX<S>& Y,
            int* arg) const;
 
-  Window2d m_win;
-  bool m_hasForward = false;
-  Index m_channels = 0;
-  TokenLayout m_inLayout, m_outLayout;
   Eigen::Matrix<int, Eigen::Dynamic, Eigen::Dynamic> m_arg;  // (C, No) input column of each maximum
 };
 
@@ -102,10 +126,7 @@ TokenLayout MaxPool2d<S>::forward(const Eigen::Ref<const MatX<S>>& X, const Toke
   const TokenLayout outL = detail::poolOutputLayout<S>(fn, m_win, X, layout);
   require(layout.tokens() <= INT_MAX, fn, "at most ", INT_MAX, " input pixels, got ", layout.tokens());
   m_arg.resize(X.rows(), outL.tokens());
-  m_inLayout = layout;
-  m_outLayout = outL;
-  m_channels = X.rows();
-  m_hasForward = true;
+  rememberForward(X.rows(), layout, outL);
   run(X, layout, outL, Y, m_arg.data());
   return outL;
 }
@@ -121,8 +142,7 @@ TokenLayout MaxPool2d<S>::forwardInference(const Eigen::Ref<const MatX<S>>& X, c
 template <class S>
 void MaxPool2d<S>::backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) const {
   const char* fn = "ddl::MaxPool2d::backward";
-  if (!m_hasForward) throw Error(message(fn, "called before forward"));
-  checkShape(fn, "dY", dY, m_channels, m_outLayout.tokens());
+  checkBackward<S>(fn, dY);
   const Index C = m_channels, perIn = m_inLayout.tokensPerSample(), perOut = m_outLayout.tokensPerSample();
   dX.resize(C, m_inLayout.tokens());
   const Index B = m_inLayout.batch;
@@ -174,16 +194,14 @@ void MaxPool2d<S>::run(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& in
 }
 
 template <class S>
-class AvgPool2d {
+class AvgPool2d : public detail::Pool2dBase {
  public:
   // kernel x kernel windows with stride = kernel (PyTorch's default), no padding, padding counted.
   explicit AvgPool2d(Index kernel) : AvgPool2d(Window2d::square(kernel, kernel, 0)) {}
   AvgPool2d(Index kernel, Index stride, Index padding = 0, bool countIncludePad = true)
       : AvgPool2d(Window2d::square(kernel, stride, padding), countIncludePad) {}
   explicit AvgPool2d(const Window2d& window, bool countIncludePad = true)
-      : m_win(detail::checkPoolWindow("ddl::AvgPool2d", window)), m_countIncludePad(countIncludePad) {}
-
-  TokenLayout outputLayout(const TokenLayout& in) const { return m_win.outputLayout(in, "ddl::AvgPool2d"); }
+      : Pool2dBase("ddl::AvgPool2d", window), m_countIncludePad(countIncludePad) {}
 
   // X: (C, layout.tokens()) -> Y: (C, outputLayout(layout).tokens()); returns the output layout.
   // Caches only the layouts. Y must not alias X.
@@ -194,31 +212,19 @@ class AvgPool2d {
 
   // dY: (C, Ho*Wo*B) of the last forward -> dX: (C, B*H*W) overwritten. dX must not alias dY.
   void backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) const;
-
-  template <class F>
-  void visitParams(const std::string&, F&&) {}  // no parameters
-
-  const Window2d& window() const { return m_win; }
   bool countIncludePad() const { return m_countIncludePad; }
 
  private:
   // Divisor of the window with origin (y0, x0) on an H x W image.
   S divisor(Index y0, Index x0, Index H, Index W) const;
 
-  Window2d m_win;
   bool m_countIncludePad;
-  bool m_hasForward = false;
-  Index m_channels = 0;
-  TokenLayout m_inLayout, m_outLayout;
 };
 
 template <class S>
 TokenLayout AvgPool2d<S>::forward(const Eigen::Ref<const MatX<S>>& X, const TokenLayout& layout, MatX<S>& Y) {
   const TokenLayout outL = forwardInference(X, layout, Y);
-  m_inLayout = layout;
-  m_outLayout = outL;
-  m_channels = X.rows();
-  m_hasForward = true;
+  rememberForward(X.rows(), layout, outL);
   return outL;
 }
 
@@ -246,8 +252,7 @@ TokenLayout AvgPool2d<S>::forwardInference(const Eigen::Ref<const MatX<S>>& X, c
 template <class S>
 void AvgPool2d<S>::backward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>& dX) const {
   const char* fn = "ddl::AvgPool2d::backward";
-  if (!m_hasForward) throw Error(message(fn, "called before forward"));
-  checkShape(fn, "dY", dY, m_channels, m_outLayout.tokens());
+  checkBackward<S>(fn, dY);
   const Index H = m_inLayout.height, W = m_inLayout.width, B = m_inLayout.batch, perIn = m_inLayout.tokensPerSample();
   dX.resize(m_channels, m_inLayout.tokens());
   const int tasks =

@@ -26,6 +26,7 @@
 #include "ddl/core/types.hpp"
 #include "ddl/core/view.hpp"
 #include "ddl/nn/layers/init.hpp"
+#include "ddl/nn/layers/weight_and_bias.hpp"
 
 namespace ddl {
 namespace detail {
@@ -92,22 +93,23 @@ void addCausalConvWeightGrad(const Eigen::Ref<const MatX<S>>& dOut, const Eigen:
 
 }  // namespace detail
 
+// Parameters (WeightAndBias): "weight" [C, 1, K], then "bias" [C] when present. init draws the
+// weight column-major as a (C, K) matrix, fan_in = K as torch.nn.Conv1d(groups=C), then the bias.
 template <class S>
-class TokenConv {
+class TokenConv : public WeightAndBias<S> {
+  using Base = WeightAndBias<S>;
+  using Base::m_hasBias;
+  using Base::m_W;
+  using Base::m_b;
+
  public:
   // channels, kernel >= 1. Parameters start at zero until init() or initIdentity().
   explicit TokenConv(Index channels, Index kernel = 4, bool bias = false)
-      : m_C(channels), m_K(kernel), m_hasBias(bias) {
+      : Base("ddl::TokenConv", bias), m_C(channels), m_K(kernel) {
     require(channels >= 1 && kernel >= 1, "ddl::TokenConv", "channels and kernel must be >= 1, got channels = ",
             channels, ", kernel = ", kernel);
-    m_w = Param<S>(std::vector<Index>{channels, 1, kernel}, /*withDecay=*/true);
+    m_W = Param<S>(std::vector<Index>{channels, 1, kernel}, /*withDecay=*/true);
     if (bias) m_b = Param<S>(std::vector<Index>{channels}, /*withDecay=*/false);
-  }
-
-  // Seeded initialisation by scheme (init.hpp) with fan_in = K, as torch.nn.Conv1d(groups=C).
-  // Draw order: weight (column-major (C, K)), then bias.
-  void init(Rng& rng, const InitScheme& scheme = InitScheme::pytorchDefault()) {
-    initLinearParams(m_w.value, m_hasBias ? &m_b.value : nullptr, rng, scheme);
   }
 
   // w[:, K-1] = 1, everything else 0: out = x exactly (each token copies itself).
@@ -126,18 +128,6 @@ class TokenConv {
   // accumulate, summed over tokens in double (core/reduce.hpp). dx must not alias dOut.
   void backward(const Eigen::Ref<const MatX<S>>& dOut, MatX<S>& dx);
 
-  // "weight" [C, 1, K], then "bias" [C] when present.
-  template <class F>
-  void visitParams(const std::string& prefix, F&& f) {
-    f(joinName(prefix, "weight"), m_w);
-    if (m_hasBias) f(joinName(prefix, "bias"), m_b);
-  }
-
-  Param<S>& weight() { return m_w; }
-  const Param<S>& weight() const { return m_w; }
-  Param<S>& bias();
-  const Param<S>& bias() const { return const_cast<TokenConv*>(this)->bias(); }
-  bool hasBias() const { return m_hasBias; }
   Index channels() const { return m_C; }
   Index kernel() const { return m_K; }
 
@@ -148,8 +138,6 @@ class TokenConv {
   void convolve(const char* fn, const Eigen::Ref<const MatX<S>>& x, const TokenLayout& layout, MatX<S>& out) const;
 
   Index m_C, m_K;
-  bool m_hasBias;
-  Param<S> m_w, m_b;
   ConstView<S> m_x;  // (C, B*T) input of the last forward, owned by the caller
   TokenLayout m_layout;
   bool m_hasForward = false;
@@ -159,8 +147,8 @@ class TokenConv {
 
 template <class S>
 void TokenConv<S>::initIdentity() {
-  m_w.value.setZero();
-  m_w.value.col(m_K - 1).setOnes();
+  m_W.value.setZero();
+  m_W.value.col(m_K - 1).setOnes();
   if (m_hasBias) m_b.value.setZero();
 }
 
@@ -180,21 +168,15 @@ void TokenConv<S>::backward(const Eigen::Ref<const MatX<S>>& dOut, MatX<S>& dx) 
   requireNoAlias(fn, "dOut", dOut, "dx", dx);
   const Index T = m_layout.length;
   dx.resize(m_C, m_layout.tokens());
-  detail::causalConvBackwardInput<S>(m_w.value, dOut, T, dx);
+  detail::causalConvBackwardInput<S>(m_W.value, dOut, T, dx);
   m_wide.setZero(m_C, m_K);
   detail::addCausalConvWeightGrad<S>(dOut, m_x.map(), T, m_wide);
-  m_w.grad += m_wide.template cast<S>();
+  m_W.grad += m_wide.template cast<S>();
   if (m_hasBias) {
     m_wideBias.setZero(m_C);
     addRowSums(dOut, m_wideBias);
     m_b.grad.col(0) += m_wideBias.template cast<S>();
   }
-}
-
-template <class S>
-Param<S>& TokenConv<S>::bias() {
-  if (!m_hasBias) throw Error("ddl::TokenConv::bias: this layer was built without a bias");
-  return m_b;
 }
 
 template <class S>
@@ -206,7 +188,7 @@ void TokenConv<S>::convolve(const char* fn, const Eigen::Ref<const MatX<S>>& x, 
                              ") for the layout ", toString(layout)));
   requireNoAlias(fn, "x", x, "out", out);
   out.resize(m_C, layout.tokens());
-  detail::causalConvForward<S>(m_w.value, x, layout.length, out);
+  detail::causalConvForward<S>(m_W.value, x, layout.length, out);
   if (m_hasBias) out.colwise() += m_b.value.col(0);
 }
 

@@ -35,14 +35,7 @@ struct Window2d {
     require(kh >= 1 && kw >= 1 && sh >= 1 && sw >= 1 && ph >= 0 && pw >= 0, "ddl::Window2d",
             "need kernel >= 1, stride >= 1, padding >= 0, got kernel (", kh, ", ", kw, "), stride (", sh, ", ", sw,
             "), padding (", ph, ", ", pw, ")");
-    Window2d w;
-    w.kernelH = kh;
-    w.kernelW = kw;
-    w.strideH = sh;
-    w.strideW = sw;
-    w.padH = ph;
-    w.padW = pw;
-    return w;
+    return Window2d{kh, kw, sh, sw, ph, pw};
   }
 
   Index taps() const { return kernelH * kernelW; }
