@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "catch_compat.hpp"
+#include "emulated_bf16.hpp"
 #include "ddl/core/bf16.hpp"
 #include "ddl/core/bf16_copy.hpp"
 #include "ddl/core/bf16_weights.hpp"
@@ -25,27 +26,12 @@ namespace test_bf16 {  // each test file in its own namespace: a group of files 
 
 using ddl::Index;
 using ddl::MatX;
+using ddl_test::emulatedBf16;
 
 float fromBits(std::uint32_t u) {
   float x;
   std::memcpy(&x, &u, sizeof x);
   return x;
-}
-
-// Runs f with the bf16 policy emulated (no native kernel), then restores the previous settings.
-template <class F>
-void emulatedBf16(F&& f) {
-  const ddl::Precision previous = ddl::setProductPrecision(ddl::Precision::BF16);
-  const ddl::Bf16Kernel kernel = ddl::setBf16Kernel(nullptr);
-  try {
-    f();
-  } catch (...) {
-    ddl::setBf16Kernel(kernel);
-    ddl::setProductPrecision(previous);
-    throw;
-  }
-  ddl::setBf16Kernel(kernel);
-  ddl::setProductPrecision(previous);
 }
 
 TEST_CASE("toBf16 rounds to nearest, ties to even", "[core][bf16]") {

@@ -15,6 +15,7 @@
 #include "conv_bf16_cases.hpp"
 #include "fixtures.hpp"
 #include "eigen_guard_fires.hpp"
+#include "emulated_bf16.hpp"
 #include "fd_check.hpp"
 #include "ddl/core/bf16.hpp"
 #include "ddl/core/bf16_copy.hpp"
@@ -36,6 +37,7 @@ using ddl::TokenLayout;
 using ddl::VecX;
 using ddl::Window2d;
 using ddl_test::contains;
+using ddl_test::emulatedBf16;
 using ddl_test::randInt;
 using ddl_test::thrownMessage;
 
@@ -331,22 +333,6 @@ TEST_CASE("Conv2d in float agrees with double", "[conv2d]") {
 // ---------------------------------------------------------------- the bf16 policy
 
 namespace {
-// Runs f under the bf16 policy, emulated (no native kernel), then restores the previous settings.
-template <class F>
-void emulatedBf16(F&& f) {
-  const ddl::Precision previous = ddl::setProductPrecision(ddl::Precision::BF16);
-  const ddl::Bf16Kernel kernel = ddl::setBf16Kernel(nullptr);
-  try {
-    f();
-  } catch (...) {
-    ddl::setBf16Kernel(kernel);
-    ddl::setProductPrecision(previous);
-    throw;
-  }
-  ddl::setBf16Kernel(kernel);
-  ddl::setProductPrecision(previous);
-}
-
 MatX<float> roundedToBf16(const MatX<float>& X) { return X.unaryExpr([](float x) { return ddl::roundToBf16(x); }); }
 }  // namespace
 
