@@ -52,7 +52,7 @@
 #include "ddl/train/adamw.hpp"
 
 #if DDL_WITH_DNNL
-#include "ddl/dnnl/matmul.hpp"
+#include "ddl/dnnl/bf16.hpp"
 #endif
 
 #include "bench_util.hpp"

@@ -24,7 +24,7 @@
 #include "ddl/core/rng.hpp"
 #include "ddl/core/types.hpp"
 #if DDL_WITH_DNNL
-#include "ddl/dnnl/matmul.hpp"
+#include "ddl/dnnl/bf16.hpp"
 #endif
 
 namespace ddl_bench {

@@ -13,7 +13,7 @@
 #include "ddl/core/error.hpp"
 #include "ddl/core/precision.hpp"
 #if DDL_WITH_DNNL
-#include "ddl/dnnl/matmul.hpp"
+#include "ddl/dnnl/bf16.hpp"
 #endif
 
 namespace ddl::example {

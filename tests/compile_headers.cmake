@@ -54,6 +54,8 @@ endfunction()
 set(optional_parts "ddl/distributed/mpi_communicator.hpp|-DDDL_WITH_MPI=0|ddl::mpi"
                    "ddl/distributed/mpi_session.hpp|-DDDL_WITH_MPI=0|ddl::mpi"
                    "ddl/io/checkpoint.hpp|-DDDL_WITH_JSON=0|ddl::json"
+                   "ddl/dnnl/bf16.hpp|-DDDL_WITH_DNNL=0|ddl::dnnl"
+                   "ddl/dnnl/convolution.hpp|-DDDL_WITH_DNNL=0|ddl::dnnl"
                    "ddl/dnnl/matmul.hpp|-DDDL_WITH_DNNL=0|ddl::dnnl")
 if(NOT PART EQUAL 0)
   set(optional_parts "")
@@ -73,7 +75,7 @@ foreach(part IN LISTS optional_parts)
 endforeach()
 # Need MPI, oneDNN: their #error is checked above.
 list(REMOVE_ITEM headers ddl/distributed/mpi_communicator.hpp ddl/distributed/mpi_session.hpp
-     ddl/dnnl/matmul.hpp)
+     ddl/dnnl/bf16.hpp ddl/dnnl/convolution.hpp ddl/dnnl/matmul.hpp)
 mine(headers)
 
 # reaches_eigen(header out): whether the header's closure of ddl includes (followed textually, whatever

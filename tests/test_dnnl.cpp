@@ -3,12 +3,16 @@
 // (runs on every CPU); oneDNN's bf16 products, installed as the policy's kernel, agree with the emulation
 // within float summation error, and a convolution's products give the same bits whether they read their
 // operands from copies converted once (core/bf16_copy.hpp) or convert them per product (exit 77, "skipped",
-// where the CPU or DNNL_MAX_CPU_ISA has no bf16).
+// where the CPU or DNNL_MAX_CPU_ISA has no bf16). ddl/dnnl/convolution.hpp: oneDNN's float convolution agrees
+// with Conv2d's float passes on every CPU (strides, rectangular windows, batch 1, one channel, blocks of
+// larger inputs); under the bf16 policy Conv2d on oneDNN's bf16 convolution agrees with the emulated
+// products within float summation error (exit 77 without bf16).
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "catch_compat.hpp"
 #include "conv_bf16_cases.hpp"
@@ -17,7 +21,8 @@
 #include "ddl/core/gemm.hpp"
 #include "ddl/core/precision.hpp"
 #include "ddl/core/threading.hpp"
-#include "ddl/dnnl/matmul.hpp"
+#include "ddl/dnnl/bf16.hpp"
+#include "ddl/nn/layers/conv2d.hpp"
 
 namespace test_dnnl {  // each test file in its own namespace: a group of files compiles as one unit
 
@@ -150,6 +155,7 @@ TEST_CASE("Conv2d on oneDNN's bf16 products: operands converted once give the bi
   const ddl::Precision previous = ddl::setProductPrecision(ddl::Precision::BF16);
   const ddl::Bf16Kernel kernel = ddl::bf16Kernel();
   REQUIRE(ddl::installDnnlBf16());
+  const ddl::Bf16ConvKernel convKernel = ddl::setBf16ConvKernel(nullptr);  // the products, not the convolution
   const int savedThreads = ddl::numThreads();
   for (const ddl_test::ConvBf16Case& c : ddl_test::convBf16Cases())
     for (int threads : {1, 2}) {
@@ -170,6 +176,137 @@ TEST_CASE("Conv2d on oneDNN's bf16 products: operands converted once give the bi
       CHECK(ddl_test::sameBits(once.db, perProduct.db));
     }
   ddl::setNumThreads(savedThreads);
+  ddl::setBf16ConvKernel(convKernel);
+  ddl::setBf16Kernel(kernel);
+  ddl::setProductPrecision(previous);
+}
+
+// |A - B| / |B| in the Frobenius norm (0 for two empty or zero matrices).
+double relativeDifference(const MatX<float>& A, const MatX<float>& B) {
+  REQUIRE(A.rows() == B.rows());
+  REQUIRE(A.cols() == B.cols());
+  const double norm = B.cast<double>().norm();
+  return norm == 0.0 ? (A - B).cast<double>().norm() : (A - B).cast<double>().norm() / norm;
+}
+
+struct ConvCase {
+  const char* name;
+  Index in, out, batch, height, width;
+  ddl::Window2d window;
+  bool bias;
+};
+
+std::vector<ConvCase> convCases() {
+  using W = ddl::Window2d;
+  return {{"ddl-cifar's stage 0: 24 channels, 16 x 16, 3 x 3", 24, 24, 2, 16, 16, W::square(3, 1, 1), true},
+          {"a stride-2 transition, odd sizes", 24, 48, 2, 9, 11, W::square(3, 2, 1), true},
+          {"the stem: 3 channels, stride 2", 3, 24, 2, 32, 32, W::square(3, 2, 1), true},
+          {"one channel, batch 1, 5 x 7, no bias", 1, 1, 1, 5, 7, W::square(3, 1, 1), false},
+          {"a rectangular window and strides, no padding", 5, 7, 2, 10, 9, W::make(3, 2, 2, 1, 0, 0), true},
+          {"1 x 1", 6, 4, 2, 4, 5, W::square(1, 1, 0), true},
+          {"padding wider than the stride needs", 4, 3, 1, 6, 6, W::make(3, 3, 2, 2, 2, 1), true}};
+}
+
+ddl::Conv2d<float> convOf(const ConvCase& c) {
+  ddl::Conv2d<float> conv(c.in, c.out, c.window, c.bias);
+  ddl::Rng rng(11);
+  conv.init(rng);
+  return conv;
+}
+
+TEST_CASE("oneDNN's float convolution agrees with Conv2d's float passes", "[dnnl]") {
+  for (const ConvCase& c : convCases()) {
+    CAPTURE(c.name);
+    ddl::Conv2d<float> conv = convOf(c);
+    const ddl::TokenLayout inL = ddl::TokenLayout::image(c.batch, c.height, c.width);
+    const ddl::TokenLayout outL = conv.outputLayout(inL);
+    std::srand(3);
+    const MatX<float> X = MatX<float>::Random(c.in, inL.tokens());
+    const MatX<float> dY = MatX<float>::Random(c.out, outL.tokens());
+    MatX<float> Y, dX;
+    conv.forward(X, inL, Y);
+    ddl::zeroGrad(conv);
+    conv.backward(dY, dX);
+
+    ddl::DnnlConv p;
+    p.g.batch = c.batch, p.g.in = c.in, p.g.out = c.out, p.g.height = c.height, p.g.width = c.width;
+    p.g.outHeight = outL.height, p.g.outWidth = outL.width;
+    p.g.kernelH = c.window.kernelH, p.g.kernelW = c.window.kernelW, p.g.strideH = c.window.strideH;
+    p.g.strideW = c.window.strideW, p.g.padH = c.window.padH, p.g.padW = c.window.padW;
+    p.X = X.data(), p.W = conv.weight().value.data(), p.dY = dY.data();
+    p.bias = c.bias ? conv.bias().value.data() : nullptr;
+    MatX<float> Yd = MatX<float>::Constant(c.out, outL.tokens(), 7.0f);
+    MatX<float> dXd = MatX<float>::Constant(c.in, inL.tokens(), 7.0f);
+    const MatX<float> dW0 = MatX<float>::Random(conv.weight().grad.rows(), conv.weight().grad.cols());
+    MatX<float> dWd = dW0;
+    p.pass = ddl::ConvPass::Forward, p.out = Yd.data();
+    ddl::dnnlConvolution(p);
+    p.pass = ddl::ConvPass::BackwardData, p.out = dXd.data();
+    ddl::dnnlConvolution(p);
+    p.pass = ddl::ConvPass::BackwardWeights, p.out = dWd.data();
+    ddl::dnnlConvolution(p);
+    const std::size_t primitives = ddl::detail::dnnlConvThread().primitives.size();
+    ddl::dnnlConvolution(p);  // the same geometry: the cached primitive; the gradient accumulates again
+    CHECK(ddl::detail::dnnlConvThread().primitives.size() == primitives);
+    CHECK(relativeDifference(Yd, Y) < 1e-6);
+    CHECK(relativeDifference(dXd, dX) < 1e-6);
+    CHECK(relativeDifference(dWd, dW0 + 2 * conv.weight().grad) < 1e-6);
+    INFO(ddl::dnnlConvImplementation(p));
+  }
+}
+
+TEST_CASE("Conv2d on oneDNN's bf16 convolution agrees with the emulated bf16 products", "[dnnl][bf16]") {
+  const std::string refusal = ddl::dnnlBf16Refusal();
+  if (!refusal.empty()) {
+    std::printf("skipped: %s\n", refusal.c_str());
+    std::exit(77);
+  }
+  const ddl::Precision previous = ddl::setProductPrecision(ddl::Precision::BF16);
+  const ddl::Bf16Kernel kernel = ddl::setBf16Kernel(nullptr);
+  const ddl::Bf16ConvKernel convKernel = ddl::setBf16ConvKernel(nullptr);
+  for (const ConvCase& c : convCases()) {
+    CAPTURE(c.name);
+    ddl::Conv2d<float> conv = convOf(c);
+    const ddl::TokenLayout inL = ddl::TokenLayout::image(c.batch, c.height, c.width);
+    const ddl::TokenLayout outL = conv.outputLayout(inL);
+    std::srand(4);
+    // X a block of a wider matrix: the native route reads any column stride.
+    const MatX<float> wide = MatX<float>::Random(c.in + 3, inL.tokens());
+    const auto X = wide.topRows(c.in);
+    const MatX<float> dY = MatX<float>::Random(c.out, outL.tokens());
+    auto run = [&](MatX<float>& Y, MatX<float>& dX, MatX<float>& dW, MatX<float>& db) {
+      conv.forward(X, inL, Y);
+      ddl::zeroGrad(conv);
+      conv.backward(dY, dX);
+      dW = conv.weight().grad;
+      db = c.bias ? conv.bias().grad : MatX<float>();
+    };
+    MatX<float> Ye, dXe, dWe, dbe, Yn, dXn, dWn, dbn, Yf, dXf, dWf, dbf;
+    run(Ye, dXe, dWe, dbe);  // emulated products
+    REQUIRE(ddl::installDnnlBf16());
+    REQUIRE(ddl::bf16ConvKernel() == &ddl::dnnlBf16ConvKernel);
+    run(Yn, dXn, dWn, dbn);  // oneDNN's bf16 convolution
+    ddl::setBf16Kernel(nullptr);
+    ddl::setBf16ConvKernel(nullptr);
+    ddl::setProductPrecision(ddl::Precision::Float);
+    run(Yf, dXf, dWf, dbf);  // float
+    ddl::setProductPrecision(ddl::Precision::BF16);
+    CHECK(relativeDifference(Yn, Ye) < 1e-6);
+    CHECK(relativeDifference(dXn, dXe) < 1e-6);
+    CHECK(relativeDifference(dWn, dWe) < 1e-6);
+    CHECK(relativeDifference(dbn, dbe) == 0.0);  // ddl's own sum on both routes
+    CHECK(relativeDifference(Yn, Yf) > 1e-4);    // and bf16, not float
+    CHECK(relativeDifference(dWn, dWf) > 1e-4);
+  }
+  ddl::DnnlConv p;  // oneDNN's own bf16 kernels, not reference ones, at ddl-cifar's stage-0 shape
+  p.g.batch = 128, p.g.in = 24, p.g.out = 24, p.g.height = p.g.width = p.g.outHeight = p.g.outWidth = 16;
+  p.g.kernelH = p.g.kernelW = 3, p.g.padH = p.g.padW = 1, p.type = ddl::DnnlType::BF16;
+  for (const auto pass : {ddl::ConvPass::Forward, ddl::ConvPass::BackwardData, ddl::ConvPass::BackwardWeights}) {
+    p.pass = pass;
+    INFO(ddl::dnnlConvImplementation(p));
+    CHECK(ddl::dnnlConvImplementation(p).find("ref") == std::string::npos);
+  }
+  ddl::setBf16ConvKernel(convKernel);
   ddl::setBf16Kernel(kernel);
   ddl::setProductPrecision(previous);
 }

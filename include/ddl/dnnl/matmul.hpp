@@ -1,15 +1,16 @@
 #pragma once
 // ddl/dnnl/matmul.hpp: oneDNN's matmul as ddl's bf16 kernel, and its float matmul for comparison.
 //
-//   ddl::installDnnlBf16();                 // true: bf16 products run oneDNN's bf16 matmul from now on
+//   ddl::installDnnlBf16();                 // ddl/dnnl/bf16.hpp: bf16 products on oneDNN from now on
 //   ddl::dnnlBf16Refusal();                 // "" where that is possible, else why not
 //
 // Needs oneDNN (Debian: libdnnl-dev): link ddl::dnnl, which defines DDL_WITH_DNNL=1. The bf16 policy
 // (core/precision.hpp) hands every product to the installed kernel with its inputs already rounded to
 // bf16 by ddl (core/bf16.hpp), so oneDNN multiplies exactly the numbers the emulation multiplies; only the
 // order of the float sums differs. oneDNN runs bf16 natively only where the CPU has avx512_bf16 or AMX
-// (and DNNL_MAX_CPU_ISA allows it); elsewhere installDnnlBf16 refuses and says why. The float matmul runs
-// on every x86 CPU: the same descriptors, layouts and cache, so the integration is tested everywhere.
+// (and DNNL_MAX_CPU_ISA allows it); elsewhere installDnnlBf16 (ddl/dnnl/bf16.hpp) refuses and says why.
+// The float matmul runs on every x86 CPU: the same descriptors, layouts and cache, so the integration is
+// tested everywhere.
 //
 // Layout: a column-major C (m, n) with column stride ldc is the row-major C^T (n, m) with row stride ldc,
 // so ddl's product is oneDNN's  C^T = op(B)^T op(A)^T  with op(B)^T as oneDNN's source and op(A)^T as its
@@ -182,13 +183,6 @@ inline std::string dnnlBf16Refusal() {
   if ((isa & needed) != needed)
     return "oneDNN's CPU ISA is limited below avx512_core_bf16 (DNNL_MAX_CPU_ISA)";
   return "";
-}
-
-// Installs oneDNN's bf16 matmul as the bf16 kernel when dnnlBf16Refusal() is empty; returns whether it did.
-inline bool installDnnlBf16() {
-  if (!dnnlBf16Refusal().empty()) return false;
-  setBf16Kernel(&dnnlBf16Kernel);
-  return true;
 }
 
 }  // namespace ddl

@@ -8,7 +8,9 @@
 // The products use the weight permuted to tap-major order, Wp: (out, K), K = kh*kw*in, column
 // (i*kw + j)*in + c (rebuilt each forward, tiny); Wp_t = Wp.middleCols(t*in, in) is tap t = i*kw + j.
 //
-// Two algorithms (ConvAlgorithm: shifted products, patches), described in nn/layers/conv_algorithm.hpp.
+// Two algorithms (ConvAlgorithm: shifted products, patches), described in nn/layers/conv_algorithm.hpp; under
+// the bf16 policy with a native bf16 convolution installed, a float layer runs each pass in one call of it
+// instead (nn/layers/conv_native.hpp).
 //
 // Memory: the layer keeps a view of its input X (in × N, owned by the caller), never a padded copy or
 // P (kh*kw times larger: 150 MB for 64 channels, 3×3, batch 64 at 32×32 in float); its per-thread
@@ -20,6 +22,7 @@
 // With B smaller than the thread count, backward uses B threads.
 #include <algorithm>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "ddl/core/alias.hpp"
@@ -33,6 +36,7 @@
 #include "ddl/core/types.hpp"
 #include "ddl/core/view.hpp"
 #include "ddl/nn/layers/conv_algorithm.hpp"
+#include "ddl/nn/layers/conv_native.hpp"
 #include "ddl/nn/layers/conv_patches.hpp"
 #include "ddl/nn/layers/conv_scratch.hpp"
 #include "ddl/nn/layers/forward_mode.hpp"
@@ -166,6 +170,7 @@ class Conv2d : public WeightAndBias<S> {
   ConstView<S> m_X;  // (in, N) input of the last forward, owned by the caller
   TokenLayout m_inLayout, m_outLayout;
   detail::ConvScratch<S> m_tasks;  // per-thread scratch of the products
+  detail::NativeConv m_native;     // bf16 operands of the native convolution
 };
 
 template <class S>
@@ -177,16 +182,24 @@ TokenLayout Conv2d<S>::run(const char* fn, const Eigen::Ref<const MatX<S>>& X, c
                              ") for the layout ", toString(layout)));
   const TokenLayout outL = m_win.outputLayout(layout, fn);
   Y.resize(m_out, outL.tokens());
-  // Wp column (i*kw + j)*in + c is weight column (c*kh + i)*kw + j.
-  m_Wp.resize(m_out, m_K);
-  const Index taps = m_win.taps();
-  for (Index c = 0; c < m_in; ++c)
-    for (Index t = 0; t < taps; ++t) m_Wp.col(t * m_in + c) = m_W.value.col(c * taps + t);
   if (mode == ForwardMode::Train) {
     m_X.bind(X);  // a view: X must stay alive and unchanged until backward
     m_inLayout = layout;
     m_outLayout = outL;
     m_hasForward = true;
+  }
+  // Wp column (i*kw + j)*in + c is weight column (c*kh + i)*kw + j.
+  m_Wp.resize(m_out, m_K);
+  const Index taps = m_win.taps();
+  for (Index c = 0; c < m_in; ++c)
+    for (Index t = 0; t < taps; ++t) m_Wp.col(t * m_in + c) = m_W.value.col(c * taps + t);
+  if constexpr (std::is_same_v<S, float>) {
+    if (const Bf16ConvKernel kernel = detail::nativeConvKernel<S>()) {
+      if (outL.tokens() > 0)
+        m_native.forward(kernel, detail::convGeometry(m_win, m_in, m_out, layout, outL), X.data(), X.outerStride(),
+                         m_W.value, m_hasBias ? m_b.value.data() : nullptr, Y);
+      return outL;
+    }
   }
   if (effectiveAlgorithm(layout) == ConvAlgorithm::ShiftedProducts)
     runForwardShifted(X, layout, outL, Y);
@@ -242,6 +255,16 @@ void Conv2d<S>::checkBackward(const Eigen::Ref<const MatX<S>>& dY) const {
 
 template <class S>
 void Conv2d<S>::runBackward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>* dX) {
+  if constexpr (std::is_same_v<S, float>) {
+    if (const Bf16ConvKernel kernel = detail::nativeConvKernel<S>()) {
+      if (m_outLayout.tokens() > 0)
+        m_native.backward(kernel, detail::convGeometry(m_win, m_in, m_out, m_inLayout, m_outLayout), m_X.data(),
+                          m_X.outerStride(), m_W.value, dY, dX, m_W.grad, m_hasBias ? &m_b.grad : nullptr);
+      else if (dX)
+        dX->setZero();
+      return;
+    }
+  }
   if (effectiveAlgorithm(m_inLayout) == ConvAlgorithm::ShiftedProducts)
     runBackwardShifted(dY, dX);
   else
