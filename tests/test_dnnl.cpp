@@ -286,6 +286,15 @@ TEST_CASE("Conv2d on oneDNN's bf16 convolution agrees with the emulated bf16 pro
     REQUIRE(ddl::installDnnlBf16());
     REQUIRE(ddl::bf16ConvKernel() == &ddl::dnnlBf16ConvKernel);
     run(Yn, dXn, dWn, dbn);  // oneDNN's bf16 convolution
+    {  // backward reads the training forward's X, with an inference forward of other pixels between them
+      MatX<float> Y, Yother, dX;
+      conv.forward(X, inL, Y);
+      conv.forwardInference(MatX<float>::Random(c.in, inL.tokens()), inL, Yother);
+      ddl::zeroGrad(conv);
+      conv.backward(dY, dX);
+      CHECK(ddl_test::sameBits(conv.weight().grad, dWn));
+      CHECK(ddl_test::sameBits(dX, dXn));
+    }
     ddl::setBf16Kernel(nullptr);
     ddl::setBf16ConvKernel(nullptr);
     ddl::setProductPrecision(ddl::Precision::Float);

@@ -36,6 +36,7 @@ class Bf16Buffer {
     }
     return m_data.get();
   }
+  const std::uint16_t* data() const { return m_data.get(); }
 
  private:
   std::unique_ptr<std::uint16_t[]> m_data;

@@ -197,9 +197,10 @@ TokenLayout Conv2d<S>::run(const char* fn, const Eigen::Ref<const MatX<S>>& X, c
     if (const Bf16ConvKernel kernel = detail::nativeConvKernel<S>()) {
       if (outL.tokens() > 0)
         m_native.forward(kernel, detail::convGeometry(m_win, m_in, m_out, layout, outL), X.data(), X.outerStride(),
-                         m_W.value, m_hasBias ? m_b.value.data() : nullptr, Y);
+                         m_W.value, m_hasBias ? m_b.value.data() : nullptr, Y, mode == ForwardMode::Train);
       return outL;
     }
+    m_native.forgetInput();
   }
   if (effectiveAlgorithm(layout) == ConvAlgorithm::ShiftedProducts)
     runForwardShifted(X, layout, outL, Y);

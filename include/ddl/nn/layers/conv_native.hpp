@@ -48,14 +48,19 @@ inline ConvGeometry convGeometry(const Window2d& w, Index in, Index out, const T
 class NativeConv {
  public:
   // X: (in, B*H*W), any column stride; W: (out, in*kh*kw); bias: (out) or null -> Y: (out, B*Ho*Wo) dense.
+  // keep (a training forward): X's bits stay for backward, which then reads them instead of converting X again
+  // (X is unchanged until then: Conv2d's contract).
   void forward(Bf16ConvKernel kernel, const ConvGeometry& g, const float* X, Index ldX, const MatX<float>& W,
-               const float* bias, MatX<float>& Y) {
+               const float* bias, MatX<float>& Y, bool keep) {
     Bf16ConvArgs a;
     a.g = g, a.pass = ConvPass::Forward, a.bias = bias, a.out = Y.data();
-    a.X = bits(X, ldX, g.in, g.batch * g.height * g.width, m_x);
+    a.X = bits(X, ldX, g.in, g.batch * g.height * g.width, keep ? m_x : m_inference);
     a.W = weightBits(W);
     kernel(a);
+    m_xKept = keep ? X : nullptr;
   }
+  // A forward on another route ran: backward converts X again.
+  void forgetInput() { m_xKept = nullptr; }
 
   // The forward's X and W, dY: (out, B*Ho*Wo) any column stride -> dX (in, B*H*W) dense, overwritten
   // (null: not wanted); dW += the weight gradient; db (null without a bias) += the row sums of dY.
@@ -68,7 +73,8 @@ class NativeConv {
       a.pass = ConvPass::BackwardData, a.W = weightBits(W), a.out = dX->data();
       kernel(a);
     }
-    a.pass = ConvPass::BackwardWeights, a.X = bits(X, ldX, g.in, g.batch * g.height * g.width, m_x);
+    a.pass = ConvPass::BackwardWeights;
+    a.X = X == m_xKept ? m_x.data() : bits(X, ldX, g.in, g.batch * g.height * g.width, m_x);
     a.out = dW.data();
     kernel(a);
     if (db) {
@@ -90,7 +96,8 @@ class NativeConv {
     return bits(W.data(), W.rows(), W.rows(), W.cols(), m_w);
   }
 
-  Bf16Buffer m_x, m_w, m_dY;
+  Bf16Buffer m_x, m_inference, m_w, m_dY;  // m_x: the training forward's X
+  const float* m_xKept = nullptr;          // that X, or null when m_x holds none
   VecX<double> m_db;
 };
 
