@@ -10,6 +10,8 @@
 // float. Who runs a bf16 product is the bf16 kernel installed here: oneDNN's bf16 matmul when a program
 // links ddl::dnnl and the CPU has it (ddl/dnnl/matmul.hpp), else none, and the products are emulated (the
 // rounded inputs widened back to float and multiplied by the float kernel): the same numerics, slower.
+// A float Conv2d under the policy hands each whole pass to the native bf16 convolution when one is
+// installed (core/bf16_conv.hpp), with its inputs rounded the same way.
 // The policy is process-wide, like the thread count: set it before products run on other threads.
 #include <atomic>
 #include <cstdint>

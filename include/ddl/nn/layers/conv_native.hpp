@@ -47,6 +47,14 @@ inline ConvGeometry convGeometry(const Window2d& w, Index in, Index out, const T
 // The bf16 operands of one layer's passes (allocated on the first pass of a size, then reused).
 class NativeConv {
  public:
+  NativeConv() = default;
+  // Scratch, not state: a copy starts empty (its layer's next backward converts X again).
+  NativeConv(const NativeConv&) {}
+  NativeConv& operator=(const NativeConv&) {
+    m_xKept = nullptr;
+    return *this;
+  }
+
   // X: (in, B*H*W), any column stride; W: (out, in*kh*kw); bias: (out) or null -> Y: (out, B*Ho*Wo) dense.
   // keep (a training forward): X's bits stay for backward, which then reads them instead of converting X again
   // (X is unchanged until then: Conv2d's contract).
