@@ -22,7 +22,6 @@
 // With B smaller than the thread count, backward uses B threads.
 #include <algorithm>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "ddl/core/alias.hpp"
@@ -193,15 +192,9 @@ TokenLayout Conv2d<S>::run(const char* fn, const Eigen::Ref<const MatX<S>>& X, c
   const Index taps = m_win.taps();
   for (Index c = 0; c < m_in; ++c)
     for (Index t = 0; t < taps; ++t) m_Wp.col(t * m_in + c) = m_W.value.col(c * taps + t);
-  if constexpr (std::is_same_v<S, float>) {
-    if (const Bf16ConvKernel kernel = detail::nativeConvKernel<S>()) {
-      if (outL.tokens() > 0)
-        m_native.forward(kernel, detail::convGeometry(m_win, m_in, m_out, layout, outL), X.data(), X.outerStride(),
-                         m_W.value, m_hasBias ? m_b.value.data() : nullptr, Y, mode == ForwardMode::Train);
-      return outL;
-    }
-    m_native.forgetInput();
-  }
+  if (m_native.forward(detail::convGeometry(m_win, m_in, m_out, layout, outL), X, m_W.value,
+                       m_hasBias ? m_b.value.data() : nullptr, Y, mode == ForwardMode::Train))
+    return outL;
   if (effectiveAlgorithm(layout) == ConvAlgorithm::ShiftedProducts)
     runForwardShifted(X, layout, outL, Y);
   else
@@ -256,16 +249,9 @@ void Conv2d<S>::checkBackward(const Eigen::Ref<const MatX<S>>& dY) const {
 
 template <class S>
 void Conv2d<S>::runBackward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>* dX) {
-  if constexpr (std::is_same_v<S, float>) {
-    if (const Bf16ConvKernel kernel = detail::nativeConvKernel<S>()) {
-      if (m_outLayout.tokens() > 0)
-        m_native.backward(kernel, detail::convGeometry(m_win, m_in, m_out, m_inLayout, m_outLayout), m_X.data(),
-                          m_X.outerStride(), m_W.value, dY, dX, m_W.grad, m_hasBias ? &m_b.grad : nullptr);
-      else if (dX)
-        dX->setZero();
-      return;
-    }
-  }
+  if (m_native.backward(detail::convGeometry(m_win, m_in, m_out, m_inLayout, m_outLayout), m_X, m_W.value, dY, dX,
+                        m_W.grad, m_hasBias ? &m_b.grad : nullptr))
+    return;
   if (effectiveAlgorithm(m_inLayout) == ConvAlgorithm::ShiftedProducts)
     runBackwardShifted(dY, dX);
   else

@@ -20,6 +20,7 @@
 #include "ddl/core/reduce.hpp"
 #include "ddl/core/token_layout.hpp"
 #include "ddl/core/types.hpp"
+#include "ddl/core/view.hpp"
 #include "ddl/nn/layers/window2d.hpp"
 
 namespace ddl::detail {
@@ -55,11 +56,44 @@ class NativeConv {
     return *this;
   }
 
-  // X: (in, B*H*W), any column stride; W: (out, in*kh*kw); bias: (out) or null -> Y: (out, B*Ho*Wo) dense.
-  // keep (a training forward): X's bits stay for backward, which then reads them instead of converting X again
-  // (X is unchanged until then: Conv2d's contract).
-  void forward(Bf16ConvKernel kernel, const ConvGeometry& g, const float* X, Index ldX, const MatX<float>& W,
-               const float* bias, MatX<float>& Y, bool keep) {
+  // A Conv2d<S>'s forward on the native convolution, when nativeConvKernel<S>() gives one (else false: the
+  // layer runs its own algorithms). X: (in, B*H*W), any column stride; W: (out, in*kh*kw); bias: (out) or
+  // null -> Y: (out, B*Ho*Wo) dense. keep (a training forward): X's bits stay for backward, which reads them
+  // instead of converting X again (X is unchanged until then: Conv2d's contract).
+  template <class S>
+  bool forward(const ConvGeometry& g, const Eigen::Ref<const MatX<S>>& X, const MatX<S>& W, const S* bias,
+               MatX<S>& Y, bool keep) {
+    if constexpr (std::is_same_v<S, float>) {
+      if (const Bf16ConvKernel kernel = nativeConvKernel<S>()) {
+        if (Y.size() > 0) runForward(kernel, g, X.data(), X.outerStride(), W, bias, Y, keep);
+        return true;
+      }
+    }
+    m_xKept = nullptr;  // another route ran: backward converts X again
+    return false;
+  }
+
+  // The backward of the last forward on the native convolution, when there is one (else false). X, W: the
+  // forward's; dY: (out, B*Ho*Wo) any column stride -> dX (in, B*H*W) dense, overwritten (null: not
+  // wanted); dW += the weight gradient; db (null without a bias) += the row sums of dY.
+  template <class S>
+  bool backward(const ConvGeometry& g, const ConstView<S>& X, const MatX<S>& W, const Eigen::Ref<const MatX<S>>& dY,
+                MatX<S>* dX, MatX<S>& dW, MatX<S>* db) {
+    if constexpr (std::is_same_v<S, float>) {
+      if (const Bf16ConvKernel kernel = nativeConvKernel<S>()) {
+        if (dY.size() > 0)
+          runBackward(kernel, g, X.data(), X.outerStride(), W, dY, dX, dW, db);
+        else if (dX)
+          dX->setZero();
+        return true;
+      }
+    }
+    return false;
+  }
+
+ private:
+  void runForward(Bf16ConvKernel kernel, const ConvGeometry& g, const float* X, Index ldX, const MatX<float>& W,
+                  const float* bias, MatX<float>& Y, bool keep) {
     Bf16ConvArgs a;
     a.g = g, a.pass = ConvPass::Forward, a.bias = bias, a.out = Y.data();
     a.X = bits(X, ldX, g.in, g.batch * g.height * g.width, keep ? m_x : m_inference);
@@ -67,13 +101,8 @@ class NativeConv {
     kernel(a);
     m_xKept = keep ? X : nullptr;
   }
-  // A forward on another route ran: backward converts X again.
-  void forgetInput() { m_xKept = nullptr; }
-
-  // The forward's X and W, dY: (out, B*Ho*Wo) any column stride -> dX (in, B*H*W) dense, overwritten
-  // (null: not wanted); dW += the weight gradient; db (null without a bias) += the row sums of dY.
-  void backward(Bf16ConvKernel kernel, const ConvGeometry& g, const float* X, Index ldX, const MatX<float>& W,
-                const Eigen::Ref<const MatX<float>>& dY, MatX<float>* dX, MatX<float>& dW, MatX<float>* db) {
+  void runBackward(Bf16ConvKernel kernel, const ConvGeometry& g, const float* X, Index ldX, const MatX<float>& W,
+                   const Eigen::Ref<const MatX<float>>& dY, MatX<float>* dX, MatX<float>& dW, MatX<float>* db) {
     Bf16ConvArgs a;
     a.g = g;
     a.dY = bits(dY.data(), dY.outerStride(), dY.rows(), dY.cols(), m_dY);
@@ -92,7 +121,6 @@ class NativeConv {
     }
   }
 
- private:
   static const std::uint16_t* bits(const float* data, Index ld, Index rows, Index cols, Bf16Buffer& buffer) {
     std::uint16_t* out = buffer.reserve(static_cast<std::size_t>(rows * cols));
     ddl::toBf16(data, ld, rows, cols, out);
