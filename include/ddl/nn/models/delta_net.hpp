@@ -31,13 +31,9 @@ class DeltaNet {
  public:
   explicit DeltaNet(const DeltaNetConfig& config, std::uint64_t seed = 0);
 
-  // Re-initialises every parameter exactly as a new net of this configuration and seed has it (RMSNorm
-  // gains, free compressor, read vectors and expansion weights included, which are not drawn) and clears
-  // the gradients.
-  void init(std::uint64_t seed) {
-    DeltaNet fresh(m_cfg, seed);
-    assignParams(*this, fresh);
-  }
+  // Re-initialises every parameter as a new net of this configuration and seed has it and clears the
+  // gradients (core/param.hpp).
+  void init(std::uint64_t seed) { reinitialize(*this, seed); }
 
  private:
   // The seeded draws of a freshly constructed net.
