@@ -115,10 +115,6 @@ class ConvDeltaNet {
   }
 
  private:
-  static const ConvDeltaNetConfig& validated(const ConvDeltaNetConfig& c) {
-    c.validate();
-    return c;
-  }
   void imagesToPixels(const Eigen::Ref<const MatX<S>>& X, MatX<S>& P) const {
     imagesToPixels(X, m_cfg.channels, m_cfg.height * m_cfg.width, P);
   }

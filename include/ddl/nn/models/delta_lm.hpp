@@ -151,11 +151,6 @@ class DeltaLM {
   }
 
  private:
-  static const DeltaLMConfig& validated(const DeltaLMConfig& c) {
-    c.validate();
-    return c;
-  }
-
   std::size_t checkedSublayer(std::size_t i) const {
     require(i < sublayerCount(), "ddl::DeltaLM::sublayer", "sublayer ", i, " of ", sublayerCount(),
             " (2 per block; accepted: 0 .. ", sublayerCount(), " - 1)");

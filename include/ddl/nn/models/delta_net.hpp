@@ -84,11 +84,6 @@ class DeltaNet {
   const MatX<S>& blockOutput(std::size_t i) const { return m_acts.states.at(i + 1); }
 
  private:
-  static const DeltaNetConfig& validated(const DeltaNetConfig& c) {
-    c.validate();
-    return c;
-  }
-
   // What one forward computes; the layers keep views of them for backward.
   struct Activations {
     MatX<S> input;  // (inputDim, N) a copy of the net's input (Train only: the caller owns X)

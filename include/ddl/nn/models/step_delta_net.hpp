@@ -99,10 +99,6 @@ class StepDeltaNet {
   }
 
  private:
-  static const StepDeltaNetConfig& validated(const StepDeltaNetConfig& c) {
-    c.validate();
-    return c;
-  }
   bool hasPrefix() const { return m_cfg.prefixDim > 0; }
 
   // The seeded draws of a freshly constructed net (the order of the header comment).
