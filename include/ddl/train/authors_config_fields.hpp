@@ -232,22 +232,16 @@ inline const std::vector<AuthorsField>& authorsConfigFields() {
        },
        [](const C& c, V) { return J(c.attention.ropeRatio); }},
       {"embedding_init_std", M, kAuthorsAll, "0.02", "embeddingInitStd (initialisation only)",
-       [](R& r, K field, const J& v) {
-         r.config.embeddingInitStd = detail::authorsNumber(r, field, v, 0, false);
-       },
+       [](R& r, K field, const J& v) { r.config.embeddingInitStd = detail::authorsNumber(r, field, v, 0, false); },
        [](const C& c, V) { return J(c.embeddingInitStd); }},
       {"hidden_init_std_factor", M, kAuthorsAll, "0.5", "hiddenInitStdFactor (initialisation only)",
-       [](R& r, K field, const J& v) {
-         r.config.hiddenInitStdFactor = detail::authorsNumber(r, field, v, 0, false);
-       },
+       [](R& r, K field, const J& v) { r.config.hiddenInitStdFactor = detail::authorsNumber(r, field, v, 0, false); },
        [](const C& c, V) { return J(c.hiddenInitStdFactor); }},
       {"ddl_k_eps", M, kAuthorsAll, "1e-05", "block.residual.epsK",
        [](R& r, K field, const J& v) { r.config.block.residual.epsK = detail::authorsNumber(r, field, v, 0, false); },
        [](const C& c, V) { return J(c.block.residual.epsK); }},
       {"ddl_beta_hidden_size", M, kAuthorsAll, "128", "block.residual.gateHidden (the two-layer gate's width)",
-       [](R& r, K field, const J& v) {
-         r.config.block.residual.gateHidden = detail::authorsInt(r, field, v, 1);
-       },
+       [](R& r, K field, const J& v) { r.config.block.residual.gateHidden = detail::authorsInt(r, field, v, 1); },
        [](const C& c, V) { return J(c.block.residual.gateHidden); }},
       {"ddl_beta_single_linear", M, kAuthorsAll, "true",
        "block.residual.gate: linear (true) | two_layer_tanh (false: their beta_in, beta_out)",

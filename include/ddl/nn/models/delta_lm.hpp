@@ -57,7 +57,7 @@ class DeltaLM {
  public:
   explicit DeltaLM(const DeltaLMConfig& config, std::uint64_t seed = 0);
 
-  // Re-initialises every parameter as a new net of this configuration and seed has it and clears the
+  // Re-initialises every parameter as a new model of this configuration and seed has it and clears the
   // gradients (core/param.hpp).
   void init(std::uint64_t seed) { reinitialize(*this, seed); }
 
