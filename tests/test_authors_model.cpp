@@ -380,6 +380,10 @@ TEST_CASE("authors' Delta and init options: read from config.json as their code 
   CHECK(contains(m, "field 'ddl_beta_init' = \"1\": expected a finite number"));
   m = loadError<double>(editedCopy("v_constant_type", "cc-ec", [](nlohmann::json& j) { j["ddl_v_constant"] = 1; }, nullptr));
   CHECK(contains(m, "field 'ddl_v_constant' = 1: expected true or false"));
+  m = loadError<double>(editedCopy("v_dim1_value_type", "dv1", [](nlohmann::json& j) {
+    j["ddl_v_dim1_constant_value"] = "2";
+  }, nullptr));  // the reader ddl_v_constant_value shares names the field by the name it was read under
+  CHECK(contains(m, "field 'ddl_v_dim1_constant_value' = \"2\": expected a finite number"));
   m = loadError<double>(editedCopy("init_std", "cc-ec", [](nlohmann::json& j) { j["embedding_init_std"] = -0.1; }, nullptr));
   CHECK(contains(m, "field 'embedding_init_std' = -0.1: expected a finite number >= 0"));
   m = loadError<double>(editedCopy("dim1_in_cc", "cc-ec", [](nlohmann::json& j) { j["ddl_v_dim1_constant"] = true; }, nullptr));

@@ -435,4 +435,40 @@ TEST_CASE("TrainingLoop: hooks run before the NaN/Inf guard, which names the par
   CHECK(contains(thrownMessage<ddl::ValueError>([&] { loop.addStepHook(nullptr); }), "the hook is empty"));
 }
 
+// The loop asks its parts at compile time what they have (core/detects.hpp); a wrong answer would go
+// unnoticed (evaluate would fall back to forward, a stop request or a setting would be ignored).
+struct InferenceModel {
+  void forwardInference(const Eigen::Ref<const MatX<float>>&, MatX<float>&) {}
+};
+struct StoppableTask {
+  using Scalar = float;
+  using EvalData = TokenWindows;
+  template <class Model, class OnBatch>
+  ddl::EvalResult evaluate(Model&, const EvalData&, Index, MatX<float>&, OnBatch&&, const ddl::EvalStop&) {
+    return {};
+  }
+};
+struct ShardedSource {
+  int rank() const { return 0; }
+  int ranks() const { return 1; }
+};
+struct SettingsPart {
+  template <class Put>
+  void reportSettings(Put&& put) const { put("augment", true); }
+};
+
+TEST_CASE("TrainingLoop: what the loop asks its parts is answered by what the parts have", "[train][generic]") {
+  using namespace ddl::detail;
+  STATIC_REQUIRE(HasForwardInference<InferenceModel, float>::value);
+  STATIC_REQUIRE(!HasForwardInference<BigramModel, float>::value);
+  STATIC_REQUIRE(HasStoppableEvaluate<StoppableTask, BigramModel>::value);
+  STATIC_REQUIRE(!HasStoppableEvaluate<NextTokenTask, BigramModel>::value);
+  STATIC_REQUIRE(IsShardedSource<ShardedSource>::value);
+  STATIC_REQUIRE(!IsShardedSource<RandomWindows>::value);
+  STATIC_REQUIRE(HasReportSettings<SettingsPart>::value);
+  STATIC_REQUIRE(!HasReportSettings<NextTokenTask>::value);
+  STATIC_REQUIRE(IsOptimizer<ddl::Sgd<float>>::value);
+  STATIC_REQUIRE(!IsOptimizer<BigramModel>::value);
+}
+
 }  // namespace test_train_generic

@@ -86,4 +86,12 @@ void require(bool cond, const char* fn, const Parts&... parts) {
   if (!cond) throw ValueError(message(fn, parts...));
 }
 
+// options after options.validate() (which throws naming what is wrong): lets a constructor check its
+// configuration before the members built from it, m_cfg(validated(config)).
+template <class Options>
+const Options& validated(const Options& options) {
+  options.validate();
+  return options;
+}
+
 }  // namespace ddl

@@ -5,6 +5,7 @@
 // which calls f(dottedName, Param<S>&) for each parameter in a fixed order, recursing into children
 // with joinName(prefix, "blocks.3") and so on. Optimizers, checkpoints, the gradient checker,
 // numParams and zeroGrad all use this walk and never include a layer header.
+#include <cstdint>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -95,6 +96,15 @@ void assignParams(Module& dst, Module& src) {
   });
   if (i != params.size())
     throw ShapeError(message("ddl::assignParams", "the source has ", params.size(), " parameters, the destination ", i));
+}
+
+// Re-initialises every parameter of model exactly as a new model of its configuration and seed has it
+// (the parameters no draw touches, such as RMSNorm gains, included) and clears the gradients: builds
+// Model(model.config(), seed) and copies its parameters in. What every model's init(seed) does.
+template <class Model>
+void reinitialize(Model& model, std::uint64_t seed) {
+  Model fresh(model.config(), seed);
+  assignParams(model, fresh);
 }
 
 // Total number of scalar parameters of a module.

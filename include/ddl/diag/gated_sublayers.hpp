@@ -14,22 +14,21 @@
 #include <utility>
 #include <vector>
 
+#include "ddl/core/detects.hpp"
 #include "ddl/core/types.hpp"
 #include "ddl/nn/blocks/delta_residual.hpp"
 
 namespace ddl {
 
 namespace detail {
-template <class Net, class = void>
-struct HasSublayers : std::false_type {};
 template <class Net>
-struct HasSublayers<Net, std::void_t<decltype(std::declval<const Net&>().sublayerResidual(std::size_t{}))>>
-    : std::true_type {};
-template <class Net, class = void>
-struct HasBlockStages : std::false_type {};
+using SublayersProbe = decltype(std::declval<const Net&>().sublayerResidual(std::size_t{}));
 template <class Net>
-struct HasBlockStages<Net, std::void_t<decltype(std::declval<const Net&>().stageOfBlock(std::size_t{}))>>
-    : std::true_type {};
+using HasSublayers = Detects<SublayersProbe, Net>;
+template <class Net>
+using BlockStagesProbe = decltype(std::declval<const Net&>().stageOfBlock(std::size_t{}));
+template <class Net>
+using HasBlockStages = Detects<BlockStagesProbe, Net>;
 }  // namespace detail
 
 // Number of gated sublayers of net: 0 for the additive baseline.

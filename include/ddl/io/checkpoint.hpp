@@ -40,6 +40,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ddl/core/config.hpp"
+#include "ddl/core/detects.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/rng.hpp"
@@ -63,11 +64,11 @@ constexpr const char* kOptimPrefix = "optim.";
 inline bool isOptimName(const std::string& name) { return name.compare(0, 6, kOptimPrefix) == 0; }
 
 // Tells the optimizer overloads apart from (path, model, meta/options).
-template <class T, class = void>
-struct IsOptimizer : std::false_type {};
 template <class T>
-struct IsOptimizer<T, std::void_t<decltype(std::declval<const T&>().stepCount()),
-                                  decltype(std::declval<T&>().setStepCount(std::int64_t{}))>> : std::true_type {};
+using OptimizerProbe = std::void_t<decltype(std::declval<const T&>().stepCount()),
+                                   decltype(std::declval<T&>().setStepCount(std::int64_t{}))>;
+template <class T>
+using IsOptimizer = Detects<OptimizerProbe, T>;
 
 // A checkpoint writer that walks model and optimizer twice: once to declare, once to stream.
 // The shape a parameter is stored with: p.shape, checked against the matrix it describes.

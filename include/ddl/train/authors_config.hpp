@@ -38,7 +38,7 @@ inline DeltaLMConfig authorsConfigToDeltaLM(const nlohmann::json& j, AuthorsVari
   // Mapped field the variant reads starts at its default; only what the file gives counts as given.
   for (const auto& f : fields) {
     const bool reads = f.scope == kAuthorsUndeclared || (f.scope & authorsScopeBit(variant)) != 0;
-    if (f.use == AuthorsFieldUse::Mapped && reads) f.read(r, nlohmann::json::parse(f.defaultJson));
+    if (f.use == AuthorsFieldUse::Mapped && reads) f.read(r, f.name, nlohmann::json::parse(f.defaultJson));
   }
   r.stateKernelGiven = r.channelsGiven = false;
   r.rmsNormEps.reset();
@@ -52,7 +52,7 @@ inline DeltaLMConfig authorsConfigToDeltaLM(const nlohmann::json& j, AuthorsVari
     if (f->use == AuthorsFieldUse::Bookkeeping) continue;
     const bool declared = f->scope == kAuthorsUndeclared || (f->scope & authorsScopeBit(variant)) != 0;
     if (f->use == AuthorsFieldUse::Mapped && declared) {
-      f->read(r, it.value());
+      f->read(r, f->name, it.value());
       continue;
     }
     const nlohmann::json def = nlohmann::json::parse(f->defaultJson);

@@ -121,6 +121,21 @@ inline QkvActivation authorsActivation(const AuthorsConfigRead& r, const char* f
 inline nlohmann::json authorsActivationJson(QkvActivation a) {
   return a == QkvActivation::Identity ? nlohmann::json(nullptr) : nlohmann::json(toString(a));
 }
+// The constant value v = c of the Delta write: ddl_v_constant and ddl_v_constant_value, which their dv = 1
+// files name ddl_v_dim1_constant and ddl_v_dim1_constant_value (one option each under two names).
+inline void readValueConstant(AuthorsConfigRead& r, const char* field, const nlohmann::json& v) {
+  r.vConstant = authorsBool(r, field, v);
+}
+inline nlohmann::json writeValueConstant(const DeltaLMConfig& c, AuthorsVariant) {
+  return c.block.residual.value == ValueKind::Constant;
+}
+inline void readValueConstantValue(AuthorsConfigRead& r, const char* field, const nlohmann::json& v) {
+  r.config.block.residual.valueConstant = authorsFinite(r, field, v);
+}
+inline nlohmann::json writeValueConstantValue(const DeltaLMConfig& c, AuthorsVariant) {
+  return c.block.residual.valueConstant;
+}
+
 // Whether their attention has the o_norm whose eps is rms_norm_eps (the output gate without using_groupnorm).
 inline bool authorsGateNorm(const AttentionOptions& a) { return a.outputGate && !a.groupNorm; }
 
@@ -146,8 +161,9 @@ struct AuthorsField {
   unsigned scope;            // AuthorsScope bits
   const char* defaultJson;   // their default as JSON text
   const char* meaning;       // the DeltaLMConfig field, or why only the default is accepted
-  void (*read)(detail::AuthorsConfigRead&, const nlohmann::json&);  // Mapped only
-  nlohmann::json (*write)(const DeltaLMConfig&, AuthorsVariant);    // Mapped only
+  // Mapped only: read(r, name, value) parses value, naming the field `name` in errors; write gives its JSON.
+  void (*read)(detail::AuthorsConfigRead&, const char* name, const nlohmann::json&);
+  nlohmann::json (*write)(const DeltaLMConfig&, AuthorsVariant);
 };
 
 // The table (docs/authors_models.md prints it).
@@ -156,155 +172,142 @@ inline const std::vector<AuthorsField>& authorsConfigFields() {
   using J = nlohmann::json;
   using V = AuthorsVariant;
   using C = DeltaLMConfig;
+  using K = const char*;  // the field's name, for the reader's errors
   constexpr auto M = AuthorsFieldUse::Mapped;
   constexpr auto D = AuthorsFieldUse::DefaultOnly;
   constexpr auto B = AuthorsFieldUse::Bookkeeping;
   static const std::vector<AuthorsField> fields = {
       {"vocab_size", M, kAuthorsAll, "50304", "vocab",
-       [](R& r, const J& v) { r.config.vocab = detail::authorsInt(r, "vocab_size", v, 2); },
+       [](R& r, K field, const J& v) { r.config.vocab = detail::authorsInt(r, field, v, 2); },
        [](const C& c, V) { return J(c.vocab); }},
       {"num_hidden_layers", M, kAuthorsAll, "12", "depth",
-       [](R& r, const J& v) { r.config.depth = detail::authorsInt(r, "num_hidden_layers", v, 0); },
+       [](R& r, K field, const J& v) { r.config.depth = detail::authorsInt(r, field, v, 0); },
        [](const C& c, V) { return J(c.depth); }},
       {"num_attention_heads", M, kAuthorsAll, "6", "heads",
-       [](R& r, const J& v) { r.config.heads = detail::authorsInt(r, "num_attention_heads", v, 1); },
+       [](R& r, K field, const J& v) { r.config.heads = detail::authorsInt(r, field, v, 1); },
        [](const C& c, V) { return J(c.heads); }},
       {"hidden_size", M, kAuthorsAll, "768", "d (and the SwiGLU width floor(8/3 d), as their MLP)",
-       [](R& r, const J& v) { r.config.d = detail::authorsInt(r, "hidden_size", v, 1); },
+       [](R& r, K field, const J& v) { r.config.d = detail::authorsInt(r, field, v, 1); },
        [](const C& c, V) { return J(c.d); }},
       {"head_dim", M, kAuthorsAll, "128", "attention.headDim (0 when it is hidden_size / num_attention_heads)",
-       [](R& r, const J& v) { r.headDim = detail::authorsInt(r, "head_dim", v, 1); },
+       [](R& r, K field, const J& v) { r.headDim = detail::authorsInt(r, field, v, 1); },
        [](const C& c, V) { return J(c.headDim()); }},
       {"block_size", M, kAuthorsAll, "1024", "context",
-       [](R& r, const J& v) { r.config.context = detail::authorsInt(r, "block_size", v, 1); },
+       [](R& r, K field, const J& v) { r.config.context = detail::authorsInt(r, field, v, 1); },
        [](const C& c, V) { return J(c.context); }},
       {"bias", D, kAuthorsAll, "false", "never read by their model", nullptr, nullptr},
       {"dropout", D, kAuthorsAll, "0.0", "never read by their model", nullptr, nullptr},
       {"scale_attn_by_inverse_layer_idx", D, kAuthorsAll, "false", "never read by their model", nullptr, nullptr},
       {"using_groupnorm", M, kAuthorsAll, "false", "attention.groupNorm (their subln, eps fixed at 1e-5)",
-       [](R& r, const J& v) { r.config.attention.groupNorm = detail::authorsBool(r, "using_groupnorm", v); },
+       [](R& r, K field, const J& v) { r.config.attention.groupNorm = detail::authorsBool(r, field, v); },
        [](const C& c, V) { return J(c.attention.groupNorm); }},
       {"use_output_gate", M, kAuthorsAll, "false", "attention.outputGate (without using_groupnorm its norm is "
        "o_norm, eps rms_norm_eps)",
-       [](R& r, const J& v) { r.config.attention.outputGate = detail::authorsBool(r, "use_output_gate", v); },
+       [](R& r, K field, const J& v) { r.config.attention.outputGate = detail::authorsBool(r, field, v); },
        [](const C& c, V) { return J(c.attention.outputGate); }},
       {"use_qk_rmsnorm", M, kAuthorsAll, "true", "qkNorm",
-       [](R& r, const J& v) { r.config.qkNorm = detail::authorsBool(r, "use_qk_rmsnorm", v); },
+       [](R& r, K field, const J& v) { r.config.qkNorm = detail::authorsBool(r, field, v); },
        [](const C& c, V) { return J(c.qkNorm); }},
       {"use_k_shift", M, kAuthorsAll, "false", "attention.kShift (their ShiftLinear c_k)",
-       [](R& r, const J& v) { r.config.attention.kShift = detail::authorsBool(r, "use_k_shift", v); },
+       [](R& r, K field, const J& v) { r.config.attention.kShift = detail::authorsBool(r, field, v); },
        [](const C& c, V) { return J(c.attention.kShift); }},
       {"use_v_shift", M, kAuthorsAll, "false", "attention.vShift (their ShiftLinear c_v)",
-       [](R& r, const J& v) { r.config.attention.vShift = detail::authorsBool(r, "use_v_shift", v); },
+       [](R& r, K field, const J& v) { r.config.attention.vShift = detail::authorsBool(r, field, v); },
        [](const C& c, V) { return J(c.attention.vShift); }},
       {"q_activation", M, kAuthorsAll, "null", "attention.qActivation (null: identity)",
-       [](R& r, const J& v) { r.config.attention.qActivation = detail::authorsActivation(r, "q_activation", v); },
+       [](R& r, K field, const J& v) { r.config.attention.qActivation = detail::authorsActivation(r, field, v); },
        [](const C& c, V) { return detail::authorsActivationJson(c.attention.qActivation); }},
       {"k_activation", M, kAuthorsAll, "null", "attention.kActivation (null: identity)",
-       [](R& r, const J& v) { r.config.attention.kActivation = detail::authorsActivation(r, "k_activation", v); },
+       [](R& r, K field, const J& v) { r.config.attention.kActivation = detail::authorsActivation(r, field, v); },
        [](const C& c, V) { return detail::authorsActivationJson(c.attention.kActivation); }},
       {"v_activation", M, kAuthorsAll, "null", "attention.vActivation (null: identity)",
-       [](R& r, const J& v) { r.config.attention.vActivation = detail::authorsActivation(r, "v_activation", v); },
+       [](R& r, K field, const J& v) { r.config.attention.vActivation = detail::authorsActivation(r, field, v); },
        [](const C& c, V) { return detail::authorsActivationJson(c.attention.vActivation); }},
       {"rope_ratio", M, kAuthorsAll, "1.0", "attention.ropeRatio (RoPE on int(head_dim * rope_ratio) features, "
        "rounded down to even)",
-       [](R& r, const J& v) {
-         const double x = detail::authorsNumber(r, "rope_ratio", v, 0, false);
-         if (x > 1) detail::authorsFieldError(r, "rope_ratio", v, "a number in [0, 1]");
+       [](R& r, K field, const J& v) {
+         const double x = detail::authorsNumber(r, field, v, 0, false);
+         if (x > 1) detail::authorsFieldError(r, field, v, "a number in [0, 1]");
          r.config.attention.ropeRatio = x;
        },
        [](const C& c, V) { return J(c.attention.ropeRatio); }},
       {"embedding_init_std", M, kAuthorsAll, "0.02", "embeddingInitStd (initialisation only)",
-       [](R& r, const J& v) {
-         r.config.embeddingInitStd = detail::authorsNumber(r, "embedding_init_std", v, 0, false);
-       },
+       [](R& r, K field, const J& v) { r.config.embeddingInitStd = detail::authorsNumber(r, field, v, 0, false); },
        [](const C& c, V) { return J(c.embeddingInitStd); }},
       {"hidden_init_std_factor", M, kAuthorsAll, "0.5", "hiddenInitStdFactor (initialisation only)",
-       [](R& r, const J& v) {
-         r.config.hiddenInitStdFactor = detail::authorsNumber(r, "hidden_init_std_factor", v, 0, false);
-       },
+       [](R& r, K field, const J& v) { r.config.hiddenInitStdFactor = detail::authorsNumber(r, field, v, 0, false); },
        [](const C& c, V) { return J(c.hiddenInitStdFactor); }},
       {"ddl_k_eps", M, kAuthorsAll, "1e-05", "block.residual.epsK",
-       [](R& r, const J& v) { r.config.block.residual.epsK = detail::authorsNumber(r, "ddl_k_eps", v, 0, false); },
+       [](R& r, K field, const J& v) { r.config.block.residual.epsK = detail::authorsNumber(r, field, v, 0, false); },
        [](const C& c, V) { return J(c.block.residual.epsK); }},
       {"ddl_beta_hidden_size", M, kAuthorsAll, "128", "block.residual.gateHidden (the two-layer gate's width)",
-       [](R& r, const J& v) {
-         r.config.block.residual.gateHidden = detail::authorsInt(r, "ddl_beta_hidden_size", v, 1);
-       },
+       [](R& r, K field, const J& v) { r.config.block.residual.gateHidden = detail::authorsInt(r, field, v, 1); },
        [](const C& c, V) { return J(c.block.residual.gateHidden); }},
       {"ddl_beta_single_linear", M, kAuthorsAll, "true",
        "block.residual.gate: linear (true) | two_layer_tanh (false: their beta_in, beta_out)",
-       [](R& r, const J& v) {
+       [](R& r, K field, const J& v) {
          r.config.block.residual.gate =
-             detail::authorsBool(r, "ddl_beta_single_linear", v) ? GateKind::Linear : GateKind::TwoLayerTanh;
+             detail::authorsBool(r, field, v) ? GateKind::Linear : GateKind::TwoLayerTanh;
        },
        [](const C& c, V) { return J(c.block.residual.gate == GateKind::Linear); }},
       {"ddl_v_sigmoid", M, kAuthorsAll, "true",
        "block.residual.value: sigmoid_scaled (true) | linear_on_input (false); constant when ddl_v_constant",
-       [](R& r, const J& v) { r.vSigmoid = detail::authorsBool(r, "ddl_v_sigmoid", v); },
+       [](R& r, K field, const J& v) { r.vSigmoid = detail::authorsBool(r, field, v); },
        [](const C& c, V) { return J(c.block.residual.value != ValueKind::LinearOnInput); }},
       {"ddl_v_sigmoid_scale", M, kAuthorsAll, "4.0", "block.residual.valueScale",
-       [](R& r, const J& v) {
-         r.config.block.residual.valueScale = detail::authorsNumber(r, "ddl_v_sigmoid_scale", v, 0, true);
+       [](R& r, K field, const J& v) {
+         r.config.block.residual.valueScale = detail::authorsNumber(r, field, v, 0, true);
        },
        [](const C& c, V) { return J(c.block.residual.valueScale); }},
       {"ddl_beta_init", M, kAuthorsAll, "1.0",
        "block.residual.beta0 (initialisation only), clamped to [0, 2] as their code clamps it",
-       [](R& r, const J& v) {
-         const double b = detail::authorsFinite(r, "ddl_beta_init", v);
+       [](R& r, K field, const J& v) {
+         const double b = detail::authorsFinite(r, field, v);
          r.config.block.residual.beta0 = b < 0 ? 0.0 : (b > 2 ? 2.0 : b);
        },
        [](const C& c, V) { return J(c.block.residual.beta0); }},
       {"ddl_v_dim1_constant", M, kAuthorsDv1Files, "false", "block.residual.value = constant (their dv = 1 name)",
-       [](R& r, const J& v) { r.vConstant = detail::authorsBool(r, "ddl_v_dim1_constant", v); },
-       [](const C& c, V) { return J(c.block.residual.value == ValueKind::Constant); }},
+       detail::readValueConstant, detail::writeValueConstant},
       {"ddl_v_dim1_constant_value", M, kAuthorsDv1Files, "2.0", "block.residual.valueConstant (their dv = 1 name)",
-       [](R& r, const J& v) {
-         r.config.block.residual.valueConstant = detail::authorsFinite(r, "ddl_v_dim1_constant_value", v);
-       },
-       [](const C& c, V) { return J(c.block.residual.valueConstant); }},
+       detail::readValueConstantValue, detail::writeValueConstantValue},
       {"ddl_value_channels", M, kAuthorsExpanded, "4", "dv",
-       [](R& r, const J& v) {
-         r.config.dv = detail::authorsInt(r, "ddl_value_channels", v, 2);
+       [](R& r, K field, const J& v) {
+         r.config.dv = detail::authorsInt(r, field, v, 2);
          r.channelsGiven = true;
        },
        [](const C& c, V) { return J(c.dv); }},
       {"ddl_state_shortconv_kernel_size", M, kAuthorsExpanded, "4",
        "cc: block.compressorKernel (= dv: their CC computes only then); tc: convKernel",
-       [](R& r, const J& v) {
-         r.stateKernel = detail::authorsInt(r, "ddl_state_shortconv_kernel_size", v, 1);
+       [](R& r, K field, const J& v) {
+         r.stateKernel = detail::authorsInt(r, field, v, 1);
          r.stateKernelGiven = true;
        },
        [](const C& c, V v) { return J(detail::isTc(v) ? c.convKernel : c.block.compressorKernel); }},
       {"ddl_state_read_init", M, kAuthorsExpanded, "null", "block.compressorReadInit (null: 1/dv)",
-       [](R& r, const J& v) {
+       [](R& r, K field, const J& v) {
          if (v.is_null()) r.config.block.compressorReadInit.reset();
          else if (v.is_number() && std::isfinite(v.get<double>())) r.config.block.compressorReadInit = v.get<double>();
-         else detail::authorsFieldError(r, "ddl_state_read_init", v, "null or a finite number");
+         else detail::authorsFieldError(r, field, v, "null or a finite number");
        },
        [](const C& c, V) { return c.block.compressorReadInit ? J(*c.block.compressorReadInit) : J(nullptr); }},
       {"ddl_state_dv_shortconv_causal", D, kAuthorsCc, "false", "never read by their model (commented out)", nullptr,
        nullptr},
       {"input_embed_shortconv_kernel_size", M, kAuthorsEc, "4",
        "EC's kernel: cc-ec convKernel; tc-ec inputEmbedKernel (0 when it is the TC kernel)",
-       [](R& r, const J& v) { r.embedKernel = detail::authorsInt(r, "input_embed_shortconv_kernel_size", v, 1); },
+       [](R& r, K field, const J& v) { r.embedKernel = detail::authorsInt(r, field, v, 1); },
        [](const C& c, V) { return J(c.ecKernel()); }},
       {"ddl_v_constant", M, kAuthorsExpanded, "false", "block.residual.value = constant",
-       [](R& r, const J& v) { r.vConstant = detail::authorsBool(r, "ddl_v_constant", v); },
-       [](const C& c, V) { return J(c.block.residual.value == ValueKind::Constant); }},
+       detail::readValueConstant, detail::writeValueConstant},
       {"ddl_v_constant_value", M, kAuthorsExpanded, "2.0", "block.residual.valueConstant",
-       [](R& r, const J& v) {
-         r.config.block.residual.valueConstant = detail::authorsFinite(r, "ddl_v_constant_value", v);
-       },
-       [](const C& c, V) { return J(c.block.residual.valueConstant); }},
+       detail::readValueConstantValue, detail::writeValueConstantValue},
       // Read by their modules with getattr, declared by no GPTConfig.
       {"rope_base", M, kAuthorsUndeclared, "10000.0", "ropeBase",
-       [](R& r, const J& v) { r.config.ropeBase = detail::authorsNumber(r, "rope_base", v, 0, true); }, nullptr},
+       [](R& r, K field, const J& v) { r.config.ropeBase = detail::authorsNumber(r, field, v, 0, true); }, nullptr},
       {"kv_cache_slot_size", D, kAuthorsUndeclared, "128", "their decoding cache's block size", nullptr, nullptr},
       {"rms_norm_eps", M, kAuthorsUndeclared, "1e-05",
        "baseline: block.normEps and finalNormEps; with use_output_gate and not using_groupnorm: "
        "attention.outputNormEps (their o_norm); read by nothing else (their DDL files fix 1e-5)",
-       [](R& r, const J& v) { r.rmsNormEps = detail::authorsNumber(r, "rms_norm_eps", v, 0, false); }, nullptr},
+       [](R& r, K field, const J& v) { r.rmsNormEps = detail::authorsNumber(r, field, v, 0, false); }, nullptr},
       {"mup", D, kAuthorsUndeclared, "false", "muP logit scale: not in ddl", nullptr, nullptr},
       {"hidden_size_base", D, kAuthorsUndeclared, "1024", "muP only", nullptr, nullptr},
       {"intermediate_size", D, kAuthorsUndeclared, "null", "baseline MLP width: floor(8/3 d) only", nullptr, nullptr},

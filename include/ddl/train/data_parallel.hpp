@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "ddl/core/collective.hpp"
+#include "ddl/core/detects.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/param_list.hpp"
 #include "ddl/core/types.hpp"
@@ -328,11 +329,11 @@ class DataParallel {
 
 namespace detail {
 // A batch source that says which rank's part of each global batch it yields.
-template <class Source, class = void>
-struct IsShardedSource : std::false_type {};
 template <class Source>
-struct IsShardedSource<Source, std::void_t<decltype(int(std::declval<const Source&>().rank())),
-                                           decltype(int(std::declval<const Source&>().ranks()))>> : std::true_type {};
+using ShardedSourceProbe = std::void_t<decltype(int(std::declval<const Source&>().rank())),
+                                       decltype(int(std::declval<const Source&>().ranks()))>;
+template <class Source>
+using IsShardedSource = Detects<ShardedSourceProbe, Source>;
 }  // namespace detail
 
 // A source that yields the whole global batch on every rank would train every rank on the same

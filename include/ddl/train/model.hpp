@@ -24,6 +24,7 @@
 #include "ddl/core/requires_json.hpp"  // before nlohmann: a clear error without it
 #include <nlohmann/json.hpp>
 
+#include "ddl/core/detects.hpp"
 #include "ddl/core/gradients_ready.hpp"
 
 namespace ddl {
@@ -35,12 +36,6 @@ std::string configJson(const Config& c) {
 }
 
 namespace detail {
-// Detects<Probe, T>: whether Probe<T> names a type, i.e. whether T has what Probe asks for.
-template <template <class> class Probe, class T, class = void>
-struct Detects : std::false_type {};
-template <template <class> class Probe, class T>
-struct Detects<Probe, T, std::void_t<Probe<T>>> : std::true_type {};
-
 template <class Config>
 using PresetProbe = decltype(std::declval<const Config&>().preset);
 template <class Config>

@@ -9,6 +9,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "ddl/core/detects.hpp"
+
 namespace ddl {
 
 namespace detail {
@@ -16,11 +18,10 @@ struct IgnoreSetting {
   template <class V>
   void operator()(const char*, const V&) const {}
 };
-template <class Part, class = void>
-struct HasReportSettings : std::false_type {};
 template <class Part>
-struct HasReportSettings<Part, std::void_t<decltype(std::declval<const Part&>().reportSettings(IgnoreSetting{}))>>
-    : std::true_type {};
+using ReportSettingsProbe = decltype(std::declval<const Part&>().reportSettings(IgnoreSetting{}));
+template <class Part>
+using HasReportSettings = Detects<ReportSettingsProbe, Part>;
 }  // namespace detail
 
 // part.reportSettings(put) if the part has settings; nothing otherwise.

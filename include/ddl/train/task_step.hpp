@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "ddl/core/bf16_weights.hpp"
+#include "ddl/core/detects.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/param_list.hpp"
 #include "ddl/core/precision.hpp"
@@ -23,13 +24,11 @@ namespace ddl {
 
 namespace detail {
 // Whether Model has forwardInference(X, logits), the forward that caches nothing (evaluate prefers it).
-template <class Model, class S, class = void>
-struct HasForwardInference : std::false_type {};
 template <class Model, class S>
-struct HasForwardInference<Model, S,
-                           std::void_t<decltype(std::declval<Model&>().forwardInference(
-                               std::declval<const Eigen::Ref<const MatX<S>>&>(), std::declval<MatX<S>&>()))>>
-    : std::true_type {};
+using ForwardInferenceProbe = decltype(std::declval<Model&>().forwardInference(
+    std::declval<const Eigen::Ref<const MatX<S>>&>(), std::declval<MatX<S>&>()));
+template <class Model, class S>
+using HasForwardInference = Detects<ForwardInferenceProbe, Model, S>;
 }  // namespace detail
 
 struct TrainStepOptions {

@@ -50,10 +50,6 @@ struct ClassifierTrainingParts {
     b.augment = o.augment;
     return b;
   }
-  static const TrainerOptions& validated(const TrainerOptions& o) {
-    o.validate();
-    return o;
-  }
 
   ClassificationTask<S> ownTask;
   DatasetBatches<S> ownSource;
@@ -74,7 +70,7 @@ class Trainer : private detail::ClassifierTrainingParts<S>,
   // be null (comm null: one process).
   Trainer(Model& model, const Dataset<S>& train, const TrainerOptions& options,
           const Dataset<S>* validation = nullptr, const Dataset<S>* test = nullptr, Collective* comm = nullptr)
-      : Parts(train, Parts::validated(options), comm),
+      : Parts(train, validated(options), comm),
         Loop(model, Parts::ownTask, Parts::ownShard, Parts::ownOptimizer, options, validation, test) {
     if constexpr (detail::HasGateBlocks<Model>::value) Loop::addColumns(Parts::ownGates.template columns<Model>());
     if (comm) Loop::distribute(*comm);

@@ -49,6 +49,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ddl/core/collective.hpp"
+#include "ddl/core/detects.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/parse.hpp"
 #include "ddl/core/threading.hpp"
@@ -72,14 +73,12 @@ namespace ddl {
 
 namespace detail {
 // A task whose evaluate takes an EvalStop (train/task.hpp): the loop's evaluations then answer shouldStop.
-template <class Task, class Model, class = void>
-struct HasStoppableEvaluate : std::false_type {};
 template <class Task, class Model>
-struct HasStoppableEvaluate<Task, Model,
-                            std::void_t<decltype(std::declval<Task&>().evaluate(
-                                std::declval<Model&>(), std::declval<const typename Task::EvalData&>(), Index{},
-                                std::declval<MatX<typename Task::Scalar>&>(), std::declval<void (*)()>(),
-                                std::declval<const EvalStop&>()))>> : std::true_type {};
+using StoppableEvaluateProbe = decltype(std::declval<Task&>().evaluate(
+    std::declval<Model&>(), std::declval<const typename Task::EvalData&>(), Index{},
+    std::declval<MatX<typename Task::Scalar>&>(), std::declval<void (*)()>(), std::declval<const EvalStop&>()));
+template <class Task, class Model>
+using HasStoppableEvaluate = Detects<StoppableEvaluateProbe, Task, Model>;
 }  // namespace detail
 
 template <class Model, class Task, class Source, class Optimizer>

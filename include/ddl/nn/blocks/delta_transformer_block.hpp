@@ -21,6 +21,7 @@
 
 #include "ddl/core/alias.hpp"
 #include "ddl/core/config.hpp"
+#include "ddl/core/enum_names.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/param.hpp"
 #include "ddl/core/rng.hpp"
@@ -45,11 +46,11 @@ enum class StateCompressorKind {
   PerToken,    // CC: x_in[i] = sum_j W[i, j] X_j[i] at the current token (nn/blocks/compressor.hpp)
   OverTokens,  // TC: causal depthwise conv over tokens on every (i, j) channel, then a read vector over dv
 };
-inline const char* toString(StateCompressorKind k) { return k == StateCompressorKind::PerToken ? "cc" : "tc"; }
+inline constexpr EnumName<StateCompressorKind> kStateCompressorNames[] = {{StateCompressorKind::PerToken, "cc"},
+                                                                           {StateCompressorKind::OverTokens, "tc"}};
+inline const char* toString(StateCompressorKind k) { return nameOf(kStateCompressorNames, k); }
 inline StateCompressorKind parseStateCompressorKind(const std::string& s) {
-  if (s == "cc") return StateCompressorKind::PerToken;
-  if (s == "tc") return StateCompressorKind::OverTokens;
-  throw ValueError(message("ddl::parseStateCompressorKind", "unknown value '", s, "', expected one of cc, tc"));
+  return parseEnumName(kStateCompressorNames, s, "ddl::parseStateCompressorKind", "value");
 }
 
 // What one block needs to know (DeltaLMConfig::blockConfig() fills it from the model's configuration).

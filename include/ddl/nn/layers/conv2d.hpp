@@ -141,6 +141,24 @@ class Conv2d : public WeightAndBias<S> {
   void checkBackward(const Eigen::Ref<const MatX<S>>& dY) const;
   void runBackward(const Eigen::Ref<const MatX<S>>& dY, MatX<S>* dX);
 
+  // Both backward algorithms cut the batch's images into backwardTasks(dX) parts, one per thread (dX
+  // doubles the products); body(task, b0, b1, wpBits) runs on each task's thread for images [b0, b1) once
+  // their dX columns and the task's partial gradients are cleared (wpBits: m_Wp bound to its bf16 copy).
+  int backwardTasks(const MatX<S>* dX) const {
+    const Index work = m_out * m_K * m_outLayout.tokens() * (dX ? 2 : 1);
+    return detail::windowThreads(work, detail::kConvParallelMin, m_inLayout.batch);
+  }
+  template <class Body>
+  void runBackwardTasks(int tasks, MatX<S>* dX, Body&& body) {
+    const Index B = m_inLayout.batch, perIn = m_inLayout.tokensPerSample();
+    detail::runWindowTasks(tasks, [&](int t) {
+      Task& task = m_tasks[t];
+      const Index b0 = detail::windowPartBegin(B, t, tasks), b1 = detail::windowPartBegin(B, t + 1, tasks);
+      m_tasks.beginBackward(task, b0, b1, perIn, dX);
+      body(task, b0, b1, m_tasks.shared(m_Wp, task.weightBits));
+    });
+  }
+
   bool unitStride() const { return m_win.strideH == 1 && m_win.strideW == 1; }
 
   // Shifted products (stride 1) and patches (any stride); dX null: parameter gradients only.
@@ -297,15 +315,10 @@ void Conv2d<S>::runBackwardShifted(const Eigen::Ref<const MatX<S>>& dY, MatX<S>*
   const TokenLayout& outL = m_outLayout;
   if (outL.tokens() == 0) return;
   const Bands g = Bands::make(m_win, inL, outL, m_in, m_out, m_scratchBytes, Index(sizeof(S)));
-  const Index B = inL.batch, perIn = inL.tokensPerSample(), kh = m_win.kernelH;
-  const Index work = m_out * m_K * outL.tokens() * (dX ? 2 : 1);
-  const int tasks = detail::windowThreads(work, detail::kConvParallelMin, B);
+  const Index kh = m_win.kernelH;
+  const int tasks = backwardTasks(dX);
   m_tasks.reserveBands(tasks, g, kh, /*backward=*/true, dX != nullptr);
-  detail::runWindowTasks(tasks, [&](int t) {
-    Task& task = m_tasks[t];
-    Bf16Copy* wpBits = m_tasks.shared(m_Wp, task.weightBits);
-    const Index b0 = detail::windowPartBegin(B, t, tasks), b1 = detail::windowPartBegin(B, t + 1, tasks);
-    m_tasks.beginBackward(task, b0, b1, perIn, dX);
+  runBackwardTasks(tasks, dX, [&](Task& task, Index b0, Index b1, Bf16Copy* wpBits) {
     for (Index b = b0; b < b1; ++b)
       for (Index band = 0; band < g.perImage; ++band) {
         const Index oy0 = band * g.rows, R = g.rowsOf(band), L = g.extended(R);
@@ -363,19 +376,14 @@ template <class S>
 void Conv2d<S>::runBackwardPatches(const Eigen::Ref<const MatX<S>>& dY, MatX<S>* dX) {
   const TokenLayout& inL = m_inLayout;
   const TokenLayout& outL = m_outLayout;
-  const Index B = inL.batch, perOut = outL.tokensPerSample(), perIn = inL.tokensPerSample();
+  const Index B = inL.batch, perOut = outL.tokensPerSample();
   if (outL.tokens() == 0) return;
-  const Index work = m_out * m_K * outL.tokens() * (dX ? 2 : 1);
-  const int tasks = detail::windowThreads(work, detail::kConvParallelMin, B);
+  const int tasks = backwardTasks(dX);
   auto range = [&](int t) {
     return (detail::windowPartBegin(B, t + 1, tasks) - detail::windowPartBegin(B, t, tasks)) * perOut;
   };
   m_tasks.reservePatches(tasks, m_chunk, range, /*forwardProducts=*/false, dX != nullptr);
-  detail::runWindowTasks(tasks, [&](int t) {
-    Task& task = m_tasks[t];
-    Bf16Copy* wpBits = m_tasks.shared(m_Wp, task.weightBits);
-    const Index b0 = detail::windowPartBegin(B, t, tasks), b1 = detail::windowPartBegin(B, t + 1, tasks);
-    m_tasks.beginBackward(task, b0, b1, perIn, dX);
+  runBackwardTasks(tasks, dX, [&](Task& task, Index b0, Index b1, Bf16Copy* wpBits) {
     const Index c1 = b1 * perOut;
     for (Index o = b0 * perOut; o < c1; o += m_chunk) {
       const Index n = std::min(m_chunk, c1 - o);

@@ -44,13 +44,9 @@ class ConvDeltaNet {
  public:
   explicit ConvDeltaNet(const ConvDeltaNetConfig& config, std::uint64_t seed = 0);
 
-  // Re-initialises every parameter exactly as a new net of this configuration and seed has it (RMSNorm
-  // gains, free compressor, read vectors and expansion weights included, which are not drawn) and clears
-  // the gradients.
-  void init(std::uint64_t seed) {
-    ConvDeltaNet fresh(m_cfg, seed);
-    assignParams(*this, fresh);
-  }
+  // Re-initialises every parameter as a new net of this configuration and seed has it and clears the
+  // gradients (core/param.hpp).
+  void init(std::uint64_t seed) { reinitialize(*this, seed); }
 
  private:
   // The seeded draws of a freshly constructed net.
@@ -119,10 +115,6 @@ class ConvDeltaNet {
   }
 
  private:
-  static const ConvDeltaNetConfig& validated(const ConvDeltaNetConfig& c) {
-    c.validate();
-    return c;
-  }
   void imagesToPixels(const Eigen::Ref<const MatX<S>>& X, MatX<S>& P) const {
     imagesToPixels(X, m_cfg.channels, m_cfg.height * m_cfg.width, P);
   }

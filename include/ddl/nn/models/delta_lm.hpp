@@ -57,11 +57,9 @@ class DeltaLM {
  public:
   explicit DeltaLM(const DeltaLMConfig& config, std::uint64_t seed = 0);
 
-  // Re-initialises every parameter as a new model of this configuration and seed and clears the gradients.
-  void init(std::uint64_t seed) {
-    DeltaLM fresh(m_cfg, seed);
-    assignParams(*this, fresh);
-  }
+  // Re-initialises every parameter as a new model of this configuration and seed has it and clears the
+  // gradients (core/param.hpp).
+  void init(std::uint64_t seed) { reinitialize(*this, seed); }
 
   // What backward reads of the last forward, N = B*T.
   struct Activations {
@@ -153,11 +151,6 @@ class DeltaLM {
   }
 
  private:
-  static const DeltaLMConfig& validated(const DeltaLMConfig& c) {
-    c.validate();
-    return c;
-  }
-
   std::size_t checkedSublayer(std::size_t i) const {
     require(i < sublayerCount(), "ddl::DeltaLM::sublayer", "sublayer ", i, " of ", sublayerCount(),
             " (2 per block; accepted: 0 .. ", sublayerCount(), " - 1)");

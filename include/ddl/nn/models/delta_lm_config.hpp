@@ -41,6 +41,7 @@
 #include <cmath>
 #include <string>
 
+#include "ddl/core/enum_names.hpp"
 #include "ddl/core/error.hpp"
 #include "ddl/core/key_values.hpp"
 #include "ddl/core/types.hpp"
@@ -55,12 +56,9 @@ namespace ddl {
 // How DeltaLM starts its parameters (docs/spec.md §8): ddl's rule, or the authors' init_gpt_weights, which
 // differs only in the value heads' biases (nn.Linear's U(+-1/sqrt(d)) instead of 0).
 enum class LmInit { Ddl, Authors };
-inline const char* toString(LmInit k) { return k == LmInit::Ddl ? "ddl" : "authors"; }
-inline LmInit parseLmInit(const std::string& s) {
-  if (s == "ddl") return LmInit::Ddl;
-  if (s == "authors") return LmInit::Authors;
-  throw ValueError(message("ddl::parseLmInit", "unknown init '", s, "', expected one of ddl, authors"));
-}
+inline constexpr EnumName<LmInit> kLmInitNames[] = {{LmInit::Ddl, "ddl"}, {LmInit::Authors, "authors"}};
+inline const char* toString(LmInit k) { return nameOf(kLmInitNames, k); }
+inline LmInit parseLmInit(const std::string& s) { return parseEnumName(kLmInitNames, s, "ddl::parseLmInit", "init"); }
 
 struct DeltaLMConfig {
   static constexpr Index kMaxSize = Index(1) << 24;  // upper bound of every size read from text

@@ -31,13 +31,9 @@ class DeltaNet {
  public:
   explicit DeltaNet(const DeltaNetConfig& config, std::uint64_t seed = 0);
 
-  // Re-initialises every parameter exactly as a new net of this configuration and seed has it (RMSNorm
-  // gains, free compressor, read vectors and expansion weights included, which are not drawn) and clears
-  // the gradients.
-  void init(std::uint64_t seed) {
-    DeltaNet fresh(m_cfg, seed);
-    assignParams(*this, fresh);
-  }
+  // Re-initialises every parameter as a new net of this configuration and seed has it and clears the
+  // gradients (core/param.hpp).
+  void init(std::uint64_t seed) { reinitialize(*this, seed); }
 
  private:
   // The seeded draws of a freshly constructed net.
@@ -88,11 +84,6 @@ class DeltaNet {
   const MatX<S>& blockOutput(std::size_t i) const { return m_acts.states.at(i + 1); }
 
  private:
-  static const DeltaNetConfig& validated(const DeltaNetConfig& c) {
-    c.validate();
-    return c;
-  }
-
   // What one forward computes; the layers keep views of them for backward.
   struct Activations {
     MatX<S> input;  // (inputDim, N) a copy of the net's input (Train only: the caller owns X)

@@ -50,12 +50,9 @@ class StepDeltaNet {
     drawParams(seed);
   }
 
-  // Re-initialises every parameter exactly as a new net of this configuration and seed has it (the
-  // RMSNorm gains included, which are not drawn) and clears the gradients.
-  void init(std::uint64_t seed) {
-    StepDeltaNet fresh(m_cfg, seed);
-    assignParams(*this, fresh);
-  }
+  // Re-initialises every parameter as a new net of this configuration and seed has it and clears the
+  // gradients (core/param.hpp).
+  void init(std::uint64_t seed) { reinitialize(*this, seed); }
 
   // X: (inputDim, N) one sample per column -> out: (outputs, readouts() N), step-major for EveryStep
   void forward(const Eigen::Ref<const MatX<S>>& X, MatX<S>& out) {
@@ -102,10 +99,6 @@ class StepDeltaNet {
   }
 
  private:
-  static const StepDeltaNetConfig& validated(const StepDeltaNetConfig& c) {
-    c.validate();
-    return c;
-  }
   bool hasPrefix() const { return m_cfg.prefixDim > 0; }
 
   // The seeded draws of a freshly constructed net (the order of the header comment).
