@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -66,7 +67,7 @@ struct DnnlConvKeyHash {
 // primitive's (in for Forward / BackwardData, out for BackwardWeights) when they differ.
 struct DnnlConvPrimitive {
   dnnl::primitive primitive;
-  dnnl::memory::desc src, dst, userWeights, weights, scratchDesc;
+  dnnl::memory::desc userWeights, weights, scratchDesc;
   dnnl::reorder weightReorder;
   bool reorderWeights = false;
   std::vector<std::uint8_t> weightBuffer, scratch;
@@ -125,21 +126,22 @@ inline DnnlConvPrimitive& dnnlConvPrimitive(const DnnlConv& c) {
                                               anyWeights, image(g.out, g.outHeight, g.outWidth, dt::f32), strides,
                                               padL, padR);
     const dnnl::convolution_forward::primitive_desc forward(forwardDesc, attr, engine);
-    dnnl::memory::desc scratch;
+    // Keeps a pass's primitive, the layout it wants the weight (or gives its gradient) in, its scratchpad.
+    const auto take = [&](const auto& pd, dnnl::primitive primitive, const dnnl::memory::desc& weights) {
+      prim.primitive = std::move(primitive);
+      prim.weights = weights, prim.scratchDesc = pd.scratchpad_desc();
+      prim.implementation = pd.impl_info_str();
+    };
     switch (c.pass) {
       case ConvPass::Forward:
-        prim.primitive = dnnl::convolution_forward(forward);
-        prim.weights = forward.weights_desc(), scratch = forward.scratchpad_desc();
-        prim.implementation = forward.impl_info_str();
+        take(forward, dnnl::convolution_forward(forward), forward.weights_desc());
         break;
       case ConvPass::BackwardData: {
         const dnnl::convolution_backward_data::primitive_desc pd(
             dnnl::convolution_backward_data::desc(direct, image(g.in, g.height, g.width, dt::f32), anyWeights,
                                                   image(g.out, g.outHeight, g.outWidth, in), strides, padL, padR),
             attr, engine, forward);
-        prim.primitive = dnnl::convolution_backward_data(pd);
-        prim.weights = pd.weights_desc(), scratch = pd.scratchpad_desc();
-        prim.implementation = pd.impl_info_str();
+        take(pd, dnnl::convolution_backward_data(pd), pd.weights_desc());
         break;
       }
       case ConvPass::BackwardWeights: {
@@ -149,14 +151,11 @@ inline DnnlConvPrimitive& dnnlConvPrimitive(const DnnlConv& c) {
                 dnnl::memory::desc({g.out, g.in, g.kernelH, g.kernelW}, dt::f32, tag::any),
                 image(g.out, g.outHeight, g.outWidth, in), strides, padL, padR),
             attr, engine, forward);
-        prim.primitive = dnnl::convolution_backward_weights(pd);
-        prim.weights = pd.diff_weights_desc(), scratch = pd.scratchpad_desc();
-        prim.implementation = pd.impl_info_str();
+        take(pd, dnnl::convolution_backward_weights(pd), pd.diff_weights_desc());
         break;
       }
     }
-    prim.scratchDesc = scratch;
-    prim.scratch.resize(scratch.get_size());
+    prim.scratch.resize(prim.scratchDesc.get_size());
     const bool backwardWeights = c.pass == ConvPass::BackwardWeights;
     prim.userWeights = dnnlUserWeights(g, backwardWeights ? dt::f32 : in);
     prim.reorderWeights = prim.weights != prim.userWeights;
